@@ -1,0 +1,216 @@
+"""``npu_dynamic_quant`` and ``npu_dynamic_quant_asymmetric``: per-token (per-row) dynamic quantization.
+
+The kernel order matters and is mirrored here (spec/ascend-ops.md §1.3): the reciprocal
+``inv = 127 / amax`` is computed once per row and *multiplied*, the scale returned is ``1 / inv``.
+That is not ``x / (amax / 127)``: the two differ by one code wherever ``x * inv`` and ``x / scale``
+round to different sides of a .5 tie, and the scales differ in the last bit. Both orders (and the
+other scale formulas in use) are selectable through :class:`~w8a8.numerics.Numerics`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _check
+from . import dtypes as _dt
+from .int4 import pack_int4
+from .numerics import ASCEND, Numerics
+from .rounding import to_int
+
+_OP = "dynamic_quant"
+_X_DTYPES = (_dt.float16, _dt.bfloat16)
+
+
+def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: str = "reciprocal",
+                  round_mode: str = "half_even", nan_code: int = 0, saturate: bool = True,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-row quantization of fp32 rows (the shared core of every dynamic quantizer).
+
+    Parameters
+    ----------
+    xf : float32 ``[..., H]``; each row (last dim) gets its own scale.
+    qmax : 127 for int8, 7 for int4.
+    codes, scale, round_mode : the :class:`~w8a8.numerics.Numerics` choices
+        (``quant_codes``, ``scale_out``, ``round_mode``).
+    nan_code : code written where ``x * inv`` is NaN (an all-zero row: ``0 * inf``).
+    saturate : clamp codes to ``[-qmax, qmax]`` (codes of finite input are in range anyway:
+        ``|x * inv| <= amax * (qmax / amax)`` is within an ulp of qmax); False wraps like a
+        two's-complement cast and writes 0 for Inf.
+
+    Returns
+    -------
+    (codes int8 ``[..., H]``, scale float32 ``[...]``). In fp32 throughout:
+
+    * ``m = max_j |x_j|``
+    * ``codes == "mul_inv"``: ``inv = qmax / m``; ``q = round(x * inv)``
+    * ``codes == "div_scale"``: ``q = round(x / s)`` with ``s`` below
+    * ``scale == "reciprocal"``: ``s = 1 / inv``; ``"amax_mul_rcp"``: ``s = m * fp32(1 / qmax)``;
+      ``"amax_div"``: ``s = m / qmax``
+
+    An all-zero row has ``m = 0``: ``inv = inf``, ``s = 0`` and every code is ``nan_code``.
+    """
+    xf = np.asarray(xf, dtype=np.float32)
+    q32 = np.float32(qmax)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        m = np.max(np.abs(xf), axis=-1, keepdims=True) if xf.shape[-1] else np.zeros(xf.shape[:-1] + (1,), np.float32)
+        inv = q32 / m
+        if scale == "reciprocal":
+            s = np.float32(1) / inv
+        elif scale == "amax_mul_rcp":
+            s = m * (np.float32(1) / q32)
+        elif scale == "amax_div":
+            s = m / q32
+        else:
+            raise ValueError(f"quantize_rows: argument 'scale' must be 'reciprocal', 'amax_mul_rcp' or 'amax_div'; got {scale!r}")
+        if codes == "mul_inv":
+            t = xf * inv
+        elif codes == "div_scale":
+            t = xf / s
+        else:
+            raise ValueError(f"quantize_rows: argument 'codes' must be 'mul_inv' or 'div_scale'; got {codes!r}")
+    y = to_int(t, _dt.int8, mode=round_mode, saturate=saturate, lo=-qmax, hi=qmax, nan_value=nan_code)
+    return y, s[..., 0].astype(np.float32)
+
+
+def _rows_to_groups(op: str, group_index: np.ndarray, rows: int) -> np.ndarray:
+    """Group id of each row for cumulative end-row ``group_index`` (g = first with gi[g] >= row + 1)."""
+    if group_index.size == 0:
+        _check.fail(op, "group_index", "a non-empty 1-D int32 array of cumulative row ends", _check.describe(group_index))
+    gi = group_index.astype(np.int64)
+    if np.any(np.diff(gi) < 0) or gi[0] < 0:
+        _check.fail(op, "group_index", "non-decreasing cumulative row ends (>= 0)", f"{gi.tolist()[:16]}")
+    if gi[-1] != rows:
+        _check.fail(op, "group_index", f"cumulative row ends whose last value equals the row count {rows}",
+                    f"last value {int(gi[-1])}")
+    return np.searchsorted(gi, np.arange(rows), side="right")
+
+
+def _prepare(op: str, x, smooth_scales, group_index, dst_type, numerics: Numerics):
+    """Shared argument checks and the fp32 (smoothed) rows ``[S, H]`` of both dynamic quantizers."""
+    if not isinstance(numerics, Numerics):
+        _check.fail(op, "numerics", "a w8a8.Numerics", _check.describe(numerics), TypeError)
+    x = _check.array(op, "x", x, dtypes=_X_DTYPES, min_ndim=2, max_ndim=8)
+    dst = _dt.resolve(dst_type if dst_type is not None else "int8", arg="dst_type", op=op)
+    if dst not in (_dt.int8, _dt.int4):
+        _check.fail(op, "dst_type", "'int8' or 'int4' (torch.quint4x2)", repr(dst_type))
+    h = x.shape[-1]
+    if dst == _dt.int4 and h % 8:
+        _check.fail(op, "x", "of last dimension a multiple of 8 for int4 output (8 codes per int32)", _check.describe(x))
+    rows = int(np.prod(x.shape[:-1]))
+    xf = x.reshape(rows, h).astype(np.float32)
+    if numerics.nan_policy == "raise":
+        _check.finite(op, "x", x)
+    if smooth_scales is not None:
+        smooth = _check.array(op, "smooth_scales", smooth_scales, dtypes=(x.dtype,))
+        if numerics.nan_policy == "raise":
+            _check.finite(op, "smooth_scales", smooth)
+        if group_index is None:
+            _check.shape(op, "smooth_scales", smooth, [(h,)], f"of shape [H] = [{h}] (without group_index)")
+            sf = smooth.astype(np.float32)[None, :]
+        else:
+            gi = _check.array(op, "group_index", group_index, dtypes=(np.int32,), ndim=1)
+            e = gi.shape[0]
+            if e > 1024:
+                _check.fail(op, "group_index", "of at most 1024 groups", _check.describe(gi))
+            _check.shape(op, "smooth_scales", smooth, [(e, h)], f"of shape [E, H] = [{e}, {h}] (with group_index)")
+            sf = smooth.astype(np.float32)[_rows_to_groups(op, gi, rows)]
+        with np.errstate(over="ignore", invalid="ignore"):
+            xf = xf * sf
+        if numerics.nan_policy == "raise" and not np.isfinite(xf).all():
+            _check.fail(op, "smooth_scales", "such that x * smooth_scales stays finite in fp32",
+                        "an overflow to Inf")
+    elif group_index is not None:
+        _check.fail(op, "group_index", "None unless smooth_scales is given (it selects the smooth row)",
+                    _check.describe(group_index))
+    return x, dst, xf
+
+
+def _pack(y: np.ndarray, dst, shape) -> np.ndarray:
+    y = y.reshape(shape)
+    return pack_int4(y) if dst == _dt.int4 else y
+
+
+def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
+                  group_index: np.ndarray | None = None, dst_type="int8",
+                  numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-token quantization, mirroring ``torch_npu.npu_dynamic_quant``.
+
+    Parameters
+    ----------
+    x : float16 or bfloat16, 2-D to 8-D ``[..., H]``. Every row (last dim) is one token.
+    smooth_scales : same dtype as ``x``; ``[H]``, or ``[E, H]`` with ``group_index``.
+    group_index : int32 ``[E]``, cumulative end rows (MoE mode): row r uses the smooth row of the
+        first group g with ``group_index[g] >= r + 1``. Non-decreasing (empty groups allowed —
+        the vendor doc says strictly increasing, which is not enforced here), last value = number
+        of rows, E <= 1024.
+    dst_type : ``"int8"`` (default, also None) or ``"int4"`` / ``"quint4x2"``.
+    numerics : :class:`~w8a8.numerics.Numerics`; fields used: ``quant_codes``, ``scale_out``,
+        ``round_mode``, ``zero_row``, ``nan_policy``, ``saturate``.
+
+    Returns
+    -------
+    y : int8 of x's shape; for int4, int32 ``[..., H/8]`` with 8 codes per word, LSB first.
+    scale : float32 of shape ``x.shape[:-1]``.
+
+    Formula (fp32, Ascend default; spec §1.3)::
+
+        xf  = fp32(x) [* fp32(smooth[g])]
+        inv = qmax / max_j |xf_j|             # qmax = 127 (int8) or 7 (int4)
+        y   = rint(xf * inv)                  # half to even; |y| <= qmax, so -128 never appears
+        scale = 1 / inv
+
+    All-zero row: ``inv = inf`` and ``0 * inf`` is NaN; the device's integer for it is not
+    confirmed, the golden writes 0 (``zero_row="zero"``; ``"int_min"`` writes -128 / -8). The
+    scale is 0 either way.
+
+    A row whose max is subnormal-small overflows ``inv`` to Inf (IEEE fp32): its nonzero codes
+    saturate to +-qmax and its scale is 0 — whether the device flushes subnormals is not confirmed.
+
+    Errors
+    ------
+    TypeError for a wrong dtype (x not fp16/bf16, smooth_scales not x's dtype, group_index not
+    int32); ValueError for rank, shape, group_index values, int4 with H % 8 != 0, and NaN/Inf in x
+    under ``nan_policy="raise"`` (the default). Non-contiguous views are accepted: only the
+    logical shape matters.
+    """
+    x, dst, xf = _prepare(_OP, x, smooth_scales, group_index, dst_type, numerics)
+    qmax = 7 if dst == _dt.int4 else 127
+    nan_code = 0 if numerics.zero_row == "zero" else -(qmax + 1)
+    y, scale = quantize_rows(xf, qmax, codes=numerics.quant_codes, scale=numerics.scale_out,
+                             round_mode=numerics.round_mode, nan_code=nan_code, saturate=numerics.saturate)
+    return _pack(y, dst, x.shape), scale.reshape(x.shape[:-1])
+
+
+def dynamic_quant_asymmetric(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
+                             group_index: np.ndarray | None = None, dst_type="int8",
+                             numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Asymmetric per-token quantization, mirroring ``torch_npu.npu_dynamic_quant_asymmetric``.
+
+    Arguments as :func:`dynamic_quant`. Returns ``(y, scale, offset)``: y as there, scale and
+    offset float32 of shape ``x.shape[:-1]``.
+
+    Formula (fp32; ``GetScaleAndOffset`` in the kernel, spec §1.3)::
+
+        scale  = max((rowmax - rowmin) / 255, 1e-12)      # int4: / 15
+        offset = 127 - rowmax / scale                      # int4: 7 - rowmax / scale
+        y      = rint(xf * (1 / scale) + offset)           # saturated to [-128, 127] ([-8, 7])
+
+    Dequantize with ``(y - offset) * scale``. A constant row clamps the scale to 1e-12, which makes
+    the offset huge and the codes the result of fp32 cancellation: computed faithfully here, not
+    reliable on any device. The ``quant_codes`` / ``scale_out`` fields do not apply.
+    """
+    op = "dynamic_quant_asymmetric"
+    x, dst, xf = _prepare(op, x, smooth_scales, group_index, dst_type, numerics)
+    levels, top = (np.float32(15), np.float32(7)) if dst == _dt.int4 else (np.float32(255), np.float32(127))
+    lo = -8 if dst == _dt.int4 else -128
+    h = xf.shape[-1]
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        rmax = xf.max(axis=-1, keepdims=True) if h else np.zeros((xf.shape[0], 1), np.float32)
+        rmin = xf.min(axis=-1, keepdims=True) if h else np.zeros((xf.shape[0], 1), np.float32)
+        scale = np.maximum((rmax - rmin) / levels, np.float32(1e-12))
+        offset = top - rmax / scale
+        t = xf * (np.float32(1) / scale) + offset
+    r = to_int(t, dst, mode=numerics.round_mode, saturate=numerics.saturate,
+               nan_value=0 if numerics.zero_row == "zero" else lo)
+    shape = x.shape[:-1]
+    return _pack(r, dst, x.shape), scale[:, 0].reshape(shape), offset[:, 0].reshape(shape)

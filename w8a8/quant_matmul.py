@@ -1,0 +1,215 @@
+"""``npu_quant_matmul``: int8 x int8 -> int32 accumulator -> dequant epilogue (spec/ascend-ops.md §3).
+
+The accumulator is exact (:func:`w8a8.intgemm.int_matmul`); everything after it is fp32 arithmetic
+in the kernel's order, then one round-to-nearest-even cast to the output dtype. The allowed dtype
+combinations (§3.3) are enforced, so a call the device would reject fails here too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _check
+from . import dtypes as _dt
+from .intgemm import add_int32, int_matmul
+from .numerics import ASCEND, Numerics
+from .rounding import round_to_integral, to_float, to_int
+from .trans_quant_param import decode_quant_param, fp19
+
+_OP = "quant_matmul"
+_PACKED = (_dt.int64, _dt.uint64)
+_K_LIMIT = 65535
+
+# output dtype -> (allowed scale dtypes, allowed bias dtypes) without / with pertoken_scale.
+_COMBOS = {
+    "int32": ((_dt.float32, _dt.bfloat16, _dt.int64, _dt.uint64), (_dt.int32,), None),
+    "bfloat16": ((_dt.float32, _dt.bfloat16), (_dt.int32, _dt.bfloat16, _dt.float32),
+                 ((_dt.float32, _dt.bfloat16), (_dt.int32, _dt.bfloat16, _dt.float32))),
+    "float16": ((_dt.int64, _dt.uint64, _dt.float32), (_dt.int32,),
+                ((_dt.float32,), (_dt.int32, _dt.float16, _dt.float32))),
+    "int8": ((_dt.int64, _dt.uint64, _dt.float32), (_dt.int32,), None),
+}
+
+
+def _s9(v: np.ndarray, mode: str) -> np.ndarray:
+    """The CANN golden's 9-bit step: ``clip(round(v), -256, 255)`` (NaN -> 0)."""
+    r = np.clip(round_to_integral(v, mode), -256, 255)
+    return np.where(np.isnan(r), 0, r)
+
+
+def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None,
+                 pertoken_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
+                 output_dtype=None, numerics: Numerics = ASCEND) -> np.ndarray:
+    """Quantized matmul mirroring ``torch_npu.npu_quant_matmul`` (x2 is ``[K, N]``).
+
+    Parameters
+    ----------
+    x1 : int8 ``[..., M, K]``, 2-D to 6-D.
+    x2 : int8 ``[..., K, N]``, 2-D to 6-D; batch dims broadcast. Any strided view works
+        (torch_npu detects a transposed ``[N, K]`` storage from strides; the math is the same).
+    scale : per-channel dequant scale, ``(N,)``, ``(1,)`` or ``(1, N)``: float32, bfloat16, or the
+        packed int64/uint64 of :func:`~w8a8.trans_quant_param.trans_quant_param`. float16 is
+        rejected, as on the device (error 161002).
+    offset : float32 ``(N,)`` / ``(1,)``, int8 output only (requant offset).
+    pertoken_scale : float32 ``(M,)`` (1-D, M = ``x1.shape[-2]``; the same per-row scale applies to
+        every batch — serving code flattens x1 to 2-D first).
+    bias : ``(N,)``; int32, or bfloat16 / float16 / float32 where the combination allows it.
+    output_dtype : None (= int8), ``"int8"``, ``"float16"``, ``"bfloat16"`` or ``"int32"``.
+    numerics : fields used: ``fp19_scale``, ``fp19_round_mode``, ``int32_bias``,
+        ``epilogue_order``, ``requant_clamp9``, ``round_mode``, ``nan_policy``.
+
+    Allowed combinations (A2/A3, spec §3.3)::
+
+        output   scale                 offset     bias                   pertoken
+        fp16     int64 | fp32          -          int32                  -
+        int8     int64 | fp32          fp32 | -   int32                  -
+        bf16     fp32 | bf16           -          int32 | bf16 | fp32    fp32 | -
+        fp16     fp32                  -          int32 | fp16 | fp32    fp32 (required)
+        int32    fp32 | bf16 (ignored) -          int32                  -
+
+    Formula, in order (``acc`` = exact int32 ``x1 @ x2``)::
+
+        int32 bias:  acc = acc + bias                          # inside the cube, before scaling
+        int32 out:   y = acc                                   # scale ignored
+        bf16 / fp16 out:
+            y = ((fp32(acc) * scale[n]) * pertoken[m]) + fp32(bias_float[n])   -> RNE cast
+        int8 out (requant), s9(v) = clip(rint(v), -256, 255):
+            y = clip(s9(s9(fp32(acc) * deq[n]) + s9(offset[n])), -128, 127)
+
+    ``scale`` where the torch_npu adapter packs it (fp32 scale, no pertoken_scale, fp16 or int8
+    output; spec §3.5) is silently reduced to FP19 by truncation — up to 2^-10 relative error —
+    and a packed int64 scale decodes to its FP19 value (and its offset bits when ``offset`` is
+    None). The bf16-output and per-token paths use the scale at full precision. Whether the CANN
+    per-tensor FP19 rule also applies to bf16 output is not confirmed; the golden does not apply it.
+    Without pertoken_scale the bf16 output comes from ``AscendDequant``, whose internal rounding
+    is not documented: the golden rounds the fp32 product once (RNE).
+
+    Errors
+    ------
+    TypeError: a dtype outside the table. ValueError: ranks, K mismatch, K > 65535 (allowed only
+    for float scale with pertoken_scale), shapes of scale / offset / bias / pertoken_scale, a
+    required or forbidden argument, NaN/Inf in a float parameter under ``nan_policy="raise"``.
+    OverflowError: the int32 accumulator (plus bias) overflows.
+    """
+    return quant_matmul_stages(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
+                               output_dtype=output_dtype, numerics=numerics)["y"]
+
+
+def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None,
+                        pertoken_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
+                        output_dtype=None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
+    """:func:`quant_matmul` with its stages: ``acc`` (the raw int32 accumulator ``x1 @ x2``, before
+    any bias), ``scale`` (the fp32 scale the epilogue used, after FP19 packing where it applies)
+    and ``y``. Same arguments, checks and result."""
+    out = _resolve_output(output_dtype)
+    x1 = _check.array(_OP, "x1", x1, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
+    x2 = _check.array(_OP, "x2", x2, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
+    m, k = x1.shape[-2:]
+    if x2.shape[-2] != k:
+        _check.fail(_OP, "x2", f"of shape [..., K={k}, N] (K of x1 {tuple(x1.shape)})", _check.describe(x2))
+    n = x2.shape[-1]
+    try:
+        batch = np.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    except ValueError:
+        _check.fail(_OP, "x2", f"with batch dims broadcastable to x1's {x1.shape[:-2]}", _check.describe(x2))
+    s = _check.array(_OP, "scale", scale)
+    if s.dtype == _dt.float16:
+        _check.fail(_OP, "scale", "float32, bfloat16, int64 or uint64 (the device rejects float16 scales, "
+                    "error 161002)", _check.describe(s), TypeError)
+    allowed_scale, allowed_bias, with_token = _COMBOS[out.name]
+    pt = _check.optional(_OP, "pertoken_scale", pertoken_scale, dtypes=(_dt.float32,), ndim=1)
+    if pt is not None:
+        if with_token is None:
+            _check.fail(_OP, "pertoken_scale", f"None for {out.name} output (per-token dequant gives bf16 or fp16)",
+                        _check.describe(pt))
+        allowed_scale, allowed_bias = with_token
+        if pt.shape[0] != m:
+            _check.fail(_OP, "pertoken_scale", f"of shape (M,) = ({m},) (1-D; flatten x1 to 2-D)", _check.describe(pt))
+    if s.dtype not in allowed_scale:
+        why = " with pertoken_scale" if pt is not None else ""
+        _check.fail(_OP, "scale", f"of dtype {_check.dtype_names(allowed_scale)} for {out.name} output{why}",
+                    _check.describe(s), TypeError)
+    if k > _K_LIMIT and not (s.dtype in (_dt.float32, _dt.bfloat16) and pt is not None):
+        _check.fail(_OP, "x1", f"K <= {_K_LIMIT} (only float scale + pertoken_scale may exceed it)", _check.describe(x1))
+    if s.ndim == 2 and s.shape[0] == 1:
+        s = s.reshape(-1)
+    if s.ndim != 1 or s.shape[0] not in (1, n):
+        _check.fail(_OP, "scale", f"of shape ({n},), (1,) or (1, {n})", _check.describe(scale))
+    off = _check.optional(_OP, "offset", offset, dtypes=(_dt.float32,), ndim=1)
+    if off is not None:
+        if out != _dt.int8:
+            _check.fail(_OP, "offset", "None unless output_dtype is int8 (requant)", _check.describe(off))
+        if off.shape[0] not in (1, n):
+            _check.fail(_OP, "offset", f"of shape ({n},) or (1,)", _check.describe(off))
+    b = _check.optional(_OP, "bias", bias, dtypes=allowed_bias)
+    if b is not None:
+        if b.ndim == 2 and b.shape[0] == 1:
+            b = b.reshape(-1)
+        if b.shape != (n,):
+            _check.fail(_OP, "bias", f"of shape ({n},)", _check.describe(bias))
+    if numerics.nan_policy == "raise":
+        for arg, value in (("scale", s), ("offset", off), ("pertoken_scale", pt), ("bias", b)):
+            if value is not None and _dt.is_float(value.dtype):
+                _check.finite(_OP, arg, value)
+
+    raw = int_matmul(x1, x2, op=_OP)
+    raw = np.broadcast_to(raw, batch + (m, n)) if raw.shape[:-2] != batch else raw
+    acc = raw
+    int_bias = b is not None and b.dtype == _dt.int32
+    if int_bias and (numerics.int32_bias == "accumulator" or out == _dt.int32):
+        acc = add_int32(_OP, acc, b)
+    if out == _dt.int32:
+        return {"acc": raw, "scale": None, "y": np.ascontiguousarray(acc, dtype=np.int32)}
+    deq, packed_offset = _effective_scale(s, out, pt is not None, numerics)
+    return {"acc": raw, "scale": deq, "y": _epilogue(acc, deq, packed_offset, off, pt, b, out, numerics)}
+
+
+def _epilogue(acc, deq, packed_offset, off, pt, b, out, numerics: Numerics) -> np.ndarray:
+    """fp32 dequant epilogue of the (biased) int32 accumulator, then the cast to ``out``."""
+    int_bias = b is not None and b.dtype == _dt.int32
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = acc.astype(np.float32)
+        if out == _dt.int8:
+            if int_bias and numerics.int32_bias == "after_dequant":
+                v = v * deq + b.astype(np.float32)
+            else:
+                v = v * deq
+            o = off.astype(np.float32) if off is not None else packed_offset
+            mode = numerics.round_mode
+            if numerics.requant_clamp9:
+                r = _s9(_s9(v, mode) + (0 if o is None else _s9(o, mode)), mode)
+            else:
+                r = v if o is None else v + o
+            return to_int(np.asarray(r, np.float32), _dt.int8, mode=mode, saturate=numerics.saturate)
+        if pt is not None:
+            t = pt[:, None]
+            if numerics.epilogue_order == "scale_then_token":
+                v = (v * deq) * t
+            elif numerics.epilogue_order == "token_then_scale":
+                v = (v * t) * deq
+            else:
+                v = v * (deq * t)
+        else:
+            v = v * deq
+        if b is not None and (b.dtype != _dt.int32 or numerics.int32_bias == "after_dequant"):
+            v = v + b.astype(np.float32)
+        return to_float(v.astype(np.float32), out)
+
+
+def _resolve_output(output_dtype) -> np.dtype:
+    out = _dt.resolve("int8" if output_dtype is None else output_dtype, arg="output_dtype", op=_OP)
+    if out not in (_dt.int8, _dt.float16, _dt.bfloat16, _dt.int32):
+        _check.fail(_OP, "output_dtype", "None, int8, float16, bfloat16 or int32", repr(output_dtype))
+    return out
+
+
+def _effective_scale(s: np.ndarray, out: np.dtype, has_token: bool, numerics: Numerics):
+    """The fp32 scale the epilogue multiplies by, and the offset packed in an int64 scale (or None)."""
+    if s.dtype in _PACKED:
+        value, packed_offset = decode_quant_param(s)
+        return value, packed_offset
+    sf = s.astype(np.float32)
+    adapter_packs = s.dtype == _dt.float32 and not has_token and out in (_dt.float16, _dt.int8)
+    if numerics.fp19_scale == "always" or (numerics.fp19_scale == "adapter" and adapter_packs):
+        sf = fp19(sf, numerics.fp19_round_mode)
+    return sf, None

@@ -1,0 +1,90 @@
+"""Rounding and casts with the semantics of the device, not of NumPy's defaults.
+
+* :func:`round_half_even` / :func:`round_half_away` round floats to integral floats, exactly (no
+  ``floor(x + 0.5)`` double-rounding trap: ``0.49999997f + 0.5`` is ``1.0`` in fp32).
+* :func:`to_int` rounds and converts to an integer dtype, saturating (default) or wrapping.
+* :func:`to_float` rounds an fp32 result to the output float dtype with round-to-nearest-even
+  (``CAST_RINT``), always *from fp32*: ml_dtypes converts float64 to bf16 through float32, so a
+  direct float64 -> bf16 cast rounds twice and can be wrong at ties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes as _dt
+
+
+def round_half_even(x: np.ndarray) -> np.ndarray:
+    """Round to the nearest integer, ties to even (``CAST_RINT``, ``np.rint``). Keeps the dtype."""
+    return np.rint(x)
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """Round to the nearest integer, ties away from zero (``CAST_ROUND``). Keeps the dtype.
+
+    Computed as ``trunc(x) + sign(x) * (|x - trunc(x)| >= 0.5)``, which is exact: the fractional
+    part of a float is exactly representable.
+    """
+    whole = np.trunc(x)
+    frac = np.abs(x - whole)
+    with np.errstate(invalid="ignore"):
+        step = np.where(frac >= 0.5, np.sign(x), 0).astype(x.dtype)
+    return whole + step
+
+
+def round_to_integral(x: np.ndarray, mode: str) -> np.ndarray:
+    """Round with a :class:`~w8a8.numerics.Numerics` ``round_mode`` name."""
+    if mode == "half_even":
+        return round_half_even(x)
+    if mode == "half_away":
+        return round_half_away(x)
+    raise ValueError(f"round_to_integral: argument 'mode' must be 'half_even' or 'half_away'; got {mode!r}")
+
+
+def to_int(x: np.ndarray, dtype, *, mode: str = "half_even", saturate: bool = True,
+           lo: int | None = None, hi: int | None = None, nan_value: int = 0) -> np.ndarray:
+    """Round a float array and convert it to integer ``dtype`` (``"int4"`` gives int8 codes in [-8, 7]).
+
+    NaN becomes ``nan_value``. With ``saturate`` values beyond the range clamp to ``[lo, hi]``
+    (default: the dtype's range; +-Inf included); without it they wrap modulo 2^bits like a
+    two's-complement truncation.
+    """
+    dmin, dmax = _dt.int_range(dtype)
+    lo = dmin if lo is None else lo
+    hi = dmax if hi is None else hi
+    out_dtype = np.int8 if dtype == _dt.int4 else np.dtype(dtype)
+    r = round_to_integral(np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind == "V"
+                          else np.asarray(x), mode)
+    nan = np.isnan(r)
+    r = np.where(nan, nan_value, r)
+    if saturate:
+        r = np.clip(r, lo, hi)
+        return r.astype(out_dtype)
+    bits = 4 if dtype == _dt.int4 else out_dtype.itemsize * 8
+    finite = np.isfinite(r)
+    r = np.where(finite, r, 0)
+    wrapped = np.mod(r.astype(np.float64), 2.0 ** bits)
+    wrapped = np.where(wrapped >= 2.0 ** (bits - 1), wrapped - 2.0 ** bits, wrapped)
+    return wrapped.astype(np.int64).astype(out_dtype)
+
+
+def to_float(x32: np.ndarray, dtype) -> np.ndarray:
+    """Round an fp32 array to ``dtype`` (bf16, fp16 or fp32) with round-to-nearest-even.
+
+    fp16 overflow gives +-Inf (IEEE); bf16 covers the fp32 range. The input must already be fp32:
+    this is the kernel's final ``CAST_RINT`` of an fp32 epilogue.
+    """
+    x32 = np.asarray(x32)
+    if x32.dtype != np.float32:
+        raise TypeError(f"to_float: argument 'x32' must be float32 (round from the fp32 result); got {x32.dtype}")
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return x32
+    with np.errstate(over="ignore"):
+        return x32.astype(dtype)
+
+
+def f32(x) -> np.ndarray:
+    """Exact widening of bf16/fp16/fp32 (or integer) data to float32 arrays."""
+    return np.asarray(x).astype(np.float32)
