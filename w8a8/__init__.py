@@ -23,6 +23,9 @@ from .quant_matmul import quant_matmul, quant_matmul_stages
 from .quantize import anti_quant, dequantize, quantize
 from .trans_quant_param import decode_quant_param, fp32_bits_to_int64, trans_quant_param
 from .ulp import ulp_distance
+from .moe import *  # noqa: F401,F403 - the MoE ops (w8a8.moe.__all__)
+from .lowbit import *  # noqa: F401,F403 - the low-bit formats (w8a8.lowbit.__all__)
+from . import lowbit as _lowbit, moe as _moe
 
 try:
     __version__ = _version("w8a8")
@@ -39,4 +42,4 @@ __all__ = [
     "w8a8_dynamic_linear", "w8a8_static_linear", "dynamic_linear_stages", "static_linear_stages",
     "quantize_weight_per_channel", "calibrate_activation_per_tensor", "static_params",
     "ulp_distance",
-]
+] + list(_moe.__all__) + list(_lowbit.__all__)

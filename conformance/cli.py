@@ -1,0 +1,77 @@
+"""The ``w8a8`` command line.
+
+Subcommands live in :mod:`conformance.commands`, one module each (see its docstring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, str] = {
+    "conformance": "conformance.commands.conformance_cmd",
+    "backends": "conformance.commands.backends_cmd",
+    "tune": "conformance.commands.tune_cmd",
+    "bench": "conformance.commands.bench_cmd",
+    "estimate": "conformance.commands.estimate_cmd",
+    "inspect": "conformance.commands.inspect_cmd",
+}
+
+
+def _modules() -> dict:
+    found = {}
+    for name, module in COMMANDS.items():
+        try:
+            found[name] = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:  # the command exists but a dependency is missing: still list it
+                found[name] = exc
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from w8a8 import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="w8a8",
+        description="Reference-and-accelerated numerics for quantized LLM inference: conformance of "
+                    "backends against the NumPy golden, tolerance tuning, benchmarks, checkpoints.")
+    parser.add_argument("--version", action="version", version=f"w8a8 {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in _modules().items():
+        if isinstance(module, Exception):
+            p = sub.add_parser(name, help=f"(unavailable: {module})")
+            p.set_defaults(_missing=module)
+            continue
+        p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_missing", None) is not None:
+        exc = args._missing
+        print(f"w8a8 {args.command}: a dependency is missing ({exc.name}). "
+              "Install the command-line extras: pip install 'w8a8[cli]'", file=sys.stderr)
+        return 2
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except ModuleNotFoundError as exc:
+        print(f"w8a8 {args.command}: a dependency is missing ({exc.name}). "
+              "Install the command-line extras: pip install 'w8a8[cli]'", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
