@@ -62,10 +62,18 @@ def _load(factory) -> Backend:
 
 
 def get(name: str) -> Backend:
-    """The backend called ``name`` (one instance per process). KeyError lists the known names."""
+    """The backend called ``name`` (one instance per process). KeyError lists the known names.
+
+    ``name`` may also be ``"package.module:factory"``: a backend class (or factory) that is not
+    registered anywhere, loaded directly — handy for a kernel under development.
+    """
     if name in _instances:
         return _instances[name]
     factories = _factories()
+    if name not in factories and ":" in name:
+        backend = _load(name)
+        _instances[name] = _instances[backend.name] = backend
+        return backend
     if name not in factories:
         raise KeyError(f"unknown backend {name!r}; known: {', '.join(sorted(factories))}")
     backend = _load(factories[name])

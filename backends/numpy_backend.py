@@ -48,6 +48,8 @@ class NumpyBackend(Backend):
             def impl(*args, **kwargs):
                 if takes_numerics:
                     kwargs.setdefault("numerics", self.numerics)
+                else:  # ops without a choice point (layout, packing, exact GEMM) take no numerics
+                    kwargs.pop("numerics", None)
                 return fn(*args, **kwargs)
 
             return impl

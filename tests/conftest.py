@@ -1,9 +1,9 @@
 import os
 
+from hypothesis import settings
+
 from conformance.profiles import register
 
 register()
-
-from hypothesis import settings  # noqa: E402
-
+# the project's tests default to the "ci" profile; --hypothesis-profile or HYPOTHESIS_PROFILE override it
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

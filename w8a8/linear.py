@@ -107,7 +107,8 @@ def static_linear_stages(x: np.ndarray, weight: np.ndarray, *, input_scale: np.n
     # (torch computes a bf16 division in fp32 and rounds once), as SGLang does.
     params = x.dtype
     s_param = s_in.reshape(1).astype(np.float32).astype(params)
-    recip = (np.float32(1) / s_param.astype(np.float32)).astype(params)
+    with np.errstate(over="ignore", divide="ignore"):  # a degenerate (eps) scale overflows fp16: Inf, as on device
+        recip = (np.float32(1) / s_param.astype(np.float32)).astype(params)
     recip_k = np.repeat(recip, k)
     off_k = np.repeat(o_in.reshape(1).astype(np.float32).astype(params), k)
     x2 = x.reshape(-1, k)

@@ -1,0 +1,197 @@
+"""``w8a8 conformance``: every available backend against the golden on every op.
+
+Exit status: 0 when every judged case agrees with the golden (pass / tolerated; mistrusted and
+unsupported cases are reported but do not fail the run), 1 when any case fails, errors, crashes or
+times out, 2 for bad usage (unknown op or backend, an unavailable backend asked for by name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+HELP = "run backends against the golden on every op; write .jsonl/.md/.xml/.html reports"
+DESCRIPTION = __doc__
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--backend", action="append", metavar="NAME",
+                        help="backend to test (repeatable): a registered name (see 'w8a8 backends') or "
+                             "'package.module:Class'. Default: every available backend except the golden itself")
+    parser.add_argument("--op", action="append", metavar="OP", help="op to test (repeatable; default: all)")
+    parser.add_argument("--profile", choices=("dev", "ci", "thorough"), default="ci",
+                        help="how many drawn cases per op: dev 8, ci 30 (default), thorough 300")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the case draw (default 0)")
+    parser.add_argument("--out", default="w8a8-conformance", metavar="DIR",
+                        help="folder for results.jsonl, report.md, report.xml, summary.json, report.html "
+                             "(default ./w8a8-conformance)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out (its saved plan.json): cases already in results.jsonl "
+                             "are not run again")
+    parser.add_argument("--case", metavar="JSON", help="run one case (the JSON parameters a report's repro line "
+                                                       "gives) in this process and print the full comparison")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                        help="worker processes (default: min(2, cores)); 0 runs in this process, without isolation")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per backend call (default 120)")
+    parser.add_argument("--no-attribution", action="store_true", help="skip mismatch attribution (faster)")
+    parser.add_argument("--list-ops", action="store_true", help="list the ops with their descriptions and exit")
+
+
+def _select_backends(requested: list[str] | None) -> tuple[list[str], dict[str, str], str | None]:
+    """(backend names, registrations for worker processes of 'module:Class' backends, problem)."""
+    import backends
+
+    if requested:
+        chosen, registrations = [], {}
+        for name in requested:
+            try:
+                b = backends.get(name)
+            except (KeyError, ImportError, AttributeError) as exc:
+                return [], {}, f"unknown backend {name!r}: {exc}"
+            ok, reason = b.available()
+            if not ok:
+                return [], {}, f"backend {b.name!r} is not available here: {reason}"
+            if ":" in name:
+                registrations[b.name] = name
+            chosen.append(b.name)
+        return chosen, registrations, None
+    names = [b.name for b in backends.available() if b.name != "numpy"]
+    return (names or ["numpy"]), {}, None
+
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = []
+    for pkg in ("w8a8", "numpy", "ml_dtypes", "torch", "torch_npu", "hypothesis"):
+        try:
+            parts.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(parts)
+
+
+def _meta(args, names: list[str], skipped: dict) -> dict:
+    import backends
+
+    info = {}
+    for name in names:
+        b = backends.get(name)
+        info[b.name] = {"numerics": b.numerics.name,
+                        "numerics_differences": {k: list(v) for k, v in
+                                                 __import__("w8a8").ASCEND.differences(b.numerics).items()}}
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["w8a8"] + sys.argv[1:]),
+            "profile": args.profile, "seed": args.seed,
+            "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
+                       f"{platform.system()} {platform.release()}".replace("  ", " "),
+            "versions": _versions(), "backends": info, "not_implemented": skipped}
+
+
+def _run_single(args, names: list[str]) -> int:
+    import backends
+
+    from ..evaluate import run_case
+    from ..registry import get
+
+    if not args.op or len(args.op) != 1:
+        print("w8a8 conformance: --case needs exactly one --op", file=sys.stderr)
+        return 2
+    try:
+        params = json.loads(args.case)
+    except ValueError as exc:
+        print(f"w8a8 conformance: --case must be JSON parameters; {exc}", file=sys.stderr)
+        return 2
+    worst = 0
+    for name in names:
+        record = run_case(get(args.op[0]), params, backends.get(name), attribute_failures=not args.no_attribution)
+        print(json.dumps(record, indent=2, default=str))
+        if record["status"] in ("fail", "error", "crashed", "timeout"):
+            worst = 1
+    return worst
+
+
+def run(args) -> int:
+    from ..registry import specs
+
+    if args.list_ops:
+        for name, spec in sorted(specs().items()):
+            print(f"{name:28s} [{spec.family}] {spec.description}")
+        return 0
+    names, registrations, problem = _select_backends(args.backend)
+    if problem:
+        print(f"w8a8 conformance: {problem}", file=sys.stderr)
+        return 2
+    if args.case:
+        return _run_single(args, names)
+
+    from rich.console import Console
+
+    from .. import reports
+    from ..results import ResultsFile
+    from ..runner import RunOptions, load_plan, plan, save_plan
+    from ..runner import run as run_tasks
+
+    console = Console(stderr=True)
+    out = Path(args.out)
+    plan_path = out / "plan.json"
+    if args.resume and plan_path.exists():
+        tasks, saved = load_plan(plan_path)
+        skipped = saved.get("not_implemented", {})
+        console.print(f"[dim]resuming the plan saved in {plan_path}[/]")
+    else:
+        try:
+            tasks, skipped = plan(names, args.op, profile=args.profile, seed=args.seed)
+        except KeyError as exc:
+            print(f"w8a8 conformance: {exc.args[0]}", file=sys.stderr)
+            return 2
+    out.mkdir(parents=True, exist_ok=True)
+    results = ResultsFile(out / "results.jsonl")
+    if results.path.exists() and not args.resume:
+        archived = out / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+        results.path.rename(archived)
+        console.print(f"[dim]earlier results kept as {archived}[/]")
+    if not (args.resume and plan_path.exists()):
+        save_plan(plan_path, tasks, {"not_implemented": skipped, "profile": args.profile, "seed": args.seed})
+    if "numpy" in names and len(names) == 1 and not args.backend:
+        console.print("[yellow]no backend other than the golden is available: running the golden against itself "
+                      "(a self-check of the corpus expectations)[/]")
+    console.print(f"w8a8 conformance: {len(tasks)} cases, backends {', '.join(names)}, profile {args.profile}, "
+                  f"{args.workers} worker(s)")
+    t0 = time.perf_counter()
+    stats = _run_with_progress(console, tasks, results, RunOptions(workers=args.workers, timeout=args.timeout,
+                                                                    attribute=not args.no_attribution,
+                                                                    registrations=registrations),
+                               args.resume, run_tasks)
+    elapsed = time.perf_counter() - t0
+    wanted = {t.key for t in tasks}
+    records = [r for r in results.records() if (r["backend"], r["case_id"]) in wanted]
+    meta = _meta(args, names, skipped)
+    meta["elapsed_s"] = round(elapsed, 1)
+    paths = reports.write_all(out, records, meta)
+    from ..reports import terminal
+
+    summary = terminal.print_summary(records, meta)
+    console.print(f"ran {stats['ran']} case(s) ({stats['skipped_done']} already done) in {elapsed:.1f} s")
+    console.print("reports: " + ", ".join(str(p) for p in [results.path, *paths.values()]))
+    return 0 if summary["ok"] else 1
+
+
+def _run_with_progress(console, tasks, results, options, resume, run_tasks) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    counts: dict[str, int] = {}
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        bar = progress.add_task("cases", total=len(tasks))
+
+        def on_result(record):
+            counts[record["status"]] = counts.get(record["status"], 0) + 1
+            progress.update(bar, advance=1, description=" ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+        stats = run_tasks(tasks, results, options, resume=resume, on_result=on_result)
+        progress.update(bar, completed=len(tasks))
+    return stats

@@ -1,0 +1,58 @@
+"""matplotlib figures for the reports (Agg backend, returned as PNG bytes or base64 for inlining)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+
+BIN_ORDER = ["0", "1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65-128", "129-256", "257-1024", "1025-4096",
+             "4097-65536", "65537-2^20", ">2^20"]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def png_bytes(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def png_base64(fig) -> str:
+    return base64.b64encode(png_bytes(fig)).decode("ascii")
+
+
+def error_histograms(cells_of_backend: dict, backend: str):
+    """One figure per backend: per op, the histogram of ULP (float) / code (int) distances to the
+    golden over every compared element, log-scaled counts; bin "0" is exact agreement."""
+    plt = _plt()
+    ops = sorted(cells_of_backend)
+    cols = 4
+    rows = max(1, math.ceil(len(ops) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.6 * rows), squeeze=False)
+    for ax in axes.ravel()[len(ops):]:
+        ax.axis("off")
+    for ax, op in zip(axes.ravel(), ops):
+        hist = cells_of_backend[op].get("hist") or {}
+        used = [b for b in BIN_ORDER if any(h.get(b) for h in hist.values())] or ["0"]
+        width = 0.8 / max(1, len(hist))
+        for i, (name, h) in enumerate(sorted(hist.items())):
+            xs = [j + i * width for j in range(len(used))]
+            ax.bar(xs, [h.get(b, 0) for b in used], width=width, label=name)
+        ax.set_yscale("log")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(used))])
+        ax.set_xticklabels(used, rotation=45, fontsize=7)
+        ax.set_title(op, fontsize=9)
+        if hist:
+            ax.legend(fontsize=6)
+    fig.suptitle(f"{backend}: distance to the golden (ULP for floats, code difference for ints)", fontsize=10)
+    fig.tight_layout()
+    return fig

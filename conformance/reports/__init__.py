@@ -1,0 +1,63 @@
+"""Reports computed from the results file: terminal table (rich), Markdown, JSON, JUnit XML, HTML.
+
+Every file is written atomically (temporary file + rename): an interrupted run leaves the previous
+report or the new one, never half of one. :func:`write_all` writes the four file formats into a
+folder next to the results file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..results import summarize, write_atomic
+from . import html, junit, markdown
+
+FILES = {"markdown": "report.md", "junit": "report.xml", "json": "summary.json", "html": "report.html"}
+
+
+def status_order() -> list[str]:
+    return ["pass", "tolerated", "mistrusted", "unsupported", "fail", "error", "crashed", "timeout"]
+
+
+def write_all(out_dir: str | Path, records: list[dict], meta: dict) -> dict[str, Path]:
+    """Write report.md, report.xml, summary.json and report.html into ``out_dir``; return their paths."""
+    out = Path(out_dir)
+    summary = summarize(records)
+    paths = {k: out / v for k, v in FILES.items()}
+    write_atomic(paths["markdown"], markdown.render(summary, meta))
+    write_atomic(paths["junit"], junit.render(records, meta))
+    write_atomic(paths["json"], json.dumps(json_summary(summary, meta), indent=2, default=str))
+    write_atomic(paths["html"], html.render(summary, meta))
+    return paths
+
+
+def json_summary(summary: dict, meta: dict) -> dict:
+    return {"meta": meta, "ok": summary["ok"], "totals": summary["totals"],
+            "matrix": {b: {op: {k: v for k, v in cell.items() if k != "hist"} for op, cell in ops.items()}
+                       for b, ops in summary["cells"].items()},
+            "failures": [{k: f.get(k) for k in ("backend", "op", "case_id", "status", "note", "repro", "attribution",
+                                                 "outputs")} for f in summary["failures"]]}
+
+
+def cell_text(cell: dict) -> str:
+    """``"28/30"`` style text of a matrix cell (passes over judged cases), with the bad counts."""
+    good = cell.get("pass", 0) + cell.get("tolerated", 0)
+    judged = sum(cell.get(s, 0) for s in ("pass", "tolerated", "mistrusted", "fail", "error", "crashed", "timeout"))
+    bad = {s: cell.get(s, 0) for s in ("fail", "error", "crashed", "timeout") if cell.get(s)}
+    text = f"{good}/{judged}"
+    if cell.get("mistrusted"):
+        text += f" ({cell['mistrusted']} mistrusted)"
+    if bad:
+        text += " " + ", ".join(f"{n} {s}" for s, n in bad.items())
+    if cell.get("unsupported"):
+        text += f" [{cell['unsupported']} unsupported]"
+    return text
+
+
+def cell_state(cell: dict) -> str:
+    if any(cell.get(s) for s in ("fail", "error", "crashed", "timeout")):
+        return "bad"
+    if cell.get("pass", 0) + cell.get("tolerated", 0) == 0:
+        return "empty"
+    return "tolerated" if cell.get("tolerated") else "good"

@@ -1,0 +1,99 @@
+"""One self-contained HTML page: the agreement matrix (backend x op), error histograms
+(matplotlib, inlined as base64 PNG), and every failure with its attribution and repro command.
+No external resources: the page renders offline."""
+
+from __future__ import annotations
+
+import html as _html
+
+from .. import plots
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d1d1f;max-width:1400px}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
+table.matrix{border-collapse:collapse;font-size:13px}
+table.matrix th,table.matrix td{border:1px solid #ccc;padding:4px 8px;text-align:left}
+td.good{background:#dff5e1}td.tolerated{background:#fff4d6}td.bad{background:#fbd9d7;font-weight:600}
+td.empty{background:#eee;color:#777}td.na{background:#f6f6f6;color:#999}
+.verdict{font-size:16px;padding:8px 12px;display:inline-block;border-radius:6px}
+.ok{background:#dff5e1}.notok{background:#fbd9d7}
+code,pre{background:#f4f4f6;border-radius:4px;padding:1px 4px;font-size:12px}
+pre{padding:8px;overflow-x:auto;white-space:pre-wrap}
+.failure{border-left:4px solid #d33;padding:4px 12px;margin:12px 0;background:#fffafa}
+img{max-width:100%}
+dl.meta dt{font-weight:600;float:left;clear:left;width:140px}dl.meta dd{margin-left:150px}
+"""
+
+
+def _e(text) -> str:
+    return _html.escape(str(text))
+
+
+def render(summary: dict, meta: dict) -> str:
+    from . import cell_state, cell_text
+
+    cells = summary["cells"]
+    backend_names = sorted(cells)
+    ops = sorted({op for b in cells.values() for op in b})
+    ok = summary["ok"]
+    out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+           "<title>w8a8 conformance report</title>", f"<style>{CSS}</style></head><body>",
+           "<h1>w8a8 conformance report</h1>",
+           f"<div class='verdict {'ok' if ok else 'notok'}' id='verdict'>"
+           f"{'All backends agree with the golden' if ok else 'Disagreements found'}</div>",
+           "<dl class='meta'>"]
+    for key in ("date", "command", "profile", "seed", "machine", "versions"):
+        if key in meta:
+            out.append(f"<dt>{_e(key)}</dt><dd><code>{_e(meta[key])}</code></dd>")
+    for name, info in meta.get("backends", {}).items():
+        diffs = info.get("numerics_differences") or {}
+        dtext = ", ".join(f"{k}={v[1]}" for k, v in diffs.items()) or "identical to the Ascend A2/A3 defaults"
+        out.append(f"<dt>{_e(name)}</dt><dd>numerics <code>{_e(info.get('numerics'))}</code>: {_e(dtext)}</dd>")
+    out.append("</dl>")
+    out.append("<p>Totals: " + ", ".join(f"{_e(k)} {v}" for k, v in sorted(summary["totals"].items())) + "</p>")
+
+    out.append("<h2>Agreement matrix</h2><p>Passed / judged cases per op and backend; the worst distance to "
+               "the golden (ULP, or integer code difference) in brackets.</p>")
+    out.append("<table class='matrix' id='matrix'><thead><tr><th>op</th>" +
+               "".join(f"<th>{_e(b)}</th>" for b in backend_names) + "</tr></thead><tbody>")
+    for op in ops:
+        row = [f"<tr><td><code>{_e(op)}</code></td>"]
+        for b in backend_names:
+            cell = cells[b].get(op)
+            if cell is None:
+                row.append("<td class='na'>n/a</td>")
+            else:
+                row.append(f"<td class='{cell_state(cell)}'>{_e(cell_text(cell))} [{cell.get('worst', 0)}]</td>")
+        out.append("".join(row) + "</tr>")
+    out.append("</tbody></table>")
+
+    out.append("<h2>Error histograms</h2>")
+    for b in backend_names:
+        img = plots.png_base64(plots.error_histograms(cells[b], b))
+        out.append(f"<figure><img class='plot' alt='error histograms of {_e(b)}' "
+                   f"src='data:image/png;base64,{img}'><figcaption>{_e(b)}</figcaption></figure>")
+    for title, b64 in meta.get("extra_plots", []):
+        out.append(f"<figure><img class='plot' alt='{_e(title)}' src='data:image/png;base64,{b64}'>"
+                   f"<figcaption>{_e(title)}</figcaption></figure>")
+
+    failures = summary["failures"]
+    out.append(f"<h2>Failures ({len(failures)})</h2>")
+    if not failures:
+        out.append("<p>None.</p>")
+    for f in failures:
+        out.append("<div class='failure'>")
+        out.append(f"<h3><code>{_e(f['backend'])}</code> / <code>{_e(f['op'])}</code> / "
+                   f"<code>{_e(f['case_id'])}</code> — {_e(f['status'])}</h3><ul>")
+        if f.get("note"):
+            out.append(f"<li>{_e(f['note'])}</li>")
+        for name, comp in (f.get("outputs") or {}).items():
+            if comp.get("verdict") == "fail":
+                out.append(f"<li>output <code>{_e(name)}</code>: {_e(comp.get('note'))}</li>")
+        at = f.get("attribution") or {}
+        if at:
+            out.append(f"<li>first diverging stage: <code>{_e(at.get('first_stage'))}</code></li>")
+            rep = " (reproduced bit for bit by the golden under that change)" if at.get("reproduced") else ""
+            out.append(f"<li>likely cause: <b>{_e(at.get('cause'))}</b>{_e(rep)}</li>")
+        out.append(f"</ul><pre>{_e(f.get('repro'))}</pre></div>")
+    out.append("</body></html>")
+    return "\n".join(out)

@@ -1,0 +1,145 @@
+"""The results file (JSON Lines) and what is computed from it.
+
+Every result is appended as one line the moment it exists, then flushed and fsynced: a crash or a
+SIGKILL loses at most the line being written. On reopening, a torn last line (no newline, or not
+valid JSON) is cut off before anything new is appended, so the file never holds a corrupt record.
+The file is the source of truth; every report is computed from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from .evaluate import BAD_STATUSES
+
+SCHEMA = 1
+
+
+class ResultsFile:
+    """An append-only, crash-safe JSON Lines file of result records."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def repair(self) -> int:
+        """Cut a torn last line off the file; return the number of bytes removed."""
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb+") as f:
+            data = f.read()
+            if not data:
+                return 0
+            keep = len(data)
+            if not data.endswith(b"\n"):
+                keep = data.rfind(b"\n") + 1
+            else:
+                last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
+                try:
+                    json.loads(data[last_start:])
+                except ValueError:
+                    keep = last_start
+            if keep != len(data):
+                f.truncate(keep)
+                f.flush()
+                os.fsync(f.fileno())
+            return len(data) - keep
+
+    def records(self) -> list[dict]:
+        """Every complete record (torn or invalid lines are skipped)."""
+        if not self.path.exists():
+            return []
+        out = []
+        with open(self.path, encoding="utf-8") as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return out
+
+    def done_keys(self) -> set[tuple[str, str]]:
+        return {(r["backend"], r["case_id"]) for r in self.records() if "status" in r}
+
+    def append(self, record: dict) -> None:
+        record = {"schema": SCHEMA, **record}
+        line = json.dumps(record, sort_keys=False, default=_default) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _default(obj):
+    import numpy as np
+
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
+    """Write a file so that it is either the old or the new content, never half of it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    mode = "wb" if isinstance(text, bytes) else "w"
+    with open(tmp, mode, **({} if isinstance(text, bytes) else {"encoding": "utf-8"})) as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def latest(records: list[dict]) -> list[dict]:
+    """One record per (backend, case_id): the last one written."""
+    seen: dict[tuple[str, str], dict] = {}
+    for r in records:
+        seen[(r["backend"], r["case_id"])] = r
+    return list(seen.values())
+
+
+def summarize(records: list[dict]) -> dict:
+    """Counts per (backend, op) and status, the failures, and merged histograms.
+
+    Returns ``{"cells": {backend: {op: {status: n, ..., "hist": {output: {bin: n}}}}},
+    "totals": {status: n}, "failures": [records], "ok": bool}``.
+    """
+    cells: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
+    hists: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(int))))
+    worst_ulp: dict = defaultdict(lambda: defaultdict(int))
+    totals: dict = defaultdict(int)
+    failures = []
+    for r in latest(records):
+        b, op, status = r["backend"], r["op"], r["status"]
+        cells[b][op][status] += 1
+        totals[status] += 1
+        for name, comp in (r.get("outputs") or {}).items():
+            for label, n in (comp.get("histogram") or {}).items():
+                hists[b][op][name][label] += n
+            m = comp.get("max_ulp") if comp.get("max_ulp") is not None else comp.get("max_code_diff")
+            if isinstance(m, int):
+                worst_ulp[b][op] = max(worst_ulp[b][op], m)
+        if status in BAD_STATUSES:
+            failures.append(r)
+    result_cells = {}
+    for b, ops in cells.items():
+        result_cells[b] = {}
+        for op, counts in ops.items():
+            cell = dict(counts)
+            cell["hist"] = {name: dict(h) for name, h in hists[b][op].items()}
+            cell["worst"] = worst_ulp[b][op]
+            result_cells[b][op] = cell
+    return {"cells": result_cells, "totals": dict(totals), "failures": failures,
+            "ok": not any(totals.get(s, 0) for s in BAD_STATUSES)}

@@ -1,0 +1,291 @@
+"""The runner: backends x ops x cases, in worker processes, streamed to a JSON Lines file.
+
+* **Cases** per op: the named corpus cases, then cases drawn by Hypothesis from the op's
+  parameter strategy (``profile`` sets how many; ``seed`` makes the draw reproducible).
+* **Isolation**: every backend call runs in a worker process. A worker that dies (segfault,
+  device error, ``os._exit``) has its case recorded as ``crashed`` and is replaced; a call that
+  overruns ``timeout`` seconds has its worker killed and its case recorded as ``timeout``.
+* **Streaming**: each result is appended to the results file as it arrives (flushed + fsynced);
+  with ``resume`` the cases already in the file are skipped, so a killed run continues where it
+  stopped without redoing or corrupting anything.
+* **Parallel**: ``workers`` processes (each pinned to one BLAS/OpenMP thread so they don't
+  oversubscribe the cores); ``workers=0`` runs in-process (no isolation; for tests and debugging).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from .compare import Tolerance
+from .evaluate import case_id, repro_command
+from .results import ResultsFile
+
+PROFILE_CASES = {"dev": 8, "ci": 30, "thorough": 300}
+DEFAULT_PROFILE = "ci"
+
+
+@dataclass
+class Task:
+    backend: str
+    op: str
+    params: dict
+    kind: str = "drawn"
+    name: str | None = None
+
+    @property
+    def case_id(self) -> str:
+        return case_id(self.op, self.params)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.backend, self.case_id
+
+
+@dataclass
+class RunOptions:
+    workers: int = 2
+    timeout: float = 120.0
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    attribute: bool = True
+    registrations: dict[str, str] = field(default_factory=dict)
+    threads_per_worker: int = 1
+
+
+def save_plan(path, tasks: list[Task], meta: dict) -> None:
+    """Write the planned tasks (so that ``--resume`` continues exactly this plan)."""
+    import json
+
+    from .results import write_atomic
+
+    write_atomic(path, json.dumps({"meta": meta, "tasks": [asdict(t) for t in tasks]}, default=str))
+
+
+def load_plan(path) -> tuple[list[Task], dict]:
+    import json
+    from pathlib import Path
+
+    data = json.loads(Path(path).read_text())
+    return [Task(**t) for t in data["tasks"]], data.get("meta", {})
+
+
+def draw_cases(spec, n: int, seed: int) -> list[dict]:
+    """``n`` parameter dicts drawn from the op's strategy for ``seed`` (deduplicated).
+
+    The draw is Hypothesis's: reproducible for a seed in practice, but Hypothesis does not promise
+    bit-identical draws across processes and versions — which is why a run saves its plan
+    (:func:`save_plan`) and ``--resume`` reads it back instead of drawing again.
+    """
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+
+    drawn: list[dict] = []
+
+    @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @hseed(seed)
+    @given(spec.params())
+    def collect(params):
+        drawn.append(params)
+
+    collect()
+    unique, seen = [], set()
+    for p in drawn:
+        cid = case_id(spec.name, p)
+        if cid not in seen:
+            seen.add(cid)
+            unique.append(p)
+    return unique[:n]
+
+
+def plan(backend_names: list[str], ops: list[str] | None = None, *, profile: str = DEFAULT_PROFILE, seed: int = 0,
+         case: dict | None = None, include_corpus: bool = True) -> tuple[list[Task], dict[str, list[str]]]:
+    """The tasks of a run, and per backend the ops it does not implement (reported, not run)."""
+    import backends
+
+    from . import corpus
+    from .registry import specs
+
+    all_specs = specs()
+    wanted = list(all_specs) if not ops else ops
+    unknown = [o for o in wanted if o not in all_specs]
+    if unknown:
+        raise KeyError(f"no conformance spec for op(s) {', '.join(unknown)}; known: {', '.join(sorted(all_specs))}")
+    n = PROFILE_CASES[profile]
+    tasks: list[Task] = []
+    skipped: dict[str, list[str]] = {}
+    case_lists: dict[str, list[tuple[dict, str, str | None]]] = {}
+    for op in wanted:
+        if case is not None:
+            case_lists[op] = [(case, "corpus" if "corpus" in case else "drawn", case.get("corpus"))]
+            continue
+        items = [({"corpus": c.key}, "corpus", c.key) for c in corpus.cases(op)] if include_corpus else []
+        items += [(p, "drawn", None) for p in draw_cases(all_specs[op], n, seed)]
+        case_lists[op] = items
+    for name in backend_names:
+        implemented = set(backends.get(name).ops())
+        skipped[name] = [op for op in wanted if op not in implemented]
+        for op in wanted:
+            if op in implemented:
+                tasks.extend(Task(name, op, p, kind, label) for p, kind, label in case_lists[op])
+    return tasks, skipped
+
+
+# ------------------------------------------------------------------------------------------------
+# worker side
+
+def _execute(task: dict, options: dict) -> dict:
+    import backends
+
+    from .evaluate import run_case
+    from .registry import get
+
+    tol = Tolerance(**options["tolerance"])
+    backend = backends.get(task["backend"])
+    try:
+        return run_case(get(task["op"]), task["params"], backend, tolerance=tol,
+                        attribute_failures=options["attribute"], kind=task["kind"], name=task["name"])
+    except Exception as exc:  # noqa: BLE001 - a case that cannot even be built is an error result
+        return {"op": task["op"], "backend": task["backend"], "case_id": case_id(task["op"], task["params"]),
+                "params": task["params"], "kind": task["kind"], "name": task["name"], "status": "error",
+                "note": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:],
+                "repro": repro_command(task["backend"], task["op"], task["params"])}
+
+
+def _worker_main(conn, registrations: dict[str, str], threads: int) -> None:
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    import backends
+
+    for name, target in registrations.items():
+        backends.register(name, target)
+    try:
+        import torch  # noqa: F401 - only to pin its pool; absent torch is fine
+
+        torch.set_num_threads(threads)
+    except Exception:  # noqa: BLE001
+        pass
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        task, options = msg
+        conn.send(("result", _execute(task, options)))
+
+
+class _Worker:
+    def __init__(self, ctx, registrations, threads):
+        parent, child = ctx.Pipe()
+        self.conn = parent
+        self.process = ctx.Process(target=_worker_main, args=(child, registrations, threads), daemon=True)
+        self.process.start()
+        child.close()
+        self.task: Task | None = None
+        self.started = 0.0
+        self.ready = False
+
+    def send(self, task: Task, options: dict) -> None:
+        self.task, self.started = task, time.monotonic()
+        self.conn.send((asdict(task), options))
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
+
+
+def _failed_record(task: Task, status: str, note: str) -> dict:
+    return {"op": task.op, "backend": task.backend, "case_id": task.case_id, "params": task.params, "kind": task.kind,
+            "name": task.name, "status": status, "note": note, "repro": repro_command(task.backend, task.op, task.params)}
+
+
+def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume: bool = False,
+        on_result: Callable[[dict], None] | None = None) -> dict:
+    """Run ``tasks``, appending every result to ``results``. Returns counts of what happened."""
+    results.repair()
+    done = results.done_keys() if resume else set()
+    todo = deque(t for t in tasks if t.key not in done)
+    stats = {"skipped_done": len(tasks) - len(todo), "ran": 0}
+    opts = {"tolerance": asdict(options.tolerance), "attribute": options.attribute}
+
+    def emit(record: dict) -> None:
+        results.append(record)
+        stats["ran"] += 1
+        if on_result:
+            on_result(record)
+
+    if options.workers <= 0:
+        import backends
+
+        for name, target in options.registrations.items():
+            backends.register(name, target)
+        while todo:
+            emit(_execute(asdict(todo.popleft()), opts))
+        return stats
+
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")
+    n_workers = max(1, min(options.workers, len(todo) or 1))
+    workers = [_Worker(ctx, options.registrations, options.threads_per_worker) for _ in range(n_workers)] if todo else []
+    try:
+        while todo or any(w.task for w in workers):
+            for w in workers:
+                if w.ready and w.task is None and todo:
+                    w.send(todo.popleft(), opts)
+            ready = wait([w.conn for w in workers], timeout=0.25)
+            for w in list(workers):
+                if w.conn in ready:
+                    try:
+                        kind, payload = w.conn.recv()
+                    except (EOFError, OSError):
+                        if w.task is None and not w.ready:
+                            stats["startup_failures"] = stats.get("startup_failures", 0) + 1
+                            if stats["startup_failures"] > 3:
+                                raise RuntimeError("conformance workers die before they start (exit code "
+                                                   f"{w.process.exitcode}); run with --workers 0 to see why")
+                        if w.task is not None:
+                            code = w.process.exitcode
+                            w.process.join(timeout=1)
+                            code = w.process.exitcode if code is None else code
+                            emit(_failed_record(w.task, "crashed", f"worker process died (exit code {code}) "
+                                                                   "while running this case"))
+                        workers[workers.index(w)] = _replace(w, ctx, options)
+                        continue
+                    if kind == "ready":
+                        w.ready = True
+                    elif kind == "result":
+                        w.task = None
+                        emit(payload)
+            now = time.monotonic()
+            for w in list(workers):
+                if w.task is not None and now - w.started > options.timeout:
+                    emit(_failed_record(w.task, "timeout", f"no result within {options.timeout:g} s; worker killed"))
+                    workers[workers.index(w)] = _replace(w, ctx, options)
+    finally:
+        for w in workers:
+            try:
+                w.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for w in workers:
+            w.process.join(timeout=2)
+            if w.process.is_alive():
+                w.kill()
+    return stats
+
+
+def _replace(w: _Worker, ctx, options: RunOptions) -> _Worker:
+    w.task = None
+    w.kill()
+    return _Worker(ctx, options.registrations, options.threads_per_worker)
