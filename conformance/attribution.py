@@ -131,13 +131,11 @@ def _heuristic(first_stage: str | None, comparisons: dict) -> str:
     return "no Numerics variant reproduces the backend; compare the stages above"
 
 
-def attribute(spec, args, kwargs, backend, backend_outputs: dict, comparisons: dict, *,
-              masks: dict | None = None) -> dict:
-    """Attribute a failing case (see module docstring). ``backend_outputs`` are the backend's
-    named outputs, ``comparisons`` the per-output comparison dicts."""
-    declared = backend.numerics
+def reproduce(spec, args, kwargs, outputs: dict, declared: Numerics, *, masks: dict | None = None
+              ) -> tuple[list[dict], int]:
+    """Numerics changes (from ``declared``) under which the golden reproduces ``outputs`` bit for
+    bit, most specific first; and how many candidates were tried."""
     golden = NumpyBackend(declared)
-    first, rows = stage_report(spec, args, kwargs, backend, golden)
     tried, found = 0, []
     for change in candidates(declared, spec.numerics_fields):
         tried += 1
@@ -149,9 +147,19 @@ def attribute(spec, args, kwargs, backend, backend_outputs: dict, comparisons: d
             result = golden.call(spec.name, *args, numerics=variant, **kwargs)
         except Exception:  # noqa: BLE001 - a variant that raises does not reproduce
             continue
-        if _outputs_equal(spec, result, backend_outputs, masks or {}) and \
+        if _outputs_equal(spec, result, outputs, masks or {}) and \
                 not any(set(f.items()) <= set(change.items()) for f in found):
             found.append(change)
+    return found, tried
+
+
+def attribute(spec, args, kwargs, backend, backend_outputs: dict, comparisons: dict, *,
+              masks: dict | None = None) -> dict:
+    """Attribute a failing case (see module docstring). ``backend_outputs`` are the backend's
+    named outputs, ``comparisons`` the per-output comparison dicts."""
+    declared = backend.numerics
+    first, rows = stage_report(spec, args, kwargs, backend, NumpyBackend(declared))
+    found, tried = reproduce(spec, args, kwargs, backend_outputs, declared, masks=masks)
     if found:
         return {"first_stage": first, "stages": rows, "reproduced": True, "numerics_change": found[0],
                 "cause": describe(found[0]), "also_consistent": [describe(c) for c in found[1:6]],

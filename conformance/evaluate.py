@@ -74,14 +74,25 @@ def _unpacked(value: np.ndarray, like: np.ndarray | None) -> np.ndarray:
     return value
 
 
-def run_case(spec, params: dict, backend, *, tolerance: Tolerance | None = None, attribute_failures: bool = True,
+def tolerance_for(tolerance, backend: str, op: str, output: str, dtype) -> Tolerance:
+    """A :class:`Tolerance` from a single tolerance or a :class:`~conformance.tolerances.ToleranceTable`."""
+    if tolerance is None:
+        return Tolerance()
+    if isinstance(tolerance, Tolerance):
+        return tolerance
+    from w8a8 import dtypes as _dt
+
+    return tolerance.lookup(backend, op, output, _dt.name(dtype))
+
+
+def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures: bool = True,
              kind: str = "drawn", name: str | None = None, expected: dict | None = None) -> dict:
     """Build the case's inputs, run golden and backend, compare every output; return a result dict.
 
-    ``expected`` (named corpus cases) maps output names to the documented values; the golden and
-    the backend are both checked against them.
+    ``tolerance``: a :class:`Tolerance` for every output, a ``ToleranceTable`` (looked up per
+    backend, op, output and dtype), or None (bitwise). ``expected`` (named corpus cases) maps output
+    names to the documented values; the golden and the backend are both checked against them.
     """
-    tolerance = tolerance or Tolerance()
     t0 = time.perf_counter()
     if "corpus" in params:
         named = corpus.get(params["corpus"])
@@ -125,13 +136,15 @@ def run_case(spec, params: dict, backend, *, tolerance: Tolerance | None = None,
                       duration_s=time.perf_counter() - t0)
         return record
 
-    pre = spec.pre_round(args, kwargs, backend.numerics) if spec.pre_round and tolerance.tie_off_by_one else {}
+    tols = {o.name: tolerance_for(tolerance, backend.name, spec.name, o.name, ref[o.name].dtype) for o in spec.outputs}
+    wants_ties = any(t.tie_off_by_one for t in tols.values())
+    pre = spec.pre_round(args, kwargs, backend.numerics) if spec.pre_round and wants_ties else {}
     masks = spec.mask(args, kwargs) if spec.mask else {}
     comparisons = {}
     for out in spec.outputs:
         p = pre.get(out.name)
         comp = compare(out.name, out.kind, _unpacked(ref[out.name], p), _unpacked(got[out.name], p),
-                       tolerance=tolerance, pre_round=p, mask=masks.get(out.name))
+                       tolerance=tols[out.name], pre_round=p, mask=masks.get(out.name))
         comparisons[out.name] = comp.as_dict()
     verdicts = [c["verdict"] for c in comparisons.values()]
     if expected:

@@ -56,3 +56,51 @@ def error_histograms(cells_of_backend: dict, backend: str):
     fig.suptitle(f"{backend}: distance to the golden (ULP for floats, code difference for ints)", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def distance_histograms(stats: dict):
+    """Per (op, output, dtype): the histogram of element distances (ULP / code) between the two
+    backends of a tuning sweep, log-scaled counts."""
+    plt = _plt()
+    keys = sorted(stats)
+    cols = 4
+    rows = max(1, math.ceil(len(keys) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.6 * rows), squeeze=False)
+    for ax in axes.ravel()[len(keys):]:
+        ax.axis("off")
+    for ax, key in zip(axes.ravel(), keys):
+        s = stats[key]
+        xs = sorted(s.histogram)
+        ax.bar([str(x) for x in xs], [s.histogram[x] for x in xs], color="#4a7ab7")
+        ax.set_yscale("log")
+        ax.set_title(f"{key[0]}.{key[1]} ({key[2]})", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7, rotation=45)
+    fig.suptitle("element distance histograms (ULP for floats, code difference for ints)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def error_vs_k(stats: dict):
+    """Per op with a reduction length: per-case worst distance against K (log-x), with the median per K."""
+    plt = _plt()
+    keys = [k for k in sorted(stats) if any(v is not None for v in stats[k].per_case_k)]
+    cols = 3
+    rows = max(1, math.ceil(len(keys) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3 * rows), squeeze=False)
+    for ax in axes.ravel()[len(keys):]:
+        ax.axis("off")
+    for ax, key in zip(axes.ravel(), keys):
+        s = stats[key]
+        pts = [(k, d) for k, d in zip(s.per_case_k, s.per_case_max) if k is not None]
+        ks = sorted({k for k, _ in pts})
+        ax.scatter([k for k, _ in pts], [d for _, d in pts], s=8, alpha=0.5)
+        med = [float(sorted(d for kk, d in pts if kk == k)[len([1 for kk, _ in pts if kk == k]) // 2]) for k in ks]
+        ax.plot(ks, med, color="black", linewidth=1, label="median")
+        ax.set_xscale("log")
+        ax.set_xlabel("K (reduction length)", fontsize=8)
+        ax.set_ylabel("worst distance per case", fontsize=8)
+        ax.set_title(f"{key[0]}.{key[1]} ({key[2]})", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.suptitle("error vs K", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -51,6 +51,7 @@ class RunOptions:
     workers: int = 2
     timeout: float = 120.0
     tolerance: Tolerance = field(default_factory=Tolerance)
+    tolerances: str | None = None  # a TOML tolerance table (overrides ``tolerance`` where it has an entry)
     attribute: bool = True
     registrations: dict[str, str] = field(default_factory=dict)
     threads_per_worker: int = 1
@@ -138,6 +139,8 @@ def plan(backend_names: list[str], ops: list[str] | None = None, *, profile: str
 # ------------------------------------------------------------------------------------------------
 # worker side
 
+_TABLES: dict = {}
+
 def _execute(task: dict, options: dict) -> dict:
     import backends
 
@@ -145,6 +148,11 @@ def _execute(task: dict, options: dict) -> dict:
     from .registry import get
 
     tol = Tolerance(**options["tolerance"])
+    if options.get("tolerances"):
+        from .tolerances import ToleranceTable
+
+        tol = _TABLES.get(options["tolerances"]) or _TABLES.setdefault(options["tolerances"],
+                                                                       ToleranceTable.load(options["tolerances"]))
     backend = backends.get(task["backend"])
     try:
         return run_case(get(task["op"]), task["params"], backend, tolerance=tol,
@@ -215,7 +223,7 @@ def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume:
     done = results.done_keys() if resume else set()
     todo = deque(t for t in tasks if t.key not in done)
     stats = {"skipped_done": len(tasks) - len(todo), "ran": 0}
-    opts = {"tolerance": asdict(options.tolerance), "attribute": options.attribute}
+    opts = {"tolerance": asdict(options.tolerance), "attribute": options.attribute, "tolerances": options.tolerances}
 
     def emit(record: dict) -> None:
         results.append(record)

@@ -38,6 +38,10 @@ def add_arguments(parser) -> None:
                         help="worker processes (default: min(2, cores)); 0 runs in this process, without isolation")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per backend call (default 120)")
     parser.add_argument("--no-attribution", action="store_true", help="skip mismatch attribution (faster)")
+    parser.add_argument("--tolerances", metavar="PATH",
+                        help="TOML tolerance table (default: the packaged table, conformance/data/tolerances.toml; "
+                             "ops without an entry are compared bitwise)")
+    parser.add_argument("--exact", action="store_true", help="ignore every tolerance table: bitwise everywhere")
     parser.add_argument("--list-ops", action="store_true", help="list the ops with their descriptions and exit")
 
 
@@ -88,7 +92,19 @@ def _meta(args, names: list[str], skipped: dict) -> dict:
             "profile": args.profile, "seed": args.seed,
             "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
                        f"{platform.system()} {platform.release()}".replace("  ", " "),
-            "versions": _versions(), "backends": info, "not_implemented": skipped}
+            "versions": _versions(), "backends": info, "not_implemented": skipped,
+            "tolerances": _tolerance_path(args) or "none (bitwise)"}
+
+
+def _tolerance_path(args) -> str | None:
+    if args.exact:
+        return None
+    if args.tolerances:
+        return str(Path(args.tolerances).resolve())
+    from ..tolerances import packaged_path
+
+    path = packaged_path()
+    return str(path) if path.is_file() else None
 
 
 def _run_single(args, names: list[str]) -> int:
@@ -107,7 +123,11 @@ def _run_single(args, names: list[str]) -> int:
         return 2
     worst = 0
     for name in names:
-        record = run_case(get(args.op[0]), params, backends.get(name), attribute_failures=not args.no_attribution)
+        path = _tolerance_path(args)
+        from ..tolerances import ToleranceTable
+
+        record = run_case(get(args.op[0]), params, backends.get(name), attribute_failures=not args.no_attribution,
+                          tolerance=ToleranceTable.load(path) if path else None)
         print(json.dumps(record, indent=2, default=str))
         if record["status"] in ("fail", "error", "crashed", "timeout"):
             worst = 1
@@ -164,7 +184,8 @@ def run(args) -> int:
     t0 = time.perf_counter()
     stats = _run_with_progress(console, tasks, results, RunOptions(workers=args.workers, timeout=args.timeout,
                                                                     attribute=not args.no_attribution,
-                                                                    registrations=registrations),
+                                                                    registrations=registrations,
+                                                                    tolerances=_tolerance_path(args)),
                                args.resume, run_tasks)
     elapsed = time.perf_counter() - t0
     wanted = {t.key for t in tasks}

@@ -97,3 +97,26 @@ def render(summary: dict, meta: dict) -> str:
         out.append(f"</ul><pre>{_e(f.get('repro'))}</pre></div>")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def render_tune(stats: dict, entries: list, meta: dict) -> str:
+    """The tuning page: the recommendation table with provenance, distance histograms, error vs K."""
+    rows = []
+    for e in entries:
+        rec = "bitwise" if e.ulp == 0 and not e.tie_off_by_one else ("+-1 at ties" if e.tie_off_by_one
+                                                                      else f"&lt;= {e.ulp} ULP")
+        rows.append(f"<tr><td><code>{_e(e.op)}</code></td><td>{_e(e.output)}</td><td>{_e(e.dtype)}</td>"
+                    f"<td>{e.samples}</td><td>{e.max_observed}</td><td>{rec}</td><td>{_e(e.bound)}</td>"
+                    f"<td>{_e(e.notes)}</td></tr>")
+    hist = plots.png_base64(plots.distance_histograms(stats))
+    vsk = plots.png_base64(plots.error_vs_k(stats))
+    return "\n".join([
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>w8a8 tune</title>",
+        f"<style>{CSS}</style></head><body><h1>w8a8 tune: {_e(meta.get('backend'))} vs {_e(meta.get('against'))}</h1>",
+        f"<p>{meta.get('samples')} cases per op; target false-failure probability {meta.get('target')} per test.</p>",
+        "<table class='matrix' id='tolerances'><thead><tr><th>op</th><th>output</th><th>dtype</th><th>cases</th>"
+        "<th>worst</th><th>recommended</th><th>analytic bound</th><th>basis</th></tr></thead><tbody>",
+        *rows, "</tbody></table>",
+        f"<h2>Distance histograms</h2><img class='plot' alt='histograms' src='data:image/png;base64,{hist}'>",
+        f"<h2>Error vs K</h2><img class='plot' alt='error vs K' src='data:image/png;base64,{vsk}'>",
+        "</body></html>"])

@@ -1,0 +1,101 @@
+"""``w8a8 tune``: measure backend A against B over the conformance strategies and recommend, per op
+and output dtype, the tightest tolerance at a target false-failure probability — next to the
+analytic bound. ``--write`` merges the recommendations into a TOML tolerance table (the packaged
+one is what ``w8a8 conformance`` reads by default)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HELP = "recommend tolerances from measured error distributions (and write the tolerance table)"
+DESCRIPTION = __doc__
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--backend", required=True, metavar="A", help="the backend whose tolerances are tuned")
+    parser.add_argument("--against", default="numpy", metavar="B", help="the reference backend (default: numpy, "
+                                                                        "the golden with the Ascend defaults)")
+    parser.add_argument("--op", action="append", metavar="OP", help="op to tune (repeatable; default: every op A "
+                                                                    "implements)")
+    parser.add_argument("--samples", type=int, default=200, help="drawn cases per op (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
+    parser.add_argument("--target", type=float, default=1e-6,
+                        help="target false-failure probability per test (default 1e-6)")
+    parser.add_argument("--write", metavar="PATH", help="merge the recommendations into this TOML tolerance table")
+    parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and tune-report.html/.json into DIR")
+    parser.add_argument("--json", action="store_true", help="print the recommendations as JSON")
+
+
+def run(args) -> int:
+    import backends
+    from rich.console import Console
+    from rich.table import Table
+
+    from .. import plots
+    from ..registry import specs
+    from ..tolerances import ToleranceTable
+    from ..tuning import recommend, sweep
+    from .conformance_cmd import _versions
+
+    console = Console(stderr=True)
+    try:
+        a, b = backends.get(args.backend), backends.get(args.against)
+    except (KeyError, ImportError, AttributeError) as exc:
+        print(f"w8a8 tune: {exc}", file=sys.stderr)
+        return 2
+    for x in (a, b):
+        ok, reason = x.available()
+        if not ok:
+            print(f"w8a8 tune: backend {x.name!r} is not available here: {reason}", file=sys.stderr)
+            return 2
+    if args.samples < 1:
+        print("w8a8 tune: --samples must be >= 1", file=sys.stderr)
+        return 2
+    if not 0 < args.target < 1:
+        print("w8a8 tune: --target must be a probability in (0, 1)", file=sys.stderr)
+        return 2
+    ops = args.op or [op for op in sorted(specs()) if op in a.ops() and op in b.ops()]
+    unknown = [op for op in ops if op not in specs()]
+    if unknown:
+        print(f"w8a8 tune: unknown op(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    console.print(f"w8a8 tune: {a.name} against {b.name}, {len(ops)} op(s), {args.samples} cases each")
+    stats = sweep(a, b, ops, args.samples, args.seed)
+    entries = recommend(stats, target=args.target, backend=a.name, against=b.name,
+                        numerics_equal=(a.numerics == b.numerics), numerics=a.numerics.name, versions=_versions())
+    if args.json:
+        print(json.dumps([e.as_dict() for e in entries], indent=2, default=str))
+    table = Table(title=f"recommended tolerances: {a.name} vs {b.name} (target p = {args.target:g} per test)")
+    for col in ("op", "output", "dtype", "cases", "worst", "p99", "recommended", "bound"):
+        table.add_column(col, overflow="fold")
+    for e in entries:
+        rec = ("bitwise" if e.ulp == 0 and not e.tie_off_by_one else
+               f"+-1 at ties" if e.tie_off_by_one else f"<= {e.ulp} ULP")
+        table.add_row(e.op, e.output, e.dtype, str(e.samples), str(e.max_observed), f"{e.extra['p99']:g}", rec,
+                      e.bound)
+    Console().print(table)
+    if args.write:
+        path = Path(args.write)
+        current = ToleranceTable.load(path) if path.exists() else ToleranceTable()
+        for e in entries:
+            current.put(e)
+        current.meta.update({"description": "w8a8 tolerance table (see conformance.tolerances)"})
+        current.save(path)
+        console.print(f"wrote {len(entries)} entries to {path}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "distance-histograms.png").write_bytes(plots.png_bytes(plots.distance_histograms(stats)))
+        (out / "error-vs-k.png").write_bytes(plots.png_bytes(plots.error_vs_k(stats)))
+        from ..reports.html import render_tune
+        from ..results import write_atomic
+
+        write_atomic(out / "tune-report.html", render_tune(stats, entries, {"backend": a.name, "against": b.name,
+                                                                             "samples": args.samples,
+                                                                             "target": args.target}))
+        write_atomic(out / "tune.json", json.dumps([e.as_dict() for e in entries], indent=2, default=str))
+        console.print(f"plots and report in {out}")
+    bad = [e for e in entries if "EXCEEDS THE ANALYTIC BOUND" in e.notes]
+    return 1 if bad else 0

@@ -1,0 +1,148 @@
+"""The tolerance table: per backend, op, output and output dtype, what a comparison accepts — with
+the provenance of each number.
+
+A TOML file of ``[[entry]]`` tables::
+
+    [[entry]]
+    backend = "torch-cpu"        # the backend under test it was tuned for; "*" = any backend
+    against = "numpy"            # the reference it was measured against
+    op = "quant_matmul"
+    output = "y"
+    dtype = "bfloat16"           # dtype of that output; "*" = any
+    ulp = 0                      # max ULP distance (floats) / max code difference (ints)
+    mismatch_rate = 0.0          # fraction of elements allowed beyond it
+    tie_off_by_one = false       # ints: +-1 accepted at .5 ties of the pre-rounding value
+    atol = 0.0
+    rtol = 0.0
+    basis = "measured"           # "measured" (w8a8 tune) or "analytic" (conformance.bounds)
+    samples = 400                # cases behind a measured entry
+    max_observed = 0             # the worst distance seen in those cases
+    bound = "bitwise: equal numerics"
+    numerics = "ascend-a2a3"     # the backend's declared numerics when it was tuned
+    versions = "..."
+    date = "2026-11-30"
+
+Lookup order for (backend, op, output, dtype): the backend's own entry, then ``backend = "*"``;
+``dtype = "*"`` matches any dtype. No entry means bitwise. The packaged table
+(``conformance/data/tolerances.toml``) is what ``w8a8 conformance`` reads by default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .compare import Tolerance
+from .results import write_atomic
+
+TOLERANCE_FIELDS = {f.name for f in dataclasses.fields(Tolerance)}
+
+
+@dataclass
+class Entry:
+    backend: str
+    op: str
+    output: str
+    dtype: str = "*"
+    against: str = "numpy"
+    ulp: int = 0
+    mismatch_rate: float = 0.0
+    tie_off_by_one: bool = False
+    tie_eps: float = 1e-3
+    atol: float = 0.0
+    rtol: float = 0.0
+    basis: str = "measured"
+    samples: int = 0
+    max_observed: int = 0
+    bound: str = ""
+    numerics: str = ""
+    versions: str = ""
+    date: str = ""
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def tolerance(self) -> Tolerance:
+        return Tolerance(ulp=int(self.ulp), tie_off_by_one=bool(self.tie_off_by_one), tie_eps=float(self.tie_eps),
+                         mismatch_rate=float(self.mismatch_rate), atol=float(self.atol), rtol=float(self.rtol))
+
+    def key(self) -> tuple[str, str, str, str]:
+        return self.backend, self.op, self.output, self.dtype
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        extra = d.pop("extra")
+        d.update(extra)
+        return {k: v for k, v in d.items() if v is not None}
+
+
+class ToleranceTable:
+    """Entries keyed by (backend, op, output, dtype), with the lookup order of the module docstring."""
+
+    def __init__(self, entries: list[Entry] | None = None, meta: dict | None = None, source: str = "(memory)"):
+        self.meta = dict(meta or {})
+        self.source = source
+        self._entries: dict[tuple[str, str, str, str], Entry] = {}
+        for e in entries or []:
+            self.put(e)
+
+    def put(self, entry: Entry) -> None:
+        self._entries[entry.key()] = entry
+
+    def entries(self) -> list[Entry]:
+        return sorted(self._entries.values(), key=lambda e: e.key())
+
+    def find(self, backend: str, op: str, output: str, dtype: str) -> Entry | None:
+        for b in (backend, "*"):
+            for d in (dtype, "*"):
+                e = self._entries.get((b, op, output, d))
+                if e is not None:
+                    return e
+        return None
+
+    def lookup(self, backend: str, op: str, output: str, dtype: str) -> Tolerance:
+        e = self.find(backend, op, output, dtype)
+        return e.tolerance() if e else Tolerance()
+
+    # -- files --------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path) -> "ToleranceTable":
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"tolerance table {path}: not valid TOML: {exc}") from None
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "(dict)") -> "ToleranceTable":
+        known = {f.name for f in dataclasses.fields(Entry)} - {"extra"}
+        entries = []
+        for i, raw in enumerate(data.get("entry", [])):
+            missing = [k for k in ("backend", "op", "output") if k not in raw]
+            if missing:
+                raise ValueError(f"tolerance table {source}: entry {i} lacks {', '.join(missing)}")
+            entries.append(Entry(**{k: v for k, v in raw.items() if k in known},
+                                 extra={k: v for k, v in raw.items() if k not in known}))
+        return cls(entries, data.get("meta", {}), source)
+
+    def to_toml(self) -> str:
+        import tomli_w
+
+        return tomli_w.dumps({"meta": self.meta, "entry": [e.as_dict() for e in self.entries()]})
+
+    def save(self, path: str | Path) -> None:
+        write_atomic(path, self.to_toml())
+
+    @classmethod
+    def packaged(cls) -> "ToleranceTable":
+        ref = resources.files("conformance") / "data" / "tolerances.toml"
+        if not ref.is_file():
+            return cls(source="(none packaged)")
+        return cls.from_dict(tomllib.loads(ref.read_text(encoding="utf-8")), source=str(ref))
+
+
+def packaged_path() -> Path:
+    return Path(str(resources.files("conformance") / "data" / "tolerances.toml"))

@@ -1,0 +1,214 @@
+"""Tolerance tuning: measure how far backend A is from B over the conformance strategies, and
+recommend per op, output and output dtype the tightest tolerance that will not flake.
+
+For every drawn case both backends run the op (B with its own declared numerics — against
+``numpy`` that is the Ascend default golden), and every output is reduced to per-case statistics:
+the largest ULP (floats) or code (ints) distance, the mismatch fraction, max abs / rel error, the
+reduction length K where the op has one, and a histogram of element distances.
+
+**Recommendation** for a target false-failure probability ``p`` per test (default 1e-6):
+
+* ``u_obs`` = the worst per-case distance seen in ``n`` cases. With zero exceedances in ``n``
+  cases, the per-case exceedance probability is below ``3/n`` at 95 % confidence ("rule of
+  three"); that certifies ``p`` only when ``n >= 3/p``, so the sample alone rarely suffices.
+* The per-case distance distribution's tail is fitted geometrically (``P(d >= u) ~ a r^u`` through
+  the empirical survival function) and extrapolated to ``p``: ``u_fit``.
+* Where an analytic bound exists (:mod:`conformance.bounds`) and the observations respect it, the
+  bound caps the recommendation (it holds with probability 1). Observations *beyond* a bound are
+  reported loudly: the bound or the backend is wrong.
+* Recommended ULP = ``max(u_obs, u_fit)``, capped by the bound. Int outputs whose differences are
+  all +-1 at ties get ``tie_off_by_one`` instead of a looser code distance.
+
+Each recommendation carries its sample size, ``u_obs``, the confidence statement and the bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from w8a8 import dtypes as _dt
+from w8a8.ulp import NAN_DISTANCE, ulp_distance
+
+from .evaluate import build_inputs
+from .runner import draw_cases
+
+DEFAULT_TARGET = 1e-6
+
+
+@dataclass
+class OutputStats:
+    op: str
+    output: str
+    dtype: str
+    kind: str
+    cases: int = 0
+    elements: int = 0
+    per_case_max: list = field(default_factory=list)
+    per_case_rate: list = field(default_factory=list)
+    per_case_k: list = field(default_factory=list)
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    histogram: dict = field(default_factory=lambda: defaultdict(int))
+    tie_only: bool = True
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.per_case_max, q)) if self.per_case_max else 0.0
+
+
+def _distance(ref: np.ndarray, act: np.ndarray) -> np.ndarray:
+    if ref.dtype.kind in "iub":
+        return np.abs(act.astype(np.int64) - ref.astype(np.int64))
+    return ulp_distance(ref, act)
+
+
+def _k_of(params: dict) -> int | None:
+    for key in ("k", "h"):
+        if isinstance(params.get(key), int):
+            return params[key]
+    return None
+
+
+def sweep(backend_a, backend_b, ops: list[str], samples: int, seed: int = 0, on_case=None) -> dict:
+    """Run ``samples`` drawn cases per op on both backends; return ``{(op, output, dtype): OutputStats}``."""
+    from backends.base import Unsupported
+
+    from .registry import get
+
+    stats: dict[tuple[str, str, str], OutputStats] = {}
+    for op in ops:
+        spec = get(op)
+        for params in draw_cases(spec, samples, seed):
+            args, kwargs = build_inputs(spec, params)
+            try:
+                a = spec.as_outputs(backend_a.call(op, *args, **kwargs))
+                b = spec.as_outputs(backend_b.call(op, *args, **kwargs))
+            except (Unsupported, ValueError, TypeError, OverflowError):
+                continue  # both refusing an input (NaN cases) or an unsupported combination: not a sample
+            masks = spec.mask(args, kwargs) if spec.mask else {}
+            for out in spec.outputs:
+                ref, act = b[out.name], a[out.name]
+                if ref.shape != act.shape or ref.dtype != act.dtype:
+                    continue
+                mask = masks.get(out.name)
+                if mask is not None:
+                    m = np.broadcast_to(mask, ref.shape)
+                    ref, act = ref[m], act[m]
+                key = (op, out.name, _dt.name(ref.dtype))
+                s = stats.setdefault(key, OutputStats(op, out.name, key[2], "int" if ref.dtype.kind in "iub"
+                                                      else "float"))
+                d = _distance(ref, act)
+                s.cases += 1
+                s.elements += int(d.size)
+                worst = int(d.max()) if d.size else 0
+                s.per_case_max.append(worst)
+                s.per_case_rate.append(float(np.count_nonzero(d)) / max(1, d.size))
+                s.per_case_k.append(_k_of(params))
+                if s.kind == "int" and worst > 1:
+                    s.tie_only = False
+                if s.kind == "float" and d.size:
+                    rf = ref.astype(np.float32).astype(np.float64)
+                    af = act.astype(np.float32).astype(np.float64)
+                    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                        ad = np.abs(af - rf)
+                        ok = np.isfinite(ad)
+                        if ok.any():
+                            s.max_abs = max(s.max_abs, float(ad[ok].max()))
+                            rel = ad[ok] / np.abs(rf[ok])
+                            rel = rel[np.isfinite(rel)]
+                            if rel.size:
+                                s.max_rel = max(s.max_rel, float(rel.max()))
+                vals, counts = np.unique(np.minimum(d, 1 << 20), return_counts=True)
+                for v, c in zip(vals.tolist(), counts.tolist()):
+                    s.histogram[int(v)] += int(c)
+            if on_case:
+                on_case(op)
+    return stats
+
+
+def fit_tail(per_case_max: list[int], target: float) -> int:
+    """Smallest u whose geometrically extrapolated per-case exceedance probability is <= target."""
+    d = np.asarray(per_case_max, dtype=np.float64)
+    d = d[d < NAN_DISTANCE]
+    n = d.size
+    if n == 0 or d.max() == 0:
+        return 0
+    values = np.unique(d)
+    surv = np.array([(d >= v).mean() for v in values])
+    pos = values > 0
+    if pos.sum() < 2:  # one non-zero level: P(d >= v) = surv, decay unknown -> assume halving per ULP
+        v0, s0 = float(values[pos][0]), float(surv[pos][0])
+        return int(math.ceil(v0 + max(0.0, math.log(s0 / target, 2))))
+    x, y = values[pos], np.log(surv[pos])
+    slope, intercept = np.polyfit(x, y, 1)
+    if slope >= 0:
+        return int(d.max() * 2)
+    u = (math.log(target) - intercept) / slope
+    return int(max(d.max(), math.ceil(u)))
+
+
+def _analytic_cap(op: str, output: str, dtype: str, numerics_equal: bool) -> tuple[int | None, str]:
+    from .bounds import bounds_for
+
+    if numerics_equal:
+        return 0, "bitwise: both sides run the same numerics"
+    candidates = [b for b in bounds_for(op) if b.output == output and b.kind in ("ulp", "relative")]
+    if not candidates:
+        return None, "no closed-form ULP bound for this path (see docs/tolerances.md)"
+    b = max(candidates, key=lambda b: b.ulp)
+    extra = 0
+    if b.relative:
+        eps = 2.0 ** -_nmant(dtype)
+        extra = int(math.ceil(b.relative / eps))
+    return b.ulp + extra, f"{b.formula} ({b.dominant} dominates)"
+
+
+def _nmant(dtype: str) -> int:
+    import ml_dtypes
+
+    dt = np.dtype(_dt.resolve(dtype))
+    return (ml_dtypes.finfo(dt) if dt.kind == "V" else np.finfo(dt)).nmant
+
+
+def recommend(stats: dict, *, target: float = DEFAULT_TARGET, backend: str, against: str, numerics_equal: bool,
+              numerics: str = "", versions: str = "") -> list:
+    """A tolerance :class:`~conformance.tolerances.Entry` per (op, output, dtype) of ``stats``."""
+    from .tolerances import Entry
+
+    entries = []
+    date = time.strftime("%Y-%m-%d")
+    for (op, output, dtype), s in sorted(stats.items()):
+        u_obs = max(s.per_case_max) if s.per_case_max else 0
+        conf = 3.0 / s.cases if s.cases else 1.0
+        cap, bound_text = (0, "bitwise by construction") if s.kind == "int" and numerics_equal else \
+            _analytic_cap(op, output, dtype, numerics_equal)
+        notes = []
+        if u_obs == 0:
+            ulp = 0
+            notes.append(f"no difference in {s.cases} cases / {s.elements} elements; per-case exceedance < {conf:.2g} "
+                         f"at 95% confidence" + ("" if conf <= target else
+                                                 f" (certifying {target:g} empirically needs {math.ceil(3 / target)} "
+                                                 "cases: the analytic bound carries it)" if cap == 0 else ""))
+        else:
+            u_fit = fit_tail(s.per_case_max, target)
+            ulp = max(u_obs, u_fit)
+            notes.append(f"worst {u_obs} in {s.cases} cases; tail fit gives {u_fit} at p={target:g}")
+            if cap is not None and u_obs > cap:
+                notes.append(f"OBSERVED {u_obs} EXCEEDS THE ANALYTIC BOUND {cap}: the bound or the backend is wrong")
+            elif cap is not None:
+                ulp = min(ulp, cap) if cap >= u_obs else ulp
+        tie = s.kind == "int" and u_obs == 1 and s.tie_only and not numerics_equal
+        if tie:
+            ulp = 0
+            notes.append("int differences are +-1: accepted only at .5 ties (tie_off_by_one)")
+        entries.append(Entry(backend=backend, against=against, op=op, output=output, dtype=dtype, ulp=int(ulp),
+                             mismatch_rate=0.0, tie_off_by_one=tie, basis="measured", samples=s.cases,
+                             max_observed=int(u_obs), bound=bound_text, numerics=numerics, versions=versions,
+                             date=date, notes="; ".join(notes),
+                             extra={"p50": s.percentile(50), "p99": s.percentile(99), "max_abs": s.max_abs,
+                                    "max_rel": s.max_rel, "elements": s.elements, "target": target}))
+    return entries
