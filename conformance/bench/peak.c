@@ -1,0 +1,116 @@
+/* Compute ceilings of this CPU: independent chains of the widest int8 dot-product instruction and
+ * of fp64 FMAs, on N threads. Prints one line per unit: "<unit> <ops per second>".
+ * Built and run by conformance/bench/peak.py with the system C compiler (-O2 -march=native). */
+#define _GNU_SOURCE
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+static long ITERS = 20000000;
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+static volatile int sink;
+
+#if defined(__AVX512F__)
+static void *fp64_worker(void *arg) {
+    (void)arg;
+    __m512d a0 = _mm512_set1_pd(1.0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m512d a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+    const __m512d m = _mm512_set1_pd(0.9999999), c = _mm512_set1_pd(1e-9);
+    for (long i = 0; i < ITERS; i++) {
+        a0 = _mm512_fmadd_pd(a0, m, c); a1 = _mm512_fmadd_pd(a1, m, c); a2 = _mm512_fmadd_pd(a2, m, c);
+        a3 = _mm512_fmadd_pd(a3, m, c); a4 = _mm512_fmadd_pd(a4, m, c); a5 = _mm512_fmadd_pd(a5, m, c);
+        a6 = _mm512_fmadd_pd(a6, m, c); a7 = _mm512_fmadd_pd(a7, m, c); a8 = _mm512_fmadd_pd(a8, m, c);
+        a9 = _mm512_fmadd_pd(a9, m, c); a10 = _mm512_fmadd_pd(a10, m, c); a11 = _mm512_fmadd_pd(a11, m, c);
+        a12 = _mm512_fmadd_pd(a12, m, c); a13 = _mm512_fmadd_pd(a13, m, c); a14 = _mm512_fmadd_pd(a14, m, c);
+        a15 = _mm512_fmadd_pd(a15, m, c);
+    }
+    __m512d s = _mm512_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)),
+                              _mm512_add_pd(_mm512_add_pd(a4, a5), _mm512_add_pd(a6, a7)));
+    s = _mm512_add_pd(s, _mm512_add_pd(_mm512_add_pd(_mm512_add_pd(a8, a9), _mm512_add_pd(a10, a11)),
+                                      _mm512_add_pd(_mm512_add_pd(a12, a13), _mm512_add_pd(a14, a15))));
+    sink = (int)_mm512_reduce_add_pd(s);
+    return NULL;
+}
+#define FP64_OPS_PER_ITER (16.0 * 8 * 2)
+#endif
+
+#if defined(__AVX512VNNI__)
+static void *int8_worker(void *arg) {
+    (void)arg;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m512i a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+    const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+    for (long i = 0; i < ITERS; i++) {
+        a0 = _mm512_dpbusd_epi32(a0, u, s); a1 = _mm512_dpbusd_epi32(a1, u, s); a2 = _mm512_dpbusd_epi32(a2, u, s);
+        a3 = _mm512_dpbusd_epi32(a3, u, s); a4 = _mm512_dpbusd_epi32(a4, u, s); a5 = _mm512_dpbusd_epi32(a5, u, s);
+        a6 = _mm512_dpbusd_epi32(a6, u, s); a7 = _mm512_dpbusd_epi32(a7, u, s); a8 = _mm512_dpbusd_epi32(a8, u, s);
+        a9 = _mm512_dpbusd_epi32(a9, u, s); a10 = _mm512_dpbusd_epi32(a10, u, s); a11 = _mm512_dpbusd_epi32(a11, u, s);
+        a12 = _mm512_dpbusd_epi32(a12, u, s); a13 = _mm512_dpbusd_epi32(a13, u, s); a14 = _mm512_dpbusd_epi32(a14, u, s);
+        a15 = _mm512_dpbusd_epi32(a15, u, s);
+    }
+    __m512i t = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                 _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    t = _mm512_add_epi32(t, _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)),
+                                             _mm512_add_epi32(_mm512_add_epi32(a12, a13), _mm512_add_epi32(a14, a15))));
+    sink = _mm512_reduce_add_epi32(t);
+    return NULL;
+}
+#define INT8_OPS_PER_ITER (16.0 * 64 * 2)
+#endif
+
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } tilecfg;
+static int amx_ok = 0;
+static void *amx_worker(void *arg) {
+    (void)arg;
+    tilecfg cfg; memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    _tile_loadconfig(&cfg);
+    static int8_t buf[16 * 64] __attribute__((aligned(64)));
+    _tile_loadd(4, buf, 64); _tile_loadd(5, buf, 64); _tile_loadd(6, buf, 64); _tile_loadd(7, buf, 64);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (long i = 0; i < ITERS / 4; i++) {
+        _tile_dpbssd(0, 4, 5); _tile_dpbssd(1, 4, 6); _tile_dpbssd(2, 7, 5); _tile_dpbssd(3, 7, 6);
+    }
+    static int32_t out[16 * 16] __attribute__((aligned(64)));
+    _tile_stored(0, out, 64);
+    _tile_release();
+    sink = out[0];
+    return NULL;
+}
+#define AMX_OPS_PER_ITER (16.0 * 16 * 64 * 2)
+#endif
+
+static double run(void *(*fn)(void *), int threads, double ops_per_iter, long iters) {
+    pthread_t t[256];
+    double t0 = now();
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, fn, NULL);
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    return ops_per_iter * (double)iters * threads / (now() - t0);
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 1;
+    if (argc > 2) ITERS = atol(argv[2]);
+    if (threads < 1 || threads > 256) return 2;
+#if defined(__AVX512F__)
+    printf("fp64_fma_avx512 %.6e\n", run(fp64_worker, threads, FP64_OPS_PER_ITER, ITERS));
+#endif
+#if defined(__AVX512VNNI__)
+    printf("int8_vnni_avx512 %.6e\n", run(int8_worker, threads, INT8_OPS_PER_ITER, ITERS));
+#endif
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0)
+        printf("int8_amx %.6e\n", run(amx_worker, threads, AMX_OPS_PER_ITER, ITERS / 4));
+#endif
+    return 0;
+}

@@ -1,0 +1,214 @@
+"""Benchmark reports: the comparison table, pytest-benchmark-compatible JSON, throughput-vs-M plots,
+the scaling study (log-log fits), and an HTML page."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import platform
+from collections import defaultdict
+
+import numpy as np
+
+from .. import plots
+
+
+def throughput(r: dict) -> float | None:
+    st = r.get("stats")
+    if not st or not st.get("median"):
+        return None
+    return r["work"] / st["median"]
+
+
+def annotate(records: list[dict], peaks) -> None:
+    """Add throughput, ratio to the fastest backend (per case) and ratio to this machine's peak."""
+    best: dict[str, float] = {}
+    for r in records:
+        tp = throughput(r) if r.get("verified") else None
+        r["throughput"] = throughput(r)
+        if tp:
+            best[r["case"]] = max(best.get(r["case"], 0.0), tp)
+    for r in records:
+        tp = r.get("throughput")
+        if tp and r.get("verified"):
+            r["ratio_to_fastest"] = tp / best[r["case"]]
+            if r.get("unit") == "OPS":
+                r["ratio_to_int8_peak"] = tp / peaks.int8 if peaks.int8 else None
+                r["ratio_to_fp64_peak"] = tp / peaks.fp64 if peaks.fp64 else None
+
+
+def _fmt_time(s: float) -> str:
+    return f"{s * 1e6:.1f} us" if s < 1e-3 else (f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s")
+
+
+def _fmt_tp(r: dict) -> str:
+    tp = r.get("throughput")
+    if not tp:
+        return "-"
+    return f"{tp / 1e12:.3f} TOPS" if r.get("unit") == "OPS" else f"{tp / 1e9:.2f} Gelem/s"
+
+
+def print_table(records: list[dict], peaks, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    t = Table(title=f"w8a8 bench (median of rounds; peaks: int8 {peaks.int8 / 1e12:.2f} TOPS [{peaks.int8_unit}], "
+                    f"fp64 {peaks.fp64 / 1e9:.0f} GFLOP/s [{peaks.fp64_unit}], {peaks.threads} threads)")
+    for col in ("op", "shape", "backend", "time", "throughput", "vs fastest", "% int8 peak", "% fp64 peak",
+                "peak mem", "transfers in/out"):
+        t.add_column(col, overflow="fold")
+    for r in sorted(records, key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
+        if r.get("status") != "ok":
+            t.add_row(r.get("op", "?"), r.get("label", ""), r["backend"], f"[dim]{r.get('status')}[/]",
+                      r.get("note", "")[:60], "", "", "", "", "")
+            continue
+        if not r.get("verified"):
+            t.add_row(r["op"], r["label"], r["backend"], "[yellow]unverified[/]", r.get("verify_note", "")[:60],
+                      "", "", "", "", "")
+            continue
+        pct = lambda v: f"{100 * v:.1f}%" if v else "-"  # noqa: E731
+        t.add_row(r["op"], r["label"], r["backend"], _fmt_time(r["stats"]["median"]), _fmt_tp(r),
+                  f"{r.get('ratio_to_fastest', 0):.2f}x", pct(r.get("ratio_to_int8_peak")),
+                  pct(r.get("ratio_to_fp64_peak")), f"{r.get('peak_memory_bytes', 0) / 2**20:.0f} MiB",
+                  f"{_fmt_time(r.get('transfer_in_s', 0))} / {_fmt_time(r.get('transfer_out_s', 0))}")
+    console.print(t)
+
+
+def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
+    """The records in pytest-benchmark's JSON schema (``pytest-benchmark compare`` reads it)."""
+    import pytest_benchmark
+
+    benches = []
+    for r in records:
+        if r.get("status") != "ok":
+            continue
+        st = dict(r["stats"])
+        st["data"] = r.get("data", [])
+        name = f"test_{r['op']}[{r['backend']}-{r['label']}]"
+        benches.append({
+            "group": r["op"], "name": name, "fullname": f"w8a8-bench::{name}",
+            "params": {"backend": r["backend"], "shape": r["label"]}, "param": f"{r['backend']}-{r['label']}",
+            "extra_info": {k: r.get(k) for k in ("work", "unit", "verified", "verify_note", "throughput",
+                                                  "ratio_to_fastest", "ratio_to_int8_peak", "ratio_to_fp64_peak",
+                                                  "peak_memory_bytes", "transfer_in_s", "load_s", "transfer_out_s")},
+            "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": meta.get("min_rounds", 3),
+                        "max_time": meta.get("max_time", 2.0), "min_time": 0.0, "warmup": True},
+            "stats": st})
+    return {"machine_info": {"node": platform.node(), "processor": platform.processor(),
+                             "machine": platform.machine(), "python_implementation": platform.python_implementation(),
+                             "python_version": platform.python_version(), "system": platform.system(),
+                             "release": platform.release(), "cpu": {"count": meta.get("cpus")},
+                             "w8a8_peaks": meta.get("peaks")},
+            "commit_info": meta.get("commit_info", {}), "benchmarks": benches,
+            "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "version": pytest_benchmark.__version__}
+
+
+def throughput_vs_m(records: list[dict]):
+    """Per op: verified throughput against M, one line per backend (log-log)."""
+    plt = plots._plt()
+    series: dict = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        tags = r.get("tags", [])
+        if r.get("verified") and "m" in r.get("params", {}) and ("dsv4" in tags or "scaling:M" in tags):
+            key = (r["op"], tuple((k, v) for k, v in sorted(r["params"].items()) if k not in ("m", "t")))
+            series[key][r["backend"]].append((r["params"]["m"], r["throughput"]))
+    keys = sorted(series)
+    cols = 3
+    rows = max(1, math.ceil(len(keys) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.ravel()[len(keys):]:
+        ax.axis("off")
+    for ax, key in zip(axes.ravel(), keys):
+        for backend, pts in sorted(series[key].items()):
+            pts = sorted(pts)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("M (tokens)", fontsize=8)
+        ax.set_ylabel("useful ops/s (or elem/s)", fontsize=8)
+        ax.set_title(f"{key[0]} {dict(key[1])}", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.suptitle("throughput against M", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def scaling_fits(records: list[dict]) -> list[dict]:
+    """For each backend and scaling axis: fit log(time) = a + b log(x); b is the exponent."""
+    groups: dict = defaultdict(list)
+    for r in records:
+        if not r.get("verified"):
+            continue
+        for tag in r.get("tags", []):
+            if tag.startswith("scaling:"):
+                axis = tag.split(":", 1)[1]
+                x = r["params"].get(axis.lower())
+                if x:
+                    fixed = tuple((k, v) for k, v in sorted(r["params"].items()) if k != axis.lower())
+                    groups[(r["backend"], r["op"], axis, fixed)].append((x, r["stats"]["median"]))
+    fits = []
+    for (backend, op, axis, fixed), pts in sorted(groups.items(), key=lambda kv: kv[0][:3]):
+        if len({p[0] for p in pts}) < 2:
+            continue
+        x = np.log([p[0] for p in pts])
+        y = np.log([p[1] for p in pts])
+        b, a = np.polyfit(x, y, 1)
+        fits.append({"backend": backend, "op": op, "axis": axis, "fixed": dict(fixed), "exponent": float(b),
+                     "points": sorted(pts)})
+    return fits
+
+
+def scaling_plot(fits: list[dict]):
+    plt = plots._plt()
+    axes_names = sorted({f["axis"] for f in fits}) or ["M"]
+    fig, axes = plt.subplots(1, len(axes_names), figsize=(5 * len(axes_names), 3.4), squeeze=False)
+    for ax, axis in zip(axes.ravel(), axes_names):
+        for f in [f for f in fits if f["axis"] == axis]:
+            xs = [p[0] for p in f["points"]]
+            ax.plot(xs, [p[1] for p in f["points"]], marker="o",
+                    label=f"{f['backend']} {f['op']}: t ~ {axis}^{f['exponent']:.2f}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(axis, fontsize=8)
+        ax.set_ylabel("time (s)", fontsize=8)
+        ax.legend(fontsize=6)
+        ax.set_title(f"cost vs {axis}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str:
+    from ..reports.html import CSS, _e
+
+    rows = []
+    for r in sorted(records, key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
+        if r.get("status") == "ok" and r.get("verified"):
+            cells = [_fmt_time(r["stats"]["median"]), _fmt_tp(r), f"{r.get('ratio_to_fastest', 0):.2f}x",
+                     f"{100 * (r.get('ratio_to_int8_peak') or 0):.1f}%", f"{r.get('peak_memory_bytes', 0) / 2**20:.0f} MiB"]
+            cls = "good"
+        else:
+            cells = [_e(r.get("status") if r.get("status") != "ok" else "unverified"),
+                     _e(r.get("verify_note") or r.get("note") or ""), "", "", ""]
+            cls = "bad" if r.get("status") in ("error", "crashed") or r.get("status") == "ok" else "na"
+        rows.append(f"<tr><td><code>{_e(r.get('op'))}</code></td><td>{_e(r.get('label'))}</td><td>{_e(r['backend'])}</td>"
+                    + "".join(f"<td class='{cls}'>{c}</td>" for c in cells) + "</tr>")
+    fit_rows = "".join(f"<tr><td>{_e(f['backend'])}</td><td>{_e(f['op'])}</td><td>{_e(f['axis'])}</td>"
+                       f"<td>{f['exponent']:.2f}</td><td>{_e(f['fixed'])}</td></tr>" for f in fits)
+    tvm = plots.png_base64(throughput_vs_m(records))
+    sc = plots.png_base64(scaling_plot(fits)) if fits else None
+    return "\n".join([
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>w8a8 bench</title>",
+        f"<style>{CSS}</style></head><body><h1>w8a8 bench</h1>",
+        f"<p>{_e(meta.get('command', ''))} — {_e(meta.get('machine', ''))}; peaks: int8 "
+        f"{peaks.int8 / 1e12:.2f} TOPS ({_e(peaks.int8_unit)}), fp64 {peaks.fp64 / 1e9:.0f} GFLOP/s "
+        f"({_e(peaks.fp64_unit)}), {_e(peaks.method)}</p>",
+        "<table class='matrix' id='bench'><thead><tr><th>op</th><th>shape</th><th>backend</th><th>time</th>"
+        "<th>throughput</th><th>vs fastest</th><th>% int8 peak</th><th>peak memory</th></tr></thead><tbody>",
+        *rows, "</tbody></table>",
+        f"<h2>Throughput against M</h2><img class='plot' alt='throughput vs M' src='data:image/png;base64,{tvm}'>",
+        "<h2>Scaling study</h2><table class='matrix'><thead><tr><th>backend</th><th>op</th><th>axis</th>"
+        f"<th>fitted exponent</th><th>fixed</th></tr></thead><tbody>{fit_rows}</tbody></table>",
+        f"<img class='plot' alt='scaling' src='data:image/png;base64,{sc}'>" if sc else "<p>no scaling data (full run)</p>",
+        "</body></html>"])

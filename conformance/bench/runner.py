@@ -1,0 +1,156 @@
+"""Run benchmark cases per backend, each backend in its own process, then verify every result.
+
+One backend at a time, in a fresh process: thread pools of different libraries (OpenBLAS for the
+golden, OpenMP for torch) never spin against each other, and the process's memory baseline is its
+own. Every case's output is saved; afterwards the parent compares each backend's output with the
+golden's on the *same* inputs (the numpy backend's saved output, or the golden computed in the
+parent) under the tolerance table. A time is reported only for verified cases: a fast wrong kernel
+is "unverified", not fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+
+def case_seed(name: str) -> int:
+    return int(hashlib.sha1(name.encode()).hexdigest()[:8], 16)
+
+
+def _save(path: Path, outputs: dict) -> None:
+    arrays = {}
+    for k, v in outputs.items():
+        v = np.asarray(v)
+        arrays[k] = v.view(f"u{v.dtype.itemsize}") if v.dtype.kind == "V" else v
+        arrays[k + "__dtype"] = np.array(str(v.dtype))
+    np.savez(path, **arrays)
+
+
+def load_outputs(path: Path) -> dict:
+    from w8a8 import dtypes as _dt
+
+    out = {}
+    with np.load(path) as z:
+        for k in z.files:
+            if k.endswith("__dtype"):
+                continue
+            dt = np.dtype(_dt.resolve(str(z[k + "__dtype"])))
+            out[k] = z[k].view(dt) if dt.kind == "V" else z[k]
+    return out
+
+
+def _worker(conn, backend: str, registrations: dict, case_refs: list, full: bool, tmp: str, timing: dict):
+    import backends
+    from backends.base import Unsupported
+
+    from ..registry import get
+    from .cases import all_cases, rebuild
+    from .timing import time_call
+
+    for name, target in registrations.items():
+        backends.register(name, target)
+    b = backends.get(backend)
+    by_name = None
+    for cname, recipe in case_refs:
+        if recipe is not None:
+            case = rebuild(recipe)
+        else:
+            by_name = by_name or {c.name: c for c in all_cases(full)}
+            case = by_name[cname]
+        rec = {"backend": backend, "case": cname, "op": case.op, "label": case.label, "params": case.params,
+               "work": case.work, "unit": case.unit, "tags": list(case.tags)}
+        try:
+            if case.op not in b.ops():
+                rec.update(status="unsupported", note=f"{backend} does not implement {case.op}")
+                conn.send(rec)
+                continue
+            args, kwargs = case.build(np.random.default_rng(case_seed(cname)))
+            prepared = b.prepare(case.op, *args, **kwargs)
+            t = time_call(prepared, **timing)
+            path = Path(tmp) / f"{cname.replace('/', '_')}__{backend}.npz"
+            _save(path, get(case.op).as_outputs(t.pop("result")))
+            rec.update(status="ok", output=str(path), **t)
+        except Unsupported as exc:
+            rec.update(status="unsupported", note=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a backend failure is a result
+            rec.update(status="error", note=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-3000:])
+        conn.send(rec)
+    conn.send(None)
+
+
+def run(backend_names: list[str], cases: list, *, full: bool, registrations: dict | None = None,
+        timing: dict | None = None, on_record=None, workdir: str | None = None) -> list[dict]:
+    """Time ``cases`` on each backend (one process per backend) and verify them; return records."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    tmp = workdir or tempfile.mkdtemp(prefix="w8a8-bench-")
+    records: list[dict] = []
+    for backend in backend_names:
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=_worker, args=(child, backend, registrations or {}, [(c.name, c.recipe) for c in cases], full,
+                                              tmp, timing or {}), daemon=True)
+        p.start()
+        child.close()
+        while True:
+            try:
+                rec = parent.recv()
+            except EOFError:
+                records.append({"backend": backend, "case": "?", "status": "crashed",
+                                "note": f"the benchmark process died (exit code {p.exitcode})"})
+                break
+            if rec is None:
+                break
+            records.append(rec)
+            if on_record:
+                on_record(rec)
+        p.join(timeout=10)
+    verify(records, cases)
+    return records
+
+
+def verify(records: list[dict], cases: list, table=None) -> None:
+    """Mark each timed record ``verified`` (its output agrees with the golden's on the same inputs)."""
+    from backends.numpy_backend import NumpyBackend
+
+    from ..compare import FAIL, compare
+    from ..registry import get
+    from ..tolerances import ToleranceTable
+
+    table = table or ToleranceTable.packaged()
+    by_case = {c.name: c for c in cases}
+    reference: dict[str, dict] = {}
+    for r in records:
+        if r.get("backend") == "numpy" and r.get("status") == "ok":
+            reference[r["case"]] = load_outputs(Path(r["output"]))
+    for r in records:
+        if r.get("status") != "ok":
+            r["verified"] = False
+            continue
+        case = by_case[r["case"]]
+        if r["case"] not in reference:
+            args, kwargs = case.build(np.random.default_rng(case_seed(case.name)))
+            reference[r["case"]] = get(case.op).as_outputs(NumpyBackend().call(case.op, *args, **kwargs))
+        ref = reference[r["case"]]
+        got = load_outputs(Path(r["output"]))
+        spec = get(case.op)
+        notes, ok = [], True
+        for out in spec.outputs:
+            tol = table.lookup(r["backend"], case.op, out.name, str(ref[out.name].dtype))
+            c = compare(out.name, out.kind, ref[out.name], got[out.name], tolerance=tol)
+            if c.verdict == FAIL:
+                ok = False
+                notes.append(f"{out.name}: {c.note}")
+        r["verified"] = ok
+        if notes:
+            r["verify_note"] = "; ".join(notes)
+        try:
+            os.unlink(r["output"])
+        except OSError:
+            pass

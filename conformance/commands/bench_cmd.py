@@ -1,0 +1,108 @@
+"""``w8a8 bench``: the backends timed side by side on real model shapes (DeepSeek-V4-Flash), with
+throughput, the ratio to the fastest backend and to this machine's measured peak, peak memory, and
+transfers reported apart. A time is shown only where the backend's output agreed with the golden on
+the same inputs in this run ("unverified" otherwise). ``--json`` writes pytest-benchmark's schema
+(``pytest-benchmark compare PATH``); ``--out`` adds plots (throughput vs M, the scaling study) and an
+HTML page."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HELP = "time the backends side by side on DeepSeek-V4-Flash shapes (verified results only)"
+DESCRIPTION = __doc__
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help="the quick set: decode M=16 and prefill M=512, MoE at reduced expert count (minutes)")
+    parser.add_argument("--backend", action="append", metavar="NAME",
+                        help="backend to time (repeatable; default: every available backend)")
+    parser.add_argument("--op", action="append", metavar="OP", help="op to time (repeatable; default: all)")
+    parser.add_argument("--json", metavar="PATH", help="write the results in pytest-benchmark's JSON schema")
+    parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and bench-report.html into DIR")
+    parser.add_argument("--max-time", type=float, default=2.0, help="seconds of timed rounds per case (default 2)")
+    parser.add_argument("--min-rounds", type=int, default=3, help="minimum timed rounds per case (default 3)")
+    parser.add_argument("--no-peak", action="store_true", help="skip the peak micro-benchmark")
+
+
+def run(args) -> int:
+    import backends
+    from rich.console import Console
+
+    from ..bench import report
+    from ..bench.cases import all_cases
+    from ..bench.peak import Peaks, measure
+    from ..bench.runner import run as run_bench
+    from ..results import write_atomic
+    from .conformance_cmd import _versions
+
+    console = Console(stderr=True)
+    names = args.backend or [b.name for b in backends.available()]
+    registrations = {}
+    for i, name in enumerate(names):
+        try:
+            b = backends.get(name)
+        except (KeyError, ImportError, AttributeError) as exc:
+            print(f"w8a8 bench: unknown backend {name!r}: {exc}", file=sys.stderr)
+            return 2
+        ok, reason = b.available()
+        if not ok:
+            print(f"w8a8 bench: backend {b.name!r} is not available here: {reason}", file=sys.stderr)
+            return 2
+        if ":" in name:
+            registrations[b.name] = name
+        names[i] = b.name
+    full = not args.quick
+    cases = [c for c in all_cases(full) if (full or "quick" in c.tags) and (not args.op or c.op in args.op)]
+    if args.op:
+        known = {c.op for c in all_cases(full)}
+        unknown = [op for op in args.op if op not in known]
+        if unknown:
+            print(f"w8a8 bench: no benchmark cases for op(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+                  file=sys.stderr)
+            return 2
+    t0 = time.perf_counter()
+    peaks = Peaks(0.0, 0.0, "not measured", "not measured", "skipped (--no-peak)", os.cpu_count() or 1) \
+        if args.no_peak else measure()
+    console.print(f"w8a8 bench: {len(cases)} cases x {len(names)} backend(s) ({', '.join(names)}); peaks: int8 "
+                  f"{peaks.int8 / 1e12:.2f} TOPS, fp64 {peaks.fp64 / 1e9:.0f} GFLOP/s ({peaks.method})")
+
+    def on_record(r):
+        state = r.get("status")
+        if state == "ok":
+            console.print(f"  {r['backend']:>10s} {r['case']:<48s} {r['stats']['median'] * 1e3:9.2f} ms", highlight=False)
+        else:
+            console.print(f"  {r['backend']:>10s} {r['case']:<48s} {state}: {r.get('note', '')[:60]}", highlight=False)
+
+    records = run_bench(names, cases, full=full, registrations=registrations,
+                        timing={"max_time": args.max_time, "min_rounds": args.min_rounds}, on_record=on_record)
+    report.annotate(records, peaks)
+    report.print_table(records, peaks)
+    meta = {"command": " ".join(["w8a8"] + sys.argv[1:]), "cpus": os.cpu_count(), "peaks": peaks.as_dict(),
+            "versions": _versions(), "max_time": args.max_time, "min_rounds": args.min_rounds,
+            "machine": f"{os.uname().machine}, {os.cpu_count()} cores"}
+    if args.json:
+        write_atomic(args.json, json.dumps(report.pytest_benchmark_json(records, meta), indent=1, default=str))
+        console.print(f"wrote {args.json}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        from .. import plots
+
+        fits = report.scaling_fits(records)
+        (out / "throughput-vs-m.png").write_bytes(plots.png_bytes(report.throughput_vs_m(records)))
+        if fits:
+            (out / "scaling.png").write_bytes(plots.png_bytes(report.scaling_plot(fits)))
+        write_atomic(out / "bench-report.html", report.render_html(records, peaks, fits, meta))
+        write_atomic(out / "bench.json", json.dumps({"meta": meta, "records": [{k: v for k, v in r.items() if k != "data"}
+                                                                               for r in records], "scaling": fits},
+                                                    indent=1, default=str))
+        console.print(f"plots and bench-report.html in {out}")
+    bad = [r for r in records if r.get("status") in ("error", "crashed") or (r.get("status") == "ok" and not r.get("verified"))]
+    console.print(f"done in {time.perf_counter() - t0:.0f} s; {len(bad)} case(s) failed or unverified")
+    return 1 if bad else 0

@@ -1,0 +1,90 @@
+"""The bench machinery: statistics, memory sampling, peaks, verification, pytest-benchmark JSON.
+(No timing assertions: speed is measured by `w8a8 bench`, never asserted.)"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conformance.bench import report
+from conformance.bench.cases import BenchCase, all_cases, dynamic_linear_case, quant_matmul_case
+from conformance.bench.peak import measure
+from conformance.bench.runner import run
+from conformance.bench.timing import PeakMemory, stats, time_call
+
+
+def test_stats_follow_pytest_benchmark_definitions():
+    s = stats([4.0, 1.0, 3.0, 2.0, 100.0])
+    assert s["min"] == 1.0 and s["max"] == 100.0 and s["median"] == 3.0 and s["rounds"] == 5
+    assert s["q1"] == 2.0 and s["q3"] == 4.0 and s["iqr"] == 2.0
+    assert s["iqr_outliers"] == 1  # 100 is beyond q3 + 1.5 iqr
+    assert s["hd15iqr"] == 4.0 and s["ld15iqr"] == 1.0
+    assert s["mean"] == pytest.approx(22.0) and s["ops"] == pytest.approx(1 / 22.0)
+
+
+def test_peak_memory_sees_a_large_allocation():
+    with PeakMemory() as mem:
+        block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+        block[::4096] = 2.0
+    assert mem.peak >= 48 * 2**20, mem.peak
+    del block
+
+
+def test_time_call_runs_warmup_then_rounds_and_reports_transfers():
+    import backends
+
+    b = backends.get("numpy")
+    case = quant_matmul_case(8, 64, 32)
+    args, kwargs = case.build(np.random.default_rng(0))
+    t = time_call(b.prepare(case.op, *args, **kwargs), min_rounds=4, max_time=0.0)
+    assert t["stats"]["rounds"] == 4 and len(t["data"]) == 4
+    assert t["transfer_in_s"] >= 0 and t["transfer_out_s"] >= 0
+    assert t["result"].shape == (8, 32) and str(t["result"].dtype) == "bfloat16"
+
+
+def test_peaks_are_measured_on_this_cpu():
+    p = measure(iters=200_000)
+    assert p.int8 > 0 and p.fp64 > 0 and p.threads >= 1
+    assert p.int8 > p.fp64  # any int8 unit does more ops per cycle than fp64 FMA
+
+
+def test_dsv4_cases_cover_decode_and_prefill():
+    full = all_cases(True)
+    ms = {c.params["m"] for c in full if c.op == "w8a8_dynamic_linear" and "dsv4" in c.tags}
+    assert ms == {1, 16, 64, 512, 4096}
+    assert all("quick" in c.tags for c in all_cases(False) if c.op == "w8a8_dynamic_linear" and "dsv4" in c.tags
+               and c.params["m"] in (16, 512))
+    assert dynamic_linear_case(16, 4096, 4096).work == 2 * 16 * 4096 * 4096
+
+
+def test_a_wrong_backend_is_unverified_and_a_right_one_verified(tmp_path):
+    # an fp32 per-channel scale on the per-token path: the planted backend truncates it to FP19 there
+    small = [dynamic_linear_case(8, 64, 32, ("quick",)), quant_matmul_case(16, 64, 64, ("quick",), "float32")]
+    records = run(["numpy", "planted-fp19-everywhere"], small, full=False,
+                  registrations={"planted-fp19-everywhere": "conformance.planted:Fp19EverywhereBackend"},
+                  timing={"max_time": 0.0, "min_rounds": 2}, workdir=str(tmp_path))
+    got = {(r["backend"], r["op"]): r for r in records}
+    assert got[("numpy", "w8a8_dynamic_linear")]["verified"] and got[("numpy", "quant_matmul")]["verified"]
+    # a bf16 scale survives FP19 truncation unchanged (7 < 10 mantissa bits): that case is verified
+    assert got[("planted-fp19-everywhere", "w8a8_dynamic_linear")]["verified"]
+    bad = got[("planted-fp19-everywhere", "quant_matmul")]
+    assert bad["status"] == "ok" and not bad["verified"] and "y:" in bad["verify_note"]
+
+
+def test_json_is_readable_by_pytest_benchmark_compare(tmp_path):
+    from conformance.bench.peak import Peaks
+
+    rec = {"backend": "numpy", "case": "quant_matmul[M1]", "op": "quant_matmul", "label": "M1", "params": {"m": 1},
+           "work": 2e6, "unit": "OPS", "tags": ["dsv4"], "status": "ok", "verified": True,
+           "stats": stats([1e-3, 2e-3, 1.5e-3]), "data": [1e-3, 2e-3, 1.5e-3], "peak_memory_bytes": 0,
+           "transfer_in_s": 0.0, "load_s": 0.0, "transfer_out_s": 0.0}
+    report.annotate([rec], Peaks(1e12, 1e11, "x", "y", "test", 2))
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(report.pytest_benchmark_json([rec], {"peaks": {}}), default=str))
+    out = subprocess.run([sys.executable, "-c", "import sys; from pytest_benchmark.cli import main; sys.exit(main())",
+                          "compare", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "test_quant_matmul[numpy-M1]" in out.stdout
+    assert rec["ratio_to_fastest"] == 1.0 and rec["ratio_to_int8_peak"] == pytest.approx(2e6 / 1.5e-3 / 1e12)
