@@ -23,6 +23,7 @@ def run(args) -> int:
         return 0
     try:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
     except ModuleNotFoundError:  # base install: plain text
         for r in rows:
@@ -36,10 +37,10 @@ def run(args) -> int:
     for col in ("backend", "available", "numerics (differences from Ascend A2/A3)", "ops"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        state = "[green]yes[/]" if r["available"] else f"[red]no[/]: {r['reason']}"
+        state = "[green]yes[/]" if r["available"] else f"[red]no[/]: {escape(r['reason'])}"
         diffs = r["numerics_differences"]
         num = (r["numerics"] or {}).get("name", "?") + (
             "\n" + "\n".join(f"{k}: {v[1]}" for k, v in diffs.items()) if diffs else "\n(identical)")
-        table.add_row(r["name"], state, num, f"{len(r['ops'])}: " + ", ".join(r["ops"]))
+        table.add_row(escape(r["name"]), state, escape(num), f"{len(r['ops'])}: " + ", ".join(r["ops"]))
     Console().print(table)
     return 0

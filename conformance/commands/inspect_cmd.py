@@ -1,0 +1,170 @@
+"""``w8a8 inspect DIR``: what the serving code does with every module of an AscendV1 checkpoint.
+
+Per layer and module: the scheme from ``quant_model_description.json``, the quantization method,
+the op family (and the ACLNN entry it reaches), the shapes before and after load, the weight layout
+after load (FRACTAL_NZ, or ND and why), the scale dtypes after load, and warnings; then totals (bytes
+per quant type, Linears on the ND fallback) and every finding. ``--verify`` runs the selected layers'
+real weights through a backend against the golden.
+
+Exit status: 0 fine; 1 the checkpoint has errors (or --verify found a mismatch); 2 unreadable
+checkpoint or bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+HELP = "inspect an msModelSlim W8A8 checkpoint: per-module scheme, kernel path, layout; --verify against the golden"
+DESCRIPTION = __doc__
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("path", metavar="DIR", help="checkpoint directory (quant_model_description.json + weights)")
+    parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    parser.add_argument("--loader", choices=("sglang", "vllm-ascend"), default="sglang",
+                        help="whose loading rules to apply (default: sglang)")
+    parser.add_argument("--headers-only", action="store_true",
+                        help="read no tensor data: skip value checks and scale-rounding statistics")
+    parser.add_argument("--trace", metavar="GLOB", help="print the full execution chain of the matching modules")
+    parser.add_argument("--recipe", metavar="NAME|FILE",
+                        help="compare the description with a recipe's prediction (built-ins: "
+                             "deepseek_v4_flash_w8a8, deepseek_v3_2_w8a8; or a JSON / YAML file)")
+    parser.add_argument("--verify", action="store_true",
+                        help="run the selected layers' real weights through --backend against the golden")
+    parser.add_argument("--backend", default="numpy", help="backend for --verify (default: numpy, a self-check)")
+    parser.add_argument("--layers", default="*", metavar="GLOB",
+                        help="--verify only modules (or layers, e.g. 'layers.0') matching GLOB (default: all)")
+    parser.add_argument("--tokens", type=int, default=16, help="--verify activation rows (default 16)")
+    parser.add_argument("--seed", type=int, default=0, help="--verify activation seed (default 0)")
+    parser.add_argument("--reference", metavar="DIR",
+                        help="--verify: float weights (safetensors, checkpoint names) for the SQNR reference; "
+                             "default: the dequantized checkpoint weights")
+
+
+def run(args) -> int:
+    from conformance.checkpoint import CheckpointError, analyze
+    from conformance.checkpoint.recipes import checkpoint_linear_types, diff, load_recipe
+    from conformance.checkpoint.verify import verify
+
+    if args.tokens < 1:
+        print(f"w8a8 inspect: --tokens must be >= 1; got {args.tokens}", file=sys.stderr)
+        return 2
+    try:
+        report = analyze(args.path, loader=args.loader, read_data=not args.headers_only)
+    except CheckpointError as exc:
+        print(f"w8a8 inspect: {exc}", file=sys.stderr)
+        return 2
+    out = report.as_dict()
+    status = 0 if report.ok else 1
+    if args.recipe:
+        try:
+            recipe = load_recipe(args.recipe)
+        except ValueError as exc:
+            print(f"w8a8 inspect: {exc}", file=sys.stderr)
+            return 2
+        mismatches = diff(recipe, checkpoint_linear_types(report.resolution.checkpoint))
+        out["recipe"] = {"name": recipe.name, "mismatches": [m.__dict__ for m in mismatches]}
+    if args.verify:
+        try:
+            results = verify(report.resolution, backend=args.backend, layers=args.layers, tokens=args.tokens,
+                             seed=args.seed, reference=args.reference, error_modules=report.modules_with_errors())
+        except ValueError as exc:
+            print(f"w8a8 inspect: {exc}", file=sys.stderr)
+            return 2
+        out["verify"] = {"backend": args.backend, "results": [r.as_dict() for r in results]}
+        if any(r.status == "fail" for r in results):
+            status = 1
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return status
+    _print(report, out, args)
+    return status
+
+
+def _print(report, out, args) -> None:
+    from fnmatch import fnmatchcase
+
+    from conformance.checkpoint.inspect import human_bytes
+
+    try:
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+    except ModuleNotFoundError:  # base install: plain text
+        Console = None
+    s = out["summary"]
+    head = (f"{s['checkpoint']}: {s['tensors']} tensors in {s['files']} file(s), {human_bytes(out['totals']['bytes'])}; "
+            f"model_quant_type {s['model_quant_type']}, model dtype {s['model_dtype']}, {s['naming']} names, "
+            f"{s['loader']} rules")
+    rows = []
+    for r in report.modules:
+        m = r.module
+        notes = "; ".join(list(m.notes) + r.warnings + ([f"ND: {r.nd_reason}"] if r.nd_reason else []))
+        rows.append((m.layer, m.name + ("" if m.kind == "linear" else f" ({m.kind})"), m.scheme or "-",
+                     f"{m.method or '-'}\n{r.op_family}", f"{r.checkpoint_shape} -> {r.loaded}", r.scales, notes))
+    t = out["totals"]
+    totals = [f"{k}: {human_bytes(v)}" for k, v in t["bytes_by_type"].items()]
+    totals.append(f"Linears on the ND fallback: {t['linears_nd_fallback']}"
+                  + (f" ({', '.join(t['linears_nd_fallback_names'][:6])}{'...' if t['linears_nd_fallback'] > 6 else ''})"
+                     if t["linears_nd_fallback"] else ""))
+    if t["moe_nd_fallback"]:
+        totals.append(f"MoE layers with an ND expert weight: {t['moe_nd_fallback']}")
+    totals.append("modules: " + ", ".join(f"{k} x{v}" for k, v in t["modules_by_kind_and_scheme"].items()))
+    findings = [str(f) for f in report.findings if f.severity != "info" or args.trace]
+    if Console is None:
+        print(head)
+        last = None
+        for row in rows:
+            if row[0] != last:
+                print(f"-- {row[0]}")
+                last = row[0]
+            print("  " + " | ".join(c.replace("\n", " / ") for c in row[1:]))
+        print("totals: " + "; ".join(totals))
+    else:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=200)
+        console.print(escape(head))
+        table = Table(show_lines=False, title="modules", title_justify="left")
+        for col in ("module", "scheme", "method / op family", "weight: checkpoint -> after load",
+                    "scales after load", "notes / warnings"):
+            table.add_column(col, overflow="fold")
+        last = None
+        for row in rows:
+            if row[0] != last:
+                if last is not None:
+                    table.add_section()
+                table.add_row(f"[bold]{escape(row[0])}[/]")
+                last = row[0]
+            table.add_row(*(escape(c) for c in row[1:]))
+        console.print(table)
+        console.print("[bold]totals[/]: " + escape("; ".join(totals)))
+    if findings:
+        print(f"findings ({len(report.findings.errors)} errors):")
+        for line in findings[:60]:
+            print("  " + line)
+        if len(findings) > 60:
+            print(f"  ... and {len(findings) - 60} more (--json for all)")
+    if args.trace:
+        for r in report.modules:
+            if fnmatchcase(r.module.name, args.trace) or fnmatchcase(r.module.serving_name, args.trace):
+                print(f"\n{r.module.name}  [{r.module.serving_name}]")
+                for step in r.chain:
+                    print(f"  -> {step}")
+    if "recipe" in out:
+        rec = out["recipe"]
+        print(f"\nrecipe {rec['name']}: {len(rec['mismatches'])} module(s) differ from its prediction")
+        for mm in rec["mismatches"][:40]:
+            print(f"  {mm['module']}: recipe {mm['predicted']}, checkpoint {mm['actual']}")
+    if "verify" in out:
+        v = out["verify"]
+        res = v["results"]
+        print(f"\nverify on backend {v['backend']} ({len(res)} modules): "
+              f"{sum(r['status'] == 'pass' for r in res)} pass, {sum(r['status'] == 'fail' for r in res)} fail, "
+              f"{sum(r['status'] == 'skip' for r in res)} skipped")
+        for r in res:
+            sq = "-" if r["sqnr_db"] is None else f"{r['sqnr_db']:.1f} dB vs {r['reference']}"
+            agree = "-" if r["max_ulp"] is None else f"{r['equal']}/{r['elements']} bitwise, max {r['max_ulp']} ULP"
+            print(f"  {r['status']:4}  {r['module']} ({r['scheme']}): {agree}; SQNR {sq}"
+                  + (f"; {r['message']}" if r["message"] else ""))
