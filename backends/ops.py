@@ -21,7 +21,12 @@ MOE_OPS: tuple[str, ...] = (
     "w8a8_moe", "w8a8_moe_prequantized",
 )
 
-LOWBIT_OPS: tuple[str, ...] = ()
+LOWBIT_OPS: tuple[str, ...] = (
+    "int4_group_quantize", "int4_group_dequantize", "weight_quant_batchmatmul", "convert_weight_to_int4pack",
+    "quant_matmul_int4", "w4a8_dynamic_linear", "mx_quantize", "mx_dequantize", "mx_matmul",
+    "nvfp4_quantize", "nvfp4_dequantize", "nvfp4_matmul", "swizzle_block_scales",
+    "fp8_block_quantize", "per_token_group_quant_fp8", "fp8_block_dequantize", "fp8_block_matmul",
+)
 
 OPS: tuple[str, ...] = DENSE_OPS + MOE_OPS + LOWBIT_OPS
 

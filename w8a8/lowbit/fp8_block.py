@@ -1,0 +1,186 @@
+"""FP8 block quantization, DeepSeek-V3 style: E4M3 with 128x128 weight tiles and 1x128 activations.
+
+spec/lowbit-formats.md §5. Weights ``W [N, K]`` are ``float8_e4m3fn`` with one fp32 scale per
+128x128 tile, ``weight_scale_inv [ceil(N/128), ceil(K/128)]`` — despite the name, the
+*dequantization multiplier*: ``W^ = W_q * s``. Activations get one scale per token per 128
+channels, ``s [M, ceil(K/128)]``. Partial tiles at the right / bottom edges are ordinary (smaller)
+blocks.
+
+Conventions chosen (spec §7)
+
+* ``scale_fmt=None`` (DeepSeek-V3): ``s = max(amax, eps) / 448`` (fp32 division) with
+  ``eps = 1e-10`` — vLLM ``per_token_group_quant_fp8``'s guard; V3's own ``act_quant`` has none, so
+  an all-zero block there is 0/0. An all-zero block therefore gets ``s = 1e-10/448`` and zero codes.
+* ``scale_fmt="ue8m0"`` (V3.1 / V3.2 ``fast_round_scale``): ``s = 2^ceil(log2(max(amax, 1e-4) *
+  fp32(1/448)))`` — a power of two rounded up (the same rule as MX ``"rceil"`` for E4M3), so no
+  element exceeds 448.
+* Codes: ``q = e4m3(clamp(x / s, -448, 448))``, fp32 division, RNE cast, saturating (vLLM clamps;
+  the clamp also keeps ml_dtypes from producing NaN beyond 464).
+* Matmul (:func:`fp8_block_matmul`) with per-128-K **fp32 promotion**, in the order of DeepSeek-V3
+  ``inference/kernel.py::fp8_gemm_kernel``::
+
+      for kb in K blocks:                        (ascending)
+          P   = fp32( sum_{k in kb} a_q[m, k] * w_q[n, k] )   exact (float64) then one rounding
+          acc = acc + (P * s_a[m, kb]) * s_w[n // 128, kb]    fp32, left to right
+      y = cast(acc)                               RNE to output_dtype
+
+  The partial sum ``P`` is exact before its rounding: E4M3 values are multiples of 2^-9 below
+  2^9, so 128 products stay below 2^53 units of 2^-18. A tensor core's fp32 accumulation inside a
+  block rounds differently (DeepGEMM promotes every 128 exactly because of it): a tolerance
+  matter. DeepGEMM's own epilogue multiplies ``P * (s_a * s_w)``: an ulp-level difference.
+* NaN / Inf input is refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _check
+from .. import dtypes as _dt
+from ..rounding import to_float
+from ._common import FLOAT_INPUTS, float_output
+from .minifloat import E4M3_MAX, E4M3_TABLE, E8M0_TABLE, float_to_fp8
+from .mx import mx_shared_exponent
+
+BLOCK = 128
+SCALE_FMTS = (None, "ue8m0")
+_F32 = np.float32
+
+
+def _scale(op: str, amax: np.ndarray, scale_fmt, eps) -> np.ndarray:
+    """fp32 scale of blocks with fp32 ``amax`` (module docstring)."""
+    _check.choice(op, "scale_fmt", scale_fmt, SCALE_FMTS)
+    if eps is None:
+        eps = 1e-4 if scale_fmt == "ue8m0" else 1e-10
+    e = np.float32(eps)
+    if not (np.isfinite(e) and e > 0):
+        _check.fail(op, "eps", "a positive finite float", repr(eps))
+    a = np.maximum(amax, e).astype(np.float32)
+    if scale_fmt == "ue8m0":
+        return np.take(E8M0_TABLE, mx_shared_exponent(a, "e4m3", scale_mode="rceil"))
+    return (a / _F32(E4M3_MAX)).astype(np.float32)
+
+
+def _quantize_blocks(op: str, x: np.ndarray, rows: int, cols: int, scale_fmt, eps):
+    """Blocks of ``rows x cols`` over the last two dims of fp32 ``x [..., R, C]`` (edges partial)."""
+    *lead, r, c = x.shape
+    rb, cb = -(-r // rows), -(-c // cols)
+    padded = np.zeros(tuple(lead) + (rb * rows, cb * cols), np.float32)
+    padded[..., :r, :c] = np.abs(x)
+    tiles = padded.reshape(tuple(lead) + (rb, rows, cb, cols))
+    amax = tiles.max(axis=(-3, -1), initial=0) if rows * cols else np.zeros(tuple(lead) + (rb, cb), np.float32)
+    s = _scale(op, amax, scale_fmt, eps)
+    full = np.repeat(np.repeat(s, rows, axis=-2), cols, axis=-1)[..., :r, :c]
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = float_to_fp8(np.clip(x / full, _F32(-E4M3_MAX), _F32(E4M3_MAX)), "e4m3")
+    return q, s
+
+
+def fp8_block_quantize(weight: np.ndarray, *, block_shape=(BLOCK, BLOCK), scale_fmt=None,
+                       eps=None) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize a weight ``[..., N, K]`` to E4M3 with one fp32 scale per ``block_shape`` tile.
+
+    Parameters
+    ----------
+    weight : float32 / float16 / bfloat16 ``[..., N, K]``, finite (leading dims: experts).
+    block_shape : ``(128, 128)`` (DeepSeek's ``weight_block_size``); any positive pair accepted.
+    scale_fmt : None (``amax / 448``) or ``"ue8m0"`` (power of two rounded up).
+    eps : the amax floor; default 1e-10 (None) / 1e-4 (``"ue8m0"``).
+
+    Returns
+    -------
+    weight_q : ``float8_e4m3fn`` ``[..., N, K]``.
+    weight_scale_inv : float32 ``[..., ceil(N/bn), ceil(K/bk)]`` (the dequantization multiplier).
+    """
+    op = "fp8_block_quantize"
+    weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
+    _check.finite(op, "weight", weight)
+    bn, bk = _pair(op, "block_shape", block_shape)
+    return _quantize_blocks(op, weight.astype(np.float32), bn, bk, scale_fmt, eps)
+
+
+def per_token_group_quant_fp8(x: np.ndarray, group_size: int = BLOCK, *, scale_fmt=None,
+                              eps=None) -> tuple[np.ndarray, np.ndarray]:
+    """Dynamic 1 x ``group_size`` activation quantization (DeepSeek ``act_quant``, vLLM
+    ``per_token_group_quant_fp8``): ``(x_q float8_e4m3fn [..., K], scale float32 [..., ceil(K/G)])``.
+
+    ``x`` float32 / float16 / bfloat16 ``[..., K]``, finite; a last partial group is allowed.
+    Scale and codes as :func:`fp8_block_quantize` (module docstring).
+    """
+    op = "per_token_group_quant_fp8"
+    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
+    _check.finite(op, "x", x)
+    g = _check.integer(op, "group_size", group_size, minimum=1)
+    xf = x.astype(np.float32).reshape(x.shape[:-1] + (1, x.shape[-1]))
+    q, s = _quantize_blocks(op, xf, 1, g, scale_fmt, eps)
+    return q.reshape(x.shape), s.reshape(x.shape[:-1] + (s.shape[-1],))
+
+
+def fp8_block_dequantize(weight_q: np.ndarray, weight_scale_inv: np.ndarray, *, block_shape=(BLOCK, BLOCK),
+                         output_dtype="bfloat16") -> np.ndarray:
+    """``W^ = fp32(W_q) * s[n // bn, k // bk]`` in fp32, then RNE to ``output_dtype`` (DeepSeek
+    ``weight_dequant``; bfloat16 by default, float16 or float32)."""
+    op = "fp8_block_dequantize"
+    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), min_ndim=2)
+    bn, bk = _pair(op, "block_shape", block_shape)
+    s = _scales(op, "weight_scale_inv", weight_scale_inv, weight_q.shape[:-2], weight_q.shape[-2:], (bn, bk))
+    out = float_output(op, output_dtype)
+    *lead, n, k = weight_q.shape
+    full = np.repeat(np.repeat(s, bn, axis=-2), bk, axis=-1)[..., :n, :k]
+    v = np.take(E4M3_TABLE, weight_q.view(np.uint8)) * full
+    return to_float(v.astype(np.float32), out)
+
+
+def fp8_block_matmul(a_q: np.ndarray, a_scale: np.ndarray, weight_q: np.ndarray, weight_scale_inv: np.ndarray, *,
+                     block_size: int = BLOCK, output_dtype="bfloat16") -> np.ndarray:
+    """Block-scaled FP8 GEMM ``y = A @ W^T`` with per-128-K fp32 promotion (DeepSeek-V3 ``fp8_gemm``).
+
+    Parameters
+    ----------
+    a_q : ``float8_e4m3fn`` ``[M, K]``; a_scale : float32 ``[M, ceil(K/128)]``
+        (:func:`per_token_group_quant_fp8`).
+    weight_q : ``float8_e4m3fn`` ``[N, K]``; weight_scale_inv : float32
+        ``[ceil(N/128), ceil(K/128)]`` (:func:`fp8_block_quantize`).
+    block_size : 128 (the K group of both scales and the N tile of the weight scale).
+    output_dtype : bfloat16 (default), float16 or float32.
+
+    Formula: module docstring — ``C[m, n] = sum_kb (P_kb * s_a[m, kb]) * s_w[n // 128, kb]`` in fp32.
+    """
+    op = "fp8_block_matmul"
+    a_q = _check.array(op, "a_q", a_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
+    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
+    m, k = a_q.shape
+    n = weight_q.shape[0]
+    if weight_q.shape[1] != k:
+        _check.fail(op, "weight_q", f"of shape [N, K={k}] (K of a_q)", _check.describe(weight_q))
+    bs = _check.integer(op, "block_size", block_size, minimum=1)
+    sa = _scales(op, "a_scale", a_scale, (), (m, k), (1, bs))
+    sw = _scales(op, "weight_scale_inv", weight_scale_inv, (), (n, k), (bs, bs))
+    out = float_output(op, output_dtype)
+    a = np.take(E4M3_TABLE, a_q.view(np.uint8)).astype(np.float64)
+    w = np.take(E4M3_TABLE, weight_q.view(np.uint8)).astype(np.float64)
+    sw_rows = np.repeat(sw, bs, axis=0)[:n]  # [N, KB]
+    acc = np.zeros((m, n), np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for kb in range(sa.shape[1]):
+            cols = slice(kb * bs, min(k, (kb + 1) * bs))
+            p = (a[:, cols] @ w[:, cols].T).astype(np.float32)
+            acc = acc + (p * sa[:, kb:kb + 1]) * sw_rows[None, :, kb]
+    return to_float(acc.astype(np.float32), out)
+
+
+def _pair(op: str, arg: str, value) -> tuple[int, int]:
+    try:
+        a, b = value
+    except (TypeError, ValueError):
+        _check.fail(op, arg, "a pair of positive ints (rows, cols)", repr(value))
+    return _check.integer(op, arg, a, minimum=1), _check.integer(op, arg, b, minimum=1)
+
+
+def _scales(op: str, arg: str, scale, lead: tuple, shape: tuple, block: tuple) -> np.ndarray:
+    want = tuple(lead) + tuple(-(-d // b) for d, b in zip(shape, block))
+    s = _check.array(op, arg, scale, dtypes=(_dt.float32,))
+    _check.shape(op, arg, s, [want], f"float32 of shape {want} (one per {block[0]}x{block[1]} block)")
+    _check.finite(op, arg, s)
+    return s
+

@@ -1,0 +1,229 @@
+"""``npu_weight_quant_batchmatmul``: the W8A16 / W4A16 weight-only matmul (spec/ascend-ops.md §8).
+
+``y = x @ ((w + antiquant_offset) * antiquant_scale) + bias``, optionally requantized to int8
+with ``quant_scale`` / ``quant_offset`` (aclnnWeightQuantBatchMatmulV2). The antiquant offset is
+**added**: it is the negated zero point (``-z``), as in :func:`w8a8.anti_quant`.
+
+Computation order (the device's is not documented; the golden's choice)::
+
+    w_hat = cast_x_dtype( (fp32(w) + fp32(offset)) * fp32(scale) )   # antiquant in fp32, one RNE cast
+    acc   = x @ w_hat, products exact, summed exactly (float64), rounded once to fp32
+    acc   = acc + fp32(bias)                                          # fp32
+    y     = cast_x_dtype(acc)                                         # RNE
+      or, with quant_scale:  y = sat_int8(rint(acc * qs[n] + qo[n]))
+
+* The weight is dequantized **to x's dtype** before the matmul: the cube multiplies two fp16 /
+  bf16 operands with fp32 accumulation. Whether the vector unit computes the antiquant in fp32
+  (as here) or in fp16/bf16 arithmetic is **not confirmed**; the two differ by at most one ulp of
+  x's dtype in ``w_hat``.
+* The fp32 accumulation order of the device is not specified; the golden's sum is exact before
+  one fp32 rounding, so a device differs by fp32 summation error only (a tolerance matter).
+* A float32 ``quant_scale`` is used at full precision; an int64 one (from
+  :func:`w8a8.trans_quant_param`) is decoded to its FP19 value and its packed offset, and then
+  ``quant_offset`` must be None (the golden's choice: the offset travels in the packed bits). Where
+  an fp32 ``quant_scale`` is also reduced to FP19 on the device is **not confirmed**.
+* The requant rounding is RINT (half to even), saturating to [-128, 127] (not confirmed; the
+  quant_matmul golden's 9-bit intermediate clamp is not applied here).
+* ``inner_precise`` (0 high precision, 1 high performance) is accepted and does not change the
+  golden result.
+* NaN / Inf in ``x`` propagate with IEEE fp32 semantics (an int8 output writes 0 for NaN and
+  saturates Inf); NaN / Inf in the scale, offset and bias parameters are refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _check
+from .. import dtypes as _dt
+from ..int4 import unpack_int4
+from ..rounding import to_float, to_int
+from ..trans_quant_param import decode_quant_param
+
+_OP = "weight_quant_batchmatmul"
+_DIM_LIMIT = 65535
+
+
+def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale: np.ndarray,
+                             antiquant_offset: np.ndarray | None = None, quant_scale: np.ndarray | None = None,
+                             quant_offset: np.ndarray | None = None, bias: np.ndarray | None = None,
+                             antiquant_group_size: int = 0, inner_precise: int = 0) -> np.ndarray:
+    """Weight-only quantized matmul mirroring ``torch_npu.npu_weight_quant_batchmatmul``.
+
+    Parameters
+    ----------
+    x : float16 or bfloat16 ``[M, K]``.
+    weight : the ``[K, N]`` weight, one of
+        * int8 ``[K, N]`` (W8A16; any strided view, e.g. ``w_nk.T``);
+        * int32 ``[K, N/8]``: int4 packed 8 per word **along N**, LSB first, signed
+          (:func:`convert_weight_to_int4pack` of a ``[K, N]`` int32 weight);
+        * int32 ``[K/8, N]``: int4 packed **along K** — the transposed view of a ``[N, K/8]``
+          packed weight (the vendor's ``weight_int4.transpose(-1, -2)``).
+        Which of the last two is meant is read from the shape against x's K (``[K, N/8]`` has K
+        rows, ``[K/8, N]`` has K/8; they never coincide for K >= 1).
+    antiquant_scale : x's dtype (float16 / bfloat16); per-tensor ``(1,)`` / ``(1, 1)``,
+        per-channel ``(N,)`` / ``(1, N)``, per-group ``(ceil(K/G), N)``. Or int64 (the packed
+        FP19 scale of :func:`w8a8.trans_quant_param`): float16 x, int8 weight, per-channel only,
+        M in [1, 96], K and N multiples of 64.
+    antiquant_offset : optional, antiquant_scale's shape; x's dtype, or int32 with an int64 scale.
+    quant_scale : optional float32 or int64 ``(N,)`` / ``(1, N)`` / ``(1,)``: int8 output.
+    quant_offset : optional float32 of quant_scale's shape (float32 quant_scale only).
+    bias : optional ``(N,)`` / ``(1, N)`` / ``(1,)``: float32 for bfloat16 x, float16 for float16 x.
+    antiquant_group_size : G for the per-group form: a multiple of 32 in [32, K - 1]; 0 otherwise
+        (ignored by the other forms, as on the device).
+    inner_precise : 0 or 1 (no effect on the golden result).
+
+    Returns
+    -------
+    ``[M, N]`` of x's dtype, or int8 with ``quant_scale``. Formula: module docstring.
+
+    Errors
+    ------
+    TypeError for dtypes outside the lists above; ValueError for ranks, shapes, K / N outside
+    [1, 65535], the group size, a forbidden combination, NaN/Inf in a float parameter.
+    """
+    x = _check.array(_OP, "x", x, dtypes=(_dt.float16, _dt.bfloat16), ndim=2)
+    m, k = x.shape
+    w, n = _weight(x, weight)
+    _check.choice(_OP, "inner_precise", inner_precise, (0, 1))
+    for arg, dim in (("K", k), ("N", n)):
+        if not 1 <= dim <= _DIM_LIMIT:
+            _check.fail(_OP, "weight" if arg == "N" else "x", f"{arg} in [1, {_DIM_LIMIT}]", f"{arg} = {dim}")
+    s = _check.array(_OP, "antiquant_scale", antiquant_scale, dtypes=(x.dtype, _dt.int64), min_ndim=1, max_ndim=2)
+    g = _check.integer(_OP, "antiquant_group_size", antiquant_group_size, minimum=0)
+    if s.dtype == _dt.int64:
+        sf, of = _packed_antiquant(x, weight, s, antiquant_offset, n, m, k)
+    else:
+        sf, of = _float_antiquant(x, s, antiquant_offset, g, n, k)
+    w_hat = _antiquant(w, sf, of, x.dtype, k)
+    qs, qo = _quant_params(quant_scale, quant_offset, n, s.dtype == _dt.int64)
+    b = _bias(x, bias, n)
+    acc = np.matmul(x.astype(np.float64), w_hat.astype(np.float64)).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if b is not None:
+            acc = acc + b
+        if qs is None:
+            return to_float(acc.astype(np.float32), x.dtype)
+        return to_int((acc * qs + qo).astype(np.float32), _dt.int8)
+
+
+def _weight(x: np.ndarray, weight) -> tuple[np.ndarray, int]:
+    """The weight as int8/int4 codes ``[K, N]`` (int8 array) and N."""
+    weight = _check.array(_OP, "weight", weight, dtypes=(_dt.int8, _dt.int32), ndim=2)
+    k = x.shape[1]
+    if weight.dtype == _dt.int8:
+        if weight.shape[0] != k:
+            _check.fail(_OP, "weight", f"of shape [K={k}, N] (K of x)", _check.describe(weight))
+        return weight, weight.shape[1]
+    if weight.shape[0] == k:  # [K, N/8], packed along N
+        return unpack_int4(weight), weight.shape[1] * 8
+    if weight.shape[0] * 8 == k:  # [K/8, N], packed along K (a transposed [N, K/8])
+        return np.ascontiguousarray(unpack_int4(np.ascontiguousarray(weight.T)).T), weight.shape[1]
+    _check.fail(_OP, "weight", f"int32-packed int4 of shape [K, N/8] or [K/8, N] with K = {k} (K of x)",
+                _check.describe(weight))
+
+
+def _float_antiquant(x, s, offset, g, n, k):
+    """Per-tensor / per-channel / per-group fp32 scale and offset, broadcastable to ``[K, N]`` rows."""
+    shape = tuple(s.shape)
+    if shape in ((1,), (1, 1), (n,), (1, n)):  # per tensor, per channel
+        rows = None
+    elif s.ndim == 2 and s.shape[1] == n and s.shape[0] > 1:
+        if g == 0:
+            _check.fail(_OP, "antiquant_group_size", f"the group size G (scale of shape (ceil(K/G), N) = {shape})", "0")
+        if g % 32 or not 32 <= g <= k - 1:
+            _check.fail(_OP, "antiquant_group_size", f"a multiple of 32 in [32, K - 1 = {k - 1}]", str(g))
+        if s.shape[0] != -(-k // g):
+            _check.fail(_OP, "antiquant_scale", f"of shape (ceil(K/G), N) = ({-(-k // g)}, {n}) for G = {g}",
+                        _check.describe(s))
+        rows = g
+    else:
+        _check.fail(_OP, "antiquant_scale", f"of shape (1,), (1, 1), ({n},), (1, {n}) or (ceil(K/G), {n})",
+                    _check.describe(s))
+    _check.finite(_OP, "antiquant_scale", s)
+    sf = _rows(_as_2d(s), rows, k)
+    of = None
+    if offset is not None:
+        o = _check.array(_OP, "antiquant_offset", offset, dtypes=(x.dtype,))
+        _check.shape(_OP, "antiquant_offset", o, [s.shape], f"of antiquant_scale's shape {s.shape}")
+        _check.finite(_OP, "antiquant_offset", o)
+        of = _rows(_as_2d(o), rows, k)
+    return sf, of
+
+
+def _as_2d(v: np.ndarray) -> np.ndarray:
+    """A 1-D ``(n,)`` parameter as the row ``[1, n]``; 2-D kept; float32."""
+    return v.astype(np.float32).reshape(1, -1) if v.ndim == 1 else v.astype(np.float32)
+
+
+def _rows(v: np.ndarray, group: int | None, k: int) -> np.ndarray:
+    """A ``[R, N or 1]`` parameter expanded to ``[K, N or 1]`` (per-group) or kept ``[1, N or 1]``."""
+    return v if group is None else np.repeat(v, group, axis=0)[:k]
+
+
+def _packed_antiquant(x, weight, s, offset, n, m, k):
+    """The int64 antiquant scale path: fp16 x, int8 weight (not int4), per-channel, int32 offset."""
+    if x.dtype != _dt.float16:
+        _check.fail(_OP, "antiquant_scale", "float16 or bfloat16 (x's dtype); int64 only with float16 x",
+                    _check.describe(s), TypeError)
+    if weight.dtype != _dt.int8:
+        _check.fail(_OP, "weight", "int8 with an int64 antiquant_scale", _check.describe(weight), TypeError)
+    if tuple(s.shape) not in ((n,), (1, n)):
+        _check.fail(_OP, "antiquant_scale", f"per-channel ({n},) or (1, {n}) when int64", _check.describe(s))
+    if not 1 <= m <= 96 or k % 64 or n % 64:
+        _check.fail(_OP, "x", "M in [1, 96] and K, N multiples of 64 with an int64 antiquant_scale",
+                    f"M={m}, K={k}, N={n}")
+    value, _ = decode_quant_param(s.reshape(1, n))
+    of = None
+    if offset is not None:
+        o = _check.array(_OP, "antiquant_offset", offset, dtypes=(_dt.int32,))
+        _check.shape(_OP, "antiquant_offset", o, [s.shape], f"of antiquant_scale's shape {s.shape}")
+        of = o.reshape(1, n).astype(np.float32)
+    return value, of
+
+
+def _antiquant(w: np.ndarray, sf: np.ndarray, of: np.ndarray | None, dtype, k: int) -> np.ndarray:
+    v = w.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if of is not None:
+            v = v + of
+        return to_float((v * sf).astype(np.float32), dtype)
+
+
+def _quant_params(quant_scale, quant_offset, n, packed_antiquant):
+    if quant_scale is None:
+        if quant_offset is not None:
+            _check.fail(_OP, "quant_offset", "None without quant_scale", _check.describe(quant_offset))
+        return None, None
+    if packed_antiquant:
+        _check.fail(_OP, "quant_scale", "None with an int64 antiquant_scale", _check.describe(quant_scale))
+    qs = _check.array(_OP, "quant_scale", quant_scale, dtypes=(_dt.float32, _dt.int64), min_ndim=1, max_ndim=2)
+    if tuple(qs.shape) not in ((1,), (n,), (1, n), (1, 1)):
+        _check.fail(_OP, "quant_scale", f"of shape ({n},), (1, {n}) or (1,)", _check.describe(qs))
+    if qs.dtype == _dt.int64:
+        if quant_offset is not None:
+            _check.fail(_OP, "quant_offset", "None with an int64 quant_scale (its offset is in the packed bits)",
+                        _check.describe(quant_offset))
+        value, offset = decode_quant_param(qs.reshape(-1))
+        return value, offset
+    _check.finite(_OP, "quant_scale", qs)
+    qo = np.zeros(1, np.float32)
+    if quant_offset is not None:
+        o = _check.array(_OP, "quant_offset", quant_offset, dtypes=(_dt.float32,))
+        _check.shape(_OP, "quant_offset", o, [qs.shape], f"of quant_scale's shape {qs.shape}")
+        _check.finite(_OP, "quant_offset", o)
+        qo = o.reshape(-1)
+    return qs.reshape(-1), qo
+
+
+def _bias(x, bias, n):
+    if bias is None:
+        return None
+    want = _dt.float32 if x.dtype == _dt.bfloat16 else _dt.float16
+    b = _check.array(_OP, "bias", bias, min_ndim=1, max_ndim=2)
+    if b.dtype != want:
+        _check.fail(_OP, "bias", f"{want.name} for {x.dtype.name} x", _check.describe(b), TypeError)
+    if tuple(b.shape) not in ((n,), (1, n), (1,), (1, 1)):
+        _check.fail(_OP, "bias", f"of shape ({n},), (1, {n}) or (1,)", _check.describe(b))
+    _check.finite(_OP, "bias", b)
+    return b.reshape(-1).astype(np.float32)
