@@ -79,7 +79,11 @@ def _outputs_equal(spec, golden_result, backend_outputs: dict, masks: dict) -> b
         return False
     for name, value in backend_outputs.items():
         ref = g.get(name)
-        if ref is None or ref.shape != value.shape or ref.dtype != value.dtype:
+        if ref is None or value is None:
+            if (ref is None) != (value is None):
+                return False
+            continue
+        if ref.shape != value.shape or ref.dtype != value.dtype:
             return False
         cmp = compare(name, "int" if ref.dtype.kind in "iu" else "float", ref, value, mask=masks.get(name))
         if cmp.mismatches:

@@ -63,7 +63,7 @@ class OpSpec:
         if len(values) != len(self.outputs):
             raise ValueError(f"{self.name}: expected {len(self.outputs)} output(s) "
                              f"({', '.join(o.name for o in self.outputs)}), got {len(values)}")
-        return {o.name: np.asarray(v) for o, v in zip(self.outputs, values)}
+        return {o.name: (None if v is None else np.asarray(v)) for o, v in zip(self.outputs, values)}
 
 
 _REGISTRY: dict[str, OpSpec] = {}
