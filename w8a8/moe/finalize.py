@@ -1,0 +1,130 @@
+"""``npu_moe_finalize_routing``: combine the experts' rows back into tokens (spec/ascend-ops.md §7.7)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _check
+from .. import dtypes as _dt
+from ..numerics import ASCEND, Numerics
+from ..rounding import to_float
+from . import _common as C
+
+
+def moe_finalize_routing(expanded_permuted_rows: np.ndarray, skip1: np.ndarray | None, skip2: np.ndarray | None,
+                         bias: np.ndarray | None, scales: np.ndarray | None, expanded_src_to_dst_row: np.ndarray,
+                         export_for_source_row: np.ndarray | None, *, drop_pad_mode: int = 0, k: int = 1,
+                         numerics: Numerics = ASCEND) -> np.ndarray:
+    """Weighted sum of each token's expert rows, mirroring ``torch_npu.npu_moe_finalize_routing``.
+
+    Parameters
+    ----------
+    expanded_permuted_rows : float16 / bfloat16 / float32. Modes 0/2: ``[N*K, H]``; modes 1/3
+        (drop/pad): ``[E, C, H]`` (read as ``E*C`` rows), or ``[R, H]`` (SGLang passes its dropless
+        rows with mode 3 under expert parallelism).
+    skip1, skip2 : optional ``[N, H]`` of the rows' dtype, added to the output (shared-expert
+        outputs, residuals). skip2 requires skip1 (CANN constraint).
+    bias : optional ``[E, H]`` of the rows' dtype: per-expert bias added to each row; requires
+        export_for_source_row.
+    scales : optional ``[N, K]`` routing weights, the rows' dtype (float32 also with bfloat16 rows:
+        the "mixed precision" mode). None: every weight is 1 and K is ``k``.
+    expanded_src_to_dst_row : int32 ``[N*K]``: where (token i, slot j)'s row is.
+        Modes 0/1: entry ``j*N + i`` (column-major: :func:`moe_init_routing` v1 layout);
+        modes 2/3: entry ``i*K + j`` (row-major: :func:`moe_init_routing_v2` ``row_idx_type=0``).
+        Modes 1/3 allow -1 (a dropped slot: a zero row, see below); modes 0/2 do not.
+    export_for_source_row : int32 ``[N, K]`` expert of each slot (only read for ``bias``),
+        in ``[0, E)``.
+    drop_pad_mode : 0, 1, 2 or 3 (above).
+    k : K when scales is None (``aclnnMoeFinalizeRoutingV4``); otherwise K comes from scales.
+    numerics : fields used: ``nan_policy``.
+
+    Returns ``[N, H]`` of the rows' dtype.
+
+    Formula, fp32, in this order (kernel ``moe_finalize_routing_v2_fp_cuth.h``)::
+
+        out = skip1 + skip2                      # (skip1 alone, or nothing when absent)
+        for j in 0 .. K-1:                       # slots in order
+            r = rows[idx(i, j)] (0 if idx == -1) + bias[expert(i, j)]
+            r = r * scales[i, j]
+            out = out + r                        # the first term initialises out when no skip
+        y = cast(out -> dtype, RNE)
+
+    A dropped slot (-1) reads a zero row, but its bias and weight still apply (the kernel zero-fills
+    the row buffer and then adds the bias): with a bias it contributes ``scale * bias[expert]``.
+    All arithmetic is fp32 and rounded once at the end; for fp16 / bf16 rows, whether the device
+    keeps fp32 throughout is not confirmed.
+
+    Errors: TypeError for dtypes; ValueError for shapes, out-of-range or -1 indices where not
+    allowed, missing companions (skip2 without skip1, bias without export_for_source_row).
+    """
+    op = "moe_finalize_routing"
+    C.check_numerics(op, numerics)
+    drop_pad_mode = _check.choice(op, "drop_pad_mode", drop_pad_mode, (0, 1, 2, 3))
+    rows = _check.array(op, "expanded_permuted_rows", expanded_permuted_rows, dtypes=C.FLOATS, min_ndim=2, max_ndim=3)
+    dtype = rows.dtype
+    if rows.ndim == 3 and drop_pad_mode in (0, 2):
+        _check.fail(op, "expanded_permuted_rows", f"2-D [N*K, H] with drop_pad_mode={drop_pad_mode} (3-D [E, C, H] "
+                    "is the drop/pad layout, modes 1 and 3)", _check.describe(rows))
+    h = rows.shape[-1]
+    flat_rows = rows.reshape(-1, h)
+    idx = _check.array(op, "expanded_src_to_dst_row", expanded_src_to_dst_row, dtypes=(_dt.int32,), ndim=1)
+    sc = _check.optional(op, "scales", scales, dtypes=(dtype, _dt.float32) if dtype == _dt.bfloat16 else (dtype,),
+                         ndim=2)
+    if sc is not None:
+        n, kk = sc.shape
+        if kk < 1:
+            _check.fail(op, "scales", "of shape [N, K] with K >= 1", _check.describe(sc))
+    else:
+        kk = _check.integer(op, "k", k, minimum=1)
+        if idx.shape[0] % kk:
+            _check.fail(op, "k", f"a divisor of the index length {idx.shape[0]} (scales is None)", str(k))
+        n = idx.shape[0] // kk
+    if idx.shape[0] != n * kk:
+        _check.fail(op, "expanded_src_to_dst_row", f"of shape [N*K] = [{n * kk}]", _check.describe(idx))
+    if drop_pad_mode in (0, 2) and flat_rows.shape[0] != n * kk:
+        _check.fail(op, "expanded_permuted_rows", f"of shape [N*K, H] = [{n * kk}, {h}]", _check.describe(rows))
+    s1 = _check.optional(op, "skip1", skip1, dtypes=(dtype,), ndim=2)
+    s2 = _check.optional(op, "skip2", skip2, dtypes=(dtype,), ndim=2)
+    if s2 is not None and s1 is None:
+        _check.fail(op, "skip1", "given when skip2 is (CANN: skip2 requires skip1)", "None")
+    for arg, value in (("skip1", s1), ("skip2", s2)):
+        if value is not None:
+            _check.shape(op, arg, value, [(n, h)], f"of shape [N, H] = [{n}, {h}]")
+    b = _check.optional(op, "bias", bias, dtypes=(dtype,), ndim=2)
+    experts = _check.optional(op, "export_for_source_row", export_for_source_row, dtypes=(_dt.int32,), ndim=2)
+    if b is not None:
+        if b.shape[1] != h:
+            _check.fail(op, "bias", f"of shape [E, H] with H = {h}", _check.describe(b))
+        if experts is None:
+            _check.fail(op, "export_for_source_row", "the [N, K] expert ids when bias is given", "None")
+        _check.shape(op, "export_for_source_row", experts, [(n, kk)], f"of shape [N, K] = [{n}, {kk}]")
+        if experts.size and (experts.min() < 0 or experts.max() >= b.shape[0]):
+            _check.fail(op, "export_for_source_row", f"expert ids in [0, E = {b.shape[0]})",
+                        f"values in [{experts.min()}, {experts.max()}]")
+    lo = -1 if drop_pad_mode in (1, 3) else 0
+    if idx.size and (idx.min() < lo or idx.max() >= flat_rows.shape[0]):
+        why = " (-1 marks a dropped slot only in drop/pad modes 1 and 3)" if idx.min() == -1 else ""
+        _check.fail(op, "expanded_src_to_dst_row", f"row indices in [{lo}, {flat_rows.shape[0]}){why}",
+                    f"values in [{idx.min()}, {idx.max()}]")
+    for arg, value in (("expanded_permuted_rows", rows), ("skip1", s1), ("skip2", s2), ("bias", b), ("scales", sc)):
+        C.check_finite(op, arg, value, numerics)
+
+    slot_idx = idx.reshape(kk, n).T if drop_pad_mode in (0, 1) else idx.reshape(n, kk)   # [N, K]
+    out = None
+    if s1 is not None:
+        out = s1.astype(np.float32)
+        if s2 is not None:
+            out = out + s2.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for j in range(kk):
+            col = slot_idx[:, j]
+            r = flat_rows[np.maximum(col, 0)].astype(np.float32)
+            r[col < 0] = 0
+            if b is not None:
+                r = r + b[experts[:, j]].astype(np.float32)
+            if sc is not None:
+                r = r * sc[:, j:j + 1].astype(np.float32)
+            out = r if out is None else out + r
+    if out is None:
+        out = np.zeros((n, h), np.float32)
+    return to_float(out.astype(np.float32), dtype)

@@ -1,0 +1,302 @@
+"""The W8A8 MoE layer end to end, as SGLang's ascend_tp path runs it (spec/serving-paths.md §5.2, §5.6).
+
+::
+
+    hidden bf16 [T, H]
+      router:  topk_ids int32 [T, k], topk_weights fp32 [T, k] -> bf16
+      moe_init_routing_v2(quant_mode=1)      -> x_q int8 [M, H], s_tok fp32 [M], row_idx int32 [M], counts int64 [E]
+      grouped_matmul W13 (bf16 scale, s_tok) -> g bf16 [M, 2I]
+      dequant_swiglu_quant(quant_mode=1, activate_left=True[, swiglu_limit])  -> a_q int8 [M, I], s2 fp32 [M]
+      grouped_matmul W2 (bf16 scale, s2)     -> o bf16 [M, H]
+      moe_finalize_routing(drop_pad_mode=2, scales=topk_weights bf16)         -> routed bf16 [T, H]
+      (+ shared expert: W8A8_DYNAMIC gate/up linears, bf16 SwiGLU, down linear; bf16 add)
+
+``M = T * k``. The weights come in the checkpoint layout and are converted here as the serving code
+converts them at load time (spec §5.0). The NZ cast changes storage only, so it is not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .. import _check
+from .. import dtypes as _dt
+from ..linear import w8a8_dynamic_linear
+from ..numerics import ASCEND, Numerics
+from ..rounding import to_float
+from . import _common as C
+from .finalize import moe_finalize_routing
+from .gating import moe_gating_top_k, moe_gating_top_k_softmax
+from .grouped_matmul import grouped_matmul
+from .routing import moe_init_routing_v2
+from .swiglu import dequant_swiglu_quant, swiglu
+
+_SHARED_KEYS = ("gate_weight", "gate_scale", "up_weight", "up_scale", "down_weight", "down_scale")
+_SCORING = {"softmax": None, "sigmoid": 1, "sqrtsoftplus": 2}
+
+
+def _expert_scale(op: str, arg: str, value, e: int, rows: int) -> np.ndarray:
+    """Checkpoint scale ``[E, out, 1]`` (or ``[E, out]``) -> squeeze -> bf16 ``[E, out]`` (SGLang, spec §5.0)."""
+    value = _check.array(op, arg, value, dtypes=(_dt.float32, _dt.bfloat16))
+    if value.shape not in ((e, rows, 1), (e, rows)):
+        _check.fail(op, arg, f"of shape [E, out, 1] = [{e}, {rows}, 1] or [{e}, {rows}]", _check.describe(value))
+    value = value.reshape(e, rows)
+    return value if value.dtype == _dt.bfloat16 else to_float(value.astype(np.float32), _dt.bfloat16)
+
+
+def _load_experts(op: str, h: int, w13, w13_scale, w2, w2_scale):
+    """Checkpoint layout -> serving layout: ``W13 [E, 2I, H] -> [E, H, 2I]``, ``W2 [E, H, I] -> [E, I, H]``
+    (transposed views), fp32 ``[E, out, 1]`` scales -> bf16 ``[E, out]``."""
+    w13 = _check.array(op, "w13", w13, dtypes=(_dt.int8,), ndim=3)
+    e, i2, h13 = w13.shape
+    if h13 != h or i2 % 2:
+        _check.fail(op, "w13", f"of shape [E, 2I, H] with H = {h} and an even 2I (gate rows then up rows)",
+                    _check.describe(w13))
+    w2 = _check.array(op, "w2", w2, dtypes=(_dt.int8,), ndim=3)
+    _check.shape(op, "w2", w2, [(e, h, i2 // 2)], f"of shape [E, H, I] = [{e}, {h}, {i2 // 2}]")
+    s13 = _expert_scale(op, "w13_scale", w13_scale, e, i2)
+    s2 = _expert_scale(op, "w2_scale", w2_scale, e, h)
+    return w13.transpose(0, 2, 1), s13, w2.transpose(0, 2, 1), s2
+
+
+def _route(op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights, scoring_func, renormalize,
+           correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor, numerics):
+    """``(topk_ids int32 [T, k], topk_weights fp32 [T, k])`` — given, or from the router logits."""
+    if topk_ids is not None or topk_weights is not None:
+        if router_logits is not None:
+            _check.fail(op, "router_logits", "None when topk_ids / topk_weights are given", _check.describe(router_logits))
+        if topk_ids is None or topk_weights is None:
+            missing = "topk_ids" if topk_ids is None else "topk_weights"
+            _check.fail(op, missing, "given together with the other (topk_ids and topk_weights)", "None")
+        ids = _check.array(op, "topk_ids", topk_ids, dtypes=(_dt.int32, _dt.int64), ndim=2)
+        if ids.shape[0] != t:
+            _check.fail(op, "topk_ids", f"of shape [T, k] with T = {t}", _check.describe(ids))
+        if top_k is not None and ids.shape[1] != top_k:
+            _check.fail(op, "top_k", f"None or topk_ids.shape[1] = {ids.shape[1]}", repr(top_k))
+        wts = _check.array(op, "topk_weights", topk_weights, dtypes=C.FLOATS, ndim=2)
+        _check.shape(op, "topk_weights", wts, [ids.shape], f"of topk_ids' shape {tuple(ids.shape)}")
+        C.check_finite(op, "topk_weights", wts, numerics)
+        if ids.size and (ids.min() < 0 or ids.max() >= e):
+            _check.fail(op, "topk_ids", f"expert ids in [0, E = {e})", f"values in [{ids.min()}, {ids.max()}]")
+        return ids.astype(np.int32), wts.astype(np.float32)
+    if router_logits is None:
+        _check.fail(op, "router_logits", "the [T, E] router logits (or pass topk_ids and topk_weights)", "None")
+    logits = _check.array(op, "router_logits", router_logits, dtypes=C.FLOATS, ndim=2)
+    _check.shape(op, "router_logits", logits, [(t, e)], f"of shape [T, E] = [{t}, {e}]")
+    if top_k is None:
+        _check.fail(op, "top_k", "an int (experts per token) with router_logits", "None")
+    if scoring_func not in _SCORING:
+        _check.fail(op, "scoring_func", f"one of {tuple(_SCORING)}", repr(scoring_func))
+    renormalize = C.boolean(op, "renormalize", renormalize)
+    if scoring_func == "softmax":
+        if correction_bias is not None or group_count != 1 or k_group != 1 or routed_scaling_factor != 1.0:
+            _check.fail(op, "scoring_func", "'sigmoid' or 'sqrtsoftplus' for correction_bias / expert groups / "
+                        "routed_scaling_factor (the softmax path is npu_moe_gating_top_k_softmax)", repr(scoring_func))
+        y, ids, _ = moe_gating_top_k_softmax(logits, k=top_k, numerics=numerics)
+        w = y.astype(np.float32)
+        if renormalize:  # SGLang's l1_norm, in fp32
+            with np.errstate(divide="ignore", invalid="ignore"):
+                w = (w / C.sum_f32(w)).astype(np.float32)
+        return ids, w
+    if renormalize:
+        _check.fail(op, "renormalize", f"False with scoring_func={scoring_func!r} (moe_gating_top_k renormalises "
+                    "sigmoid / sqrt-softplus weights itself)", "True")
+    # SGLang: npu_moe_gating_top_k(logits.float(), k, bias=bias.float(), ...), sigmoid or sqrt-softplus.
+    bias = None if correction_bias is None else _check.array(
+        op, "correction_bias", correction_bias, dtypes=C.FLOATS, ndim=1).astype(np.float32)
+    y, ids, _ = moe_gating_top_k(logits.astype(np.float32), top_k, bias=bias, k_group=k_group,
+                                 group_count=group_count, group_select_mode=group_select_mode,
+                                 norm_type=_SCORING[scoring_func], routed_scaling_factor=routed_scaling_factor,
+                                 numerics=numerics)
+    return ids, y
+
+
+def _check_shared(op: str, shared_expert, shared_input) -> None:
+    if shared_expert is None:
+        return
+    if not isinstance(shared_expert, Mapping) or set(shared_expert) != set(_SHARED_KEYS):
+        _check.fail(op, "shared_expert", f"a mapping with exactly the keys {_SHARED_KEYS} (checkpoint layout: "
+                    "weights int8 [out, in], scales float32 [out, 1])", _check.describe(shared_expert), TypeError)
+    if shared_input is None:
+        _check.fail(op, "shared_input", "the bf16 hidden states [T, H] the shared expert runs on", "None")
+
+
+def _shared(op: str, shared_expert, x: np.ndarray, numerics: Numerics) -> np.ndarray:
+    """Shared expert: W8A8_DYNAMIC gate and up linears, bf16 ``silu(gate) * up`` (no clamp), down linear."""
+    g = w8a8_dynamic_linear(x, shared_expert["gate_weight"], shared_expert["gate_scale"], numerics=numerics)
+    u = w8a8_dynamic_linear(x, shared_expert["up_weight"], shared_expert["up_scale"], numerics=numerics)
+    if g.shape != u.shape:
+        _check.fail(op, "shared_expert", "gate and up weights of the same shape", f"{g.shape} vs {u.shape}")
+    a = swiglu(np.concatenate([g, u], axis=-1), numerics=numerics)
+    return w8a8_dynamic_linear(a, shared_expert["down_weight"], shared_expert["down_scale"], numerics=numerics)
+
+
+def _forward(op, hidden_or_q, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
+             topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count, group_select_mode,
+             routed_scaling_factor, swiglu_limit, shared_expert, numerics) -> dict:
+    C.check_numerics(op, numerics)
+    _check_shared(op, shared_expert, shared_input)
+    t, h = hidden_or_q.shape
+    w13_kn, s13, w2_kn, s2w = _load_experts(op, h, w13, w13_scale, w2, w2_scale)
+    e = w13_kn.shape[0]
+    ids, wts = _route(op, t, e, top_k, router_logits, topk_ids, topk_weights, scoring_func, renormalize,
+                      correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor, numerics)
+    k = ids.shape[1]
+    routing = dict(active_num=t * k, expert_num=e, expert_tokens_num_type=1, expert_tokens_num_flag=True,
+                   active_expert_range=[0, e], numerics=numerics)
+    if x_scale is None:
+        x_e, row_idx, counts, s_e = moe_init_routing_v2(hidden_or_q, ids, quant_mode=1, **routing)
+    else:
+        x_e, row_idx, counts, s_e = moe_init_routing_v2(hidden_or_q, ids, scale=x_scale, quant_mode=-1, **routing)
+    gmm1 = grouped_matmul(x_e, w13_kn, scale=s13, per_token_scale=s_e, group_list=counts, group_list_type=1,
+                          output_dtype=_dt.bfloat16, split_item=2, group_type=0, numerics=numerics)
+    a_q, a_s = dequant_swiglu_quant(gmm1, quant_mode=1, activate_left=True, swiglu_limit=swiglu_limit,
+                                    numerics=numerics)
+    gmm2 = grouped_matmul(a_q, w2_kn, scale=s2w, per_token_scale=a_s, group_list=counts, group_list_type=1,
+                          output_dtype=_dt.bfloat16, split_item=2, group_type=0, numerics=numerics)
+    weights_bf16 = to_float(wts, _dt.bfloat16)   # SGLang: topk_weights.to(hidden.dtype)
+    routed = moe_finalize_routing(gmm2, None, None, None, weights_bf16, row_idx, ids, drop_pad_mode=2,
+                                  numerics=numerics)
+    shared = None
+    y = routed
+    if shared_expert is not None:
+        shared = _shared(op, shared_expert, shared_input, numerics)
+        if shared.shape != routed.shape:
+            _check.fail(op, "shared_expert", f"a down projection to [T, H] = {routed.shape}", f"{shared.shape}")
+        y = to_float(routed.astype(np.float32) + shared.astype(np.float32), _dt.bfloat16)
+    return {"topk_ids": ids, "topk_weights": wts, "expanded_x": x_e, "expanded_scale": s_e,
+            "expanded_row_idx": row_idx, "expert_tokens": counts, "w13_scale": s13, "w2_scale": s2w,
+            "gmm1": gmm1, "act_q": a_q, "act_scale": a_s, "gmm2": gmm2, "routed": routed, "shared": shared, "y": y}
+
+
+def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.ndarray,
+                    w2_scale: np.ndarray, *, top_k: int | None = None, router_logits: np.ndarray | None = None,
+                    topk_ids: np.ndarray | None = None, topk_weights: np.ndarray | None = None,
+                    scoring_func: str = "softmax", renormalize: bool = False,
+                    correction_bias: np.ndarray | None = None, k_group: int = 1, group_count: int = 1,
+                    group_select_mode: int = 0, routed_scaling_factor: float = 1.0,
+                    swiglu_limit: float | None = None, shared_expert: Mapping | None = None,
+                    numerics: Numerics = ASCEND) -> dict:
+    """:func:`w8a8_moe` with every intermediate, for attribution: ``topk_ids``, ``topk_weights``
+    (fp32), ``expanded_x`` (int8 [M, H]), ``expanded_scale`` (fp32 [M]), ``expanded_row_idx``,
+    ``expert_tokens`` (int64 counts [E]), ``w13_scale`` / ``w2_scale`` (as loaded, bf16),
+    ``gmm1`` (bf16 [M, 2I]), ``act_q`` (int8 [M, I]), ``act_scale`` (fp32 [M]), ``gmm2``
+    (bf16 [M, H]), ``routed`` (bf16 [T, H]), ``shared`` (bf16 [T, H] or None) and ``y``."""
+    op = "w8a8_moe"
+    C.check_numerics(op, numerics)
+    hidden = _check.array(op, "hidden", hidden, dtypes=(_dt.bfloat16,), ndim=2)
+    C.check_finite(op, "hidden", hidden, numerics)
+    return _forward(op, hidden, None, hidden, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
+                    topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
+                    group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics)
+
+
+def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.ndarray, w2_scale: np.ndarray, *,
+             top_k: int | None = None, router_logits: np.ndarray | None = None, topk_ids: np.ndarray | None = None,
+             topk_weights: np.ndarray | None = None, scoring_func: str = "softmax", renormalize: bool = False,
+             correction_bias: np.ndarray | None = None, k_group: int = 1, group_count: int = 1,
+             group_select_mode: int = 0, routed_scaling_factor: float = 1.0, swiglu_limit: float | None = None,
+             shared_expert: Mapping | None = None, numerics: Numerics = ASCEND) -> np.ndarray:
+    """The ``W8A8_DYNAMIC`` MoE layer (routed experts + optional shared expert), SGLang ascend_tp path.
+
+    Parameters
+    ----------
+    hidden : bfloat16 ``[T, H]``.
+    w13 : int8 ``[E, 2I, H]`` (checkpoint layout: gate rows ``[0, I)``, up rows ``[I, 2I)``).
+    w13_scale : float32 ``[E, 2I, 1]`` (or ``[E, 2I]``; bf16 accepted as already loaded).
+    w2 : int8 ``[E, H, I]``; w2_scale : float32 ``[E, H, 1]`` (or ``[E, H]``).
+    Routing, either
+        ``topk_ids`` int32/int64 ``[T, k]`` in ``[0, E)`` with ``topk_weights`` float ``[T, k]``, or
+        ``router_logits`` float ``[T, E]`` with ``top_k`` and ``scoring_func``:
+        ``"softmax"`` -> :func:`moe_gating_top_k_softmax` (+ fp32 L1 ``renormalize`` if asked);
+        ``"sigmoid"`` / ``"sqrtsoftplus"`` -> :func:`moe_gating_top_k` on fp32 logits with
+        ``correction_bias`` (fp32), ``k_group``, ``group_count``, ``group_select_mode``,
+        ``routed_scaling_factor`` (renormalised by the op). DeepSeek-V4-Flash: ``"sqrtsoftplus"``,
+        its gate bias, ``routed_scaling_factor=1.5``.
+    swiglu_limit : DeepSeek-V4's clamp for the routed experts (10.0 there); None: no clamp.
+    shared_expert : optional mapping ``{gate_weight, gate_scale, up_weight, up_scale, down_weight,
+        down_scale}`` in checkpoint layout (int8 ``[I_s, H]`` / ``[H, I_s]``, fp32 ``[out, 1]``
+        scales), run through :func:`w8a8.w8a8_dynamic_linear` with a bf16 SwiGLU (no clamp).
+    numerics : passed to every op.
+
+    Returns bf16 ``[T, H]``. Steps (module docstring; spec/serving-paths.md §5.2)::
+
+        load:     W13 -> [E, H, 2I], W2 -> [E, I, H]; scales squeeze(-1) -> bf16 (RNE)
+        route:    ids int32, weights fp32 (the router ops above)
+        dispatch: x_q, row_idx, counts, s_tok = moe_init_routing_v2(hidden, ids, active_num=T*k,
+                      expert_num=E, expert_tokens_num_type=1, expert_tokens_num_flag=True,
+                      active_expert_range=[0, E], quant_mode=1)
+        g   = grouped_matmul(x_q, W13, scale=s13, per_token_scale=s_tok, group_list=counts,
+                             group_list_type=1, output_dtype=bf16)
+        a_q, s2 = dequant_swiglu_quant(g, quant_mode=1, activate_left=True, swiglu_limit=L)
+        o   = grouped_matmul(a_q, W2, scale=s2w, per_token_scale=s2, group_list=counts, ...)
+        routed = moe_finalize_routing(o, None, None, None, bf16(weights), row_idx, ids, drop_pad_mode=2)
+        y   = bf16(fp32(routed) + fp32(shared))       # shared = down(bf16 swiglu([gate(x), up(x)]))
+    """
+    return w8a8_moe_stages(hidden, w13, w13_scale, w2, w2_scale, top_k=top_k, router_logits=router_logits,
+                           topk_ids=topk_ids, topk_weights=topk_weights, scoring_func=scoring_func,
+                           renormalize=renormalize, correction_bias=correction_bias, k_group=k_group,
+                           group_count=group_count, group_select_mode=group_select_mode,
+                           routed_scaling_factor=routed_scaling_factor, swiglu_limit=swiglu_limit,
+                           shared_expert=shared_expert, numerics=numerics)["y"]
+
+
+def w8a8_moe_prequantized_stages(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray,
+                                 w2: np.ndarray, w2_scale: np.ndarray, *, top_k: int | None = None,
+                                 router_logits: np.ndarray | None = None, topk_ids: np.ndarray | None = None,
+                                 topk_weights: np.ndarray | None = None, scoring_func: str = "softmax",
+                                 renormalize: bool = False, correction_bias: np.ndarray | None = None,
+                                 k_group: int = 1, group_count: int = 1, group_select_mode: int = 0,
+                                 routed_scaling_factor: float = 1.0, swiglu_limit: float | None = None,
+                                 shared_expert: Mapping | None = None, shared_input: np.ndarray | None = None,
+                                 numerics: Numerics = ASCEND) -> dict:
+    """:func:`w8a8_moe_prequantized` with the intermediates of :func:`w8a8_moe_stages`."""
+    op = "w8a8_moe_prequantized"
+    x_q = _check.array(op, "x_q", x_q, dtypes=(_dt.int8,), ndim=2)
+    x_scale = _check.array(op, "x_scale", x_scale, dtypes=(_dt.float32,), ndim=1)
+    if x_scale.shape[0] != x_q.shape[0]:
+        _check.fail(op, "x_scale", f"of shape [T] = [{x_q.shape[0]}] (one scale per token)", _check.describe(x_scale))
+    if shared_input is not None:
+        shared_input = _check.array(op, "shared_input", shared_input, dtypes=(_dt.bfloat16,), ndim=2)
+        _check.shape(op, "shared_input", shared_input, [x_q.shape], f"of x_q's shape {tuple(x_q.shape)}")
+    return _forward(op, x_q, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
+                    topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
+                    group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics)
+
+
+def w8a8_moe_prequantized(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray,
+                          w2: np.ndarray, w2_scale: np.ndarray, *, top_k: int | None = None,
+                          router_logits: np.ndarray | None = None, topk_ids: np.ndarray | None = None,
+                          topk_weights: np.ndarray | None = None, scoring_func: str = "softmax",
+                          renormalize: bool = False, correction_bias: np.ndarray | None = None, k_group: int = 1,
+                          group_count: int = 1, group_select_mode: int = 0, routed_scaling_factor: float = 1.0,
+                          swiglu_limit: float | None = None, shared_expert: Mapping | None = None,
+                          shared_input: np.ndarray | None = None, numerics: Numerics = ASCEND) -> np.ndarray:
+    """The MoE layer on tokens that arrive already quantized (an INT8 DeepEP dispatch): no second quant.
+
+    Parameters
+    ----------
+    x_q : int8 ``[T, H]`` and x_scale : float32 ``[T]``: the dispatched tokens and their per-token
+        scales (the golden's model of that dispatch is :func:`dispatch_quant`).
+    shared_input : bf16 ``[T, H]``, required with ``shared_expert``: the shared expert runs on the
+        unquantized tokens (before the dispatch, on the local rank).
+    Everything else as :func:`w8a8_moe` (the router logits, if given, are the ones computed from the
+    bf16 hidden states before dispatch).
+
+    The only difference from :func:`w8a8_moe` is the dispatch step::
+
+        x_e, row_idx, counts, s_tok = moe_init_routing_v2(x_q, ids, scale=x_scale, quant_mode=-1, ...)
+
+    (the int8 rows and their scales are gathered, not requantized). Hence
+    ``w8a8_moe_prequantized(*dispatch_quant(h), ..., shared_input=h)`` equals ``w8a8_moe(h, ...)``
+    bit for bit.
+    """
+    return w8a8_moe_prequantized_stages(
+        x_q, x_scale, w13, w13_scale, w2, w2_scale, top_k=top_k, router_logits=router_logits, topk_ids=topk_ids,
+        topk_weights=topk_weights, scoring_func=scoring_func, renormalize=renormalize,
+        correction_bias=correction_bias, k_group=k_group, group_count=group_count,
+        group_select_mode=group_select_mode, routed_scaling_factor=routed_scaling_factor,
+        swiglu_limit=swiglu_limit, shared_expert=shared_expert, shared_input=shared_input,
+        numerics=numerics)["y"]

@@ -1,0 +1,228 @@
+"""``npu_swiglu`` and ``npu_dequant_swiglu_quant`` (spec/ascend-ops.md §7.1, §7.2).
+
+SwiGLU is ``silu(A) * B`` on the two halves of the last (or given) dimension, computed in fp32 as
+the kernel does: ``A / (1 + exp(-A)) * B``. The fused op adds the int32 dequant in front and a
+per-row int8 quantization behind. ``swiglu_limit`` is this project's addition for DeepSeek-V4's
+routed experts (spec/serving-paths.md §1.5): ``gate = min(gate, L)``, ``up = clip(up, -L, L)``
+before ``silu(gate) * up`` — the clamp vllm-ascend's fused ``grouped_matmul_swiglu_quant`` applies
+(its ``swiglu_limit``); it is not an argument of ``npu_dequant_swiglu_quant``, whose own
+``swiglu_mode``/``clamp_limit`` is the different GPT-OSS formula.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _check
+from .. import dtypes as _dt
+from ..dynamic_quant import quantize_rows
+from ..intgemm import add_int32
+from ..numerics import ASCEND, Numerics
+from ..rounding import to_float, to_int
+from . import _common as C
+
+_H_LIMIT = 10496
+
+
+def _clamped_swiglu(gate: np.ndarray, up: np.ndarray, limit: float | None, numerics: Numerics) -> np.ndarray:
+    """fp32 ``silu(gate) * up`` (with DeepSeek-V4's clamp when ``limit`` is given)."""
+    if limit is not None:
+        lim = np.float32(limit)
+        gate = np.minimum(gate, lim)
+        up = np.clip(up, -lim, lim)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return C.silu(gate, numerics) * up
+
+
+def swiglu(x: np.ndarray, dim: int = -1, *, numerics: Numerics = ASCEND) -> np.ndarray:
+    """``silu(A) * B`` with A the first half of ``dim``, mirroring ``torch_npu.npu_swiglu``.
+
+    Parameters
+    ----------
+    x : float32 / float16 / bfloat16, 1-D to 8-D; ``x.shape[dim]`` even.
+    dim : the split dimension.
+    numerics : fields used: ``transcendental`` (exp), ``nan_policy``.
+
+    Returns x's dtype, ``x.shape`` with ``dim`` halved::
+
+        a, b = fp32 halves of x along dim
+        out  = cast(a / (1 + exp(-a)) * b -> x.dtype, RNE)     # kernel swi_glu_bf16.hpp order
+
+    Errors: TypeError for the dtype; ValueError for rank, dim, an odd split size, NaN/Inf under
+    ``nan_policy="raise"``.
+    """
+    op = "swiglu"
+    C.check_numerics(op, numerics)
+    x = _check.array(op, "x", x, dtypes=C.FLOATS, min_ndim=1, max_ndim=8)
+    dim = _check.integer(op, "dim", dim, minimum=-x.ndim, maximum=x.ndim - 1)
+    size = x.shape[dim]
+    if size % 2:
+        _check.fail(op, "x", f"of even size along dim {dim}", _check.describe(x))
+    C.check_finite(op, "x", x, numerics)
+    a, b = np.split(x.astype(np.float32), 2, axis=dim)
+    return to_float(_clamped_swiglu(a, b, None, numerics).astype(np.float32), x.dtype)
+
+
+def _per_group(op: str, arg: str, value: np.ndarray, groups: int | None, width: int, allow_scalar: bool = False):
+    """A per-group parameter ``[G, width]`` (with group_index) or ``[width]`` / ``[1, width]`` (without);
+    returned as fp32 ``[G or 1, width]`` (``[1, 1]`` for an allowed scalar)."""
+    if groups is not None:
+        _check.shape(op, arg, value, [(groups, width)], f"of shape [G, {width}] = [{groups}, {width}] (with group_index)")
+        return value.astype(np.float32)
+    shapes = [(width,), (1, width)] + ([(1,)] if allow_scalar else [])
+    _check.shape(op, arg, value, shapes, f"of shape [{width}] or [1, {width}]" + (" or [1]" if allow_scalar else "")
+                 + " (without group_index)")
+    return value.astype(np.float32).reshape(1, -1)
+
+
+def dequant_swiglu_quant(x: np.ndarray, *, weight_scale: np.ndarray | None = None,
+                         activation_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
+                         quant_scale: np.ndarray | None = None, quant_offset: np.ndarray | None = None,
+                         group_index: np.ndarray | None = None, activate_left: bool = False, quant_mode: int = 0,
+                         swiglu_limit: float | None = None,
+                         numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray]:
+    """Dequant + SwiGLU + int8 quant, mirroring ``torch_npu.npu_dequant_swiglu_quant``.
+
+    Parameters
+    ----------
+    x : int32 ``[T, 2H]`` (a raw grouped-matmul accumulator) or float16 / bfloat16 ``[T, 2H]``.
+    weight_scale : float32 ``[G, 2H]`` (with group_index) or ``[2H]`` / ``[1, 2H]``. Required for
+        int32 x; must be None for float x (no dequant then).
+    activation_scale : float32 ``[T]`` or ``[T, 1]``, int32 x only (optional).
+    bias : int32 ``[2H]`` / ``[1, 2H]``, int32 x only, not with group_index; added to x before the
+        float conversion.
+    quant_scale : ``quant_mode=1``: optional smooth scale (float32 / float16 / bfloat16), ``[G, H]``
+        or ``[H]`` / ``[1, H]``, multiplied in; ``quant_mode=0``: required float32 ``[G, H]`` /
+        ``[H]`` / ``[1, H]``, or ``[1]`` (a scalar), divided by.
+    quant_offset : ``quant_mode=0`` only: float32 of quant_scale's shape (0 when omitted).
+    group_index : int64 ``[G]`` counts (tokens per group), ``sum <= T``; with it ``H`` must be a
+        multiple of 64 and ``<= 10496`` (device limits).
+    activate_left : True: ``silu(x[:, :H]) * x[:, H:]`` (as npu_swiglu; what vllm-ascend and SGLang
+        pass); False (the default): ``silu(x[:, H:]) * x[:, :H]``.
+    quant_mode : 0 static, 1 dynamic per row.
+    swiglu_limit : **not a torch_npu argument** (this project's): DeepSeek-V4's clamp
+        ``gate = min(gate, L)``, ``up = clip(up, -L, L)`` before ``silu(gate) * up``; ``L > 0``.
+    numerics : fields used: ``transcendental``, ``round_mode``, ``zero_row``, ``saturate``,
+        ``nan_policy``.
+
+    Returns ``(y int8 [T, H], scale float32 [T])``.
+
+    Formula (fp32, kernel ``dequant_swiglu_quant.h``; ``g`` = group of row t, 0 without group_index)::
+
+        v = fp32(x[t] + bias) * weight_scale[g] * activation_scale[t]   # int32 x; fp32(x) otherwise
+        gate, up = (v[:H], v[H:]) if activate_left else (v[H:], v[:H])
+        [swiglu_limit: gate = min(gate, L); up = clip(up, -L, L)]
+        o = gate / (1 + exp(-gate)) * up
+        dynamic: o = o * smooth[g];  scale = rowmax|o| * (1/127);  y = RINT(o / scale)
+        static:  y = RINT(o / quant_scale[g] + quant_offset[g])
+                 ([1] quant_scale: o * (1 / s) + offset, with s = 0 replaced by 1); scale = 0
+
+    An all-zero dynamic row has scale 0 and codes ``numerics.zero_row`` (0). The static mode's
+    scale output is not specified by the device (the golden writes 0). **Rows past
+    sum(group_index)** are not written by the device (undefined, possibly Inf/NaN); the golden
+    writes 0 codes and scale 0 — compare only :func:`valid_rows` ``(group_index, T,
+    group_list_type=1)``. The device ignores ``bias``/``quant_offset`` with group_index in dynamic
+    mode; the golden refuses them instead (a caller passing them has a bug).
+
+    Errors: TypeError for dtypes; ValueError for shapes, combinations, ``swiglu_limit <= 0``,
+    NaN/Inf under ``nan_policy="raise"``; OverflowError when ``x + bias`` leaves int32.
+    """
+    op = "dequant_swiglu_quant"
+    C.check_numerics(op, numerics)
+    x = _check.array(op, "x", x, dtypes=(_dt.int32, _dt.float16, _dt.bfloat16), ndim=2)
+    t, h2 = x.shape
+    if h2 % 2:
+        _check.fail(op, "x", "of even last dimension [T, 2H]", _check.describe(x))
+    h = h2 // 2
+    quant_mode = _check.choice(op, "quant_mode", quant_mode, (0, 1))
+    activate_left = C.boolean(op, "activate_left", activate_left)
+    limit = None
+    if swiglu_limit is not None:
+        limit = C.real(op, "swiglu_limit", swiglu_limit)
+        if limit <= 0:
+            _check.fail(op, "swiglu_limit", "> 0 (DeepSeek-V4 uses 10.0) or None", repr(swiglu_limit))
+    groups = None
+    gi = _check.optional(op, "group_index", group_index, dtypes=(_dt.int64,), ndim=1)
+    if gi is not None:
+        groups = gi.shape[0]
+        if h % 64 or h > _H_LIMIT:
+            _check.fail(op, "x", f"of half width H a multiple of 64 and <= {_H_LIMIT} with group_index",
+                        _check.describe(x))
+    segs = C.segments(op, gi, 1, t, groups, arg="group_index") if gi is not None else [(0, 0, t)]
+    is_int = x.dtype == _dt.int32
+    ws = _check.optional(op, "weight_scale", weight_scale, dtypes=(_dt.float32,))
+    act = _check.optional(op, "activation_scale", activation_scale, dtypes=(_dt.float32,))
+    b = _check.optional(op, "bias", bias, dtypes=(_dt.int32,))
+    if is_int and ws is None:
+        _check.fail(op, "weight_scale", "a float32 dequant scale for int32 x", "None")
+    for arg, value in (("weight_scale", ws), ("activation_scale", act), ("bias", b)):
+        if value is not None and not is_int:
+            _check.fail(op, arg, "None for float x (only an int32 x is dequantized)", _check.describe(value))
+    if ws is not None:
+        ws = _per_group(op, "weight_scale", ws, groups, h2)
+    if act is not None:
+        _check.shape(op, "activation_scale", act, [(t,), (t, 1)], f"of shape [T] or [T, 1] with T = {t}")
+        act = act.reshape(t, 1)
+    if b is not None:
+        if gi is not None:
+            _check.fail(op, "bias", "None with group_index", _check.describe(b))
+        _check.shape(op, "bias", b, [(h2,), (1, h2)], f"of shape [2H] = [{h2}] or [1, {h2}]")
+        b = b.reshape(h2)
+    qs_dtypes = (_dt.float32,) if quant_mode == 0 else (_dt.float32, _dt.float16, _dt.bfloat16)
+    qs = _check.optional(op, "quant_scale", quant_scale, dtypes=qs_dtypes)
+    qo = _check.optional(op, "quant_offset", quant_offset, dtypes=(_dt.float32,))
+    if quant_mode == 0:
+        if qs is None:
+            _check.fail(op, "quant_scale", "a float32 static scale with quant_mode=0", "None")
+        scalar = qs.shape == (1,) and gi is None
+        qs_f = _per_group(op, "quant_scale", qs, groups, h, allow_scalar=True)
+        if qo is not None:
+            _check.shape(op, "quant_offset", qo, [qs.shape], f"of quant_scale's shape {tuple(qs.shape)}")
+            qo_f = qo.astype(np.float32).reshape(qs_f.shape)
+        else:
+            qo_f = np.zeros_like(qs_f)
+    else:
+        if qo is not None:
+            _check.fail(op, "quant_offset", "None with quant_mode=1 (symmetric dynamic quantization)",
+                        _check.describe(qo))
+        qs_f = _per_group(op, "quant_scale", qs, groups, h) if qs is not None else None
+    for arg, value in (("x", x), ("weight_scale", ws), ("activation_scale", act), ("quant_scale", qs),
+                       ("quant_offset", qo)):
+        C.check_finite(op, arg, value, numerics)
+
+    y = np.zeros((t, h), np.int8)
+    scale = np.zeros(t, np.float32)
+    nan_code = 0 if numerics.zero_row == "zero" else -128
+    for g, start, stop in segs:
+        if stop == start:
+            continue
+        rows = slice(start, stop)
+        if is_int:
+            acc = x[rows]
+            if b is not None:
+                acc = add_int32(op, acc, b)
+            with np.errstate(over="ignore", invalid="ignore"):
+                v = acc.astype(np.float32) * ws[0 if groups is None else g]
+                if act is not None:
+                    v = v * act[rows]
+        else:
+            v = x[rows].astype(np.float32)
+        gate, up = (v[:, :h], v[:, h:]) if activate_left else (v[:, h:], v[:, :h])
+        o = _clamped_swiglu(gate, up, limit, numerics).astype(np.float32)
+        gsel = 0 if groups is None else g
+        if quant_mode == 1:
+            if qs_f is not None:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    o = o * qs_f[gsel]
+            y[rows], scale[rows] = quantize_rows(o, 127, codes="div_scale", scale="amax_mul_rcp",
+                                                 round_mode=numerics.round_mode, nan_code=nan_code,
+                                                 saturate=numerics.saturate)
+        else:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                if scalar:
+                    s0 = qs_f[0, 0] if qs_f[0, 0] != 0 else np.float32(1)
+                    r = o * (np.float32(1) / s0) + qo_f[0, 0]
+                else:
+                    r = o / qs_f[gsel] + qo_f[gsel]
+            y[rows] = to_int(r.astype(np.float32), _dt.int8, mode=numerics.round_mode, saturate=numerics.saturate)
+    return y, scale
