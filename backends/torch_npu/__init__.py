@@ -1,0 +1,201 @@
+"""``torch-npu``: Ascend 910C (Atlas A3) through torch_npu.
+
+Two halves (DESIGN.md § Backends):
+
+* **lowering** (:mod:`.lowering`, :mod:`.lowering_moe`, :mod:`.plan`): golden-style arguments ->
+  the exact torch_npu calls, load steps and constraints; pure Python + NumPy, tested anywhere.
+  :meth:`TorchNpuBackend.lower` returns the plan of a call without touching a device.
+* **execution** (:mod:`.execution`, :mod:`.environment`): imports torch / torch_npu on first use
+  (never when this package is imported), runs the plan's load steps once outside the timed
+  region and its calls inside it.
+
+Importing this package imports neither torch nor torch_npu. ``available()`` says precisely why
+the backend cannot run (:func:`.environment.probe`: torch missing, torch_npu missing, CANN missing
+with the import's own error, another import failure, no NPU device) and caches the answer.
+"""
+
+from __future__ import annotations
+
+import time
+
+from w8a8 import dtypes as _dt
+from w8a8.numerics import ASCEND
+
+from ..base import Backend, Prepared, Unsupported
+from ..ops import OPS
+from ._lower_common import Options
+from .lowering import LOWERINGS, UNSUPPORTED, lower
+from .plan import ConstraintError, ConstraintTypeError, Plan
+
+__all__ = ["TorchNpuBackend", "Plan", "ConstraintError", "ConstraintTypeError", "LOWERINGS", "UNSUPPORTED"]
+
+# Dtype arguments the device takes, per op (a value outside raises in lowering anyway; this answers
+# ``supports`` without arrays).
+_DTYPE_SUPPORT: dict[str, dict[str, tuple[str, ...]]] = {
+    "quant_matmul": {"output_dtype": ("int8", "float16", "bfloat16", "int32")},
+    "grouped_matmul": {"output_dtype": ("int8", "float16", "bfloat16", "int32")},
+    "dequantize": {"output_dtype": ("float16", "bfloat16")},
+    "anti_quant": {"dst_dtype": ("float16", "bfloat16"), "src_dtype": ("int8", "int4")},
+    "dynamic_quant": {"dst_type": ("int8", "int4")},
+    "dynamic_quant_asymmetric": {"dst_type": ("int8", "int4")},
+    "quantize": {"dtype": ("int8", "uint8", "int32", "int4")},
+    "w8a8_dynamic_linear": {"x": ("bfloat16", "float16")},
+    "w8a8_static_linear": {"x": ("bfloat16", "float16")},
+}
+
+
+class TorchNpuBackend(Backend):
+    """Ascend 910C through torch_npu (see the package docstring).
+
+    Parameters
+    ----------
+    weight_format : ``"auto"`` (SGLang's NZ rule, ND fallback with its reason), ``"ND"`` or ``"NZ"``
+        (:class:`~backends.torch_npu._lower_common.Options`).
+    device_index : the NPU to run on (``npu:<index>``).
+    runtime : an :class:`~backends.torch_npu.execution.Runtime` to use instead of probing the
+        environment (tests pass a recording stand-in for torch_npu).
+
+    Numerics
+    --------
+    Declares :data:`w8a8.ASCEND`, the record the golden's defaults describe: this is the device it
+    describes. None of its fields is confirmed on hardware from this repository; each is inferred
+    from sources (spec/ascend-ops.md). By kernel source: ``round_mode`` (CAST_RINT), ``quant_codes``
+    (``127 / amax`` then multiply), ``int32_bias`` (in the cube), ``epilogue_order``. By adapter
+    source: ``fp19_scale="adapter"`` and ``fp19_round_mode=0`` (the lowering packs explicitly where the
+    adapter would). Path-dependent in the kernel sources: ``scale_out`` (``1/inv`` on the main path,
+    ``amax * (1/127)`` on the double-buffer path, within 1 ulp) and ``routing_quant_round`` (RINT on
+    the full-row path, truncate-to-fp16 then half-away on the column-tiled one). From goldens only:
+    ``requant_clamp9``, ``saturate``. Not confirmed anywhere: ``zero_row`` (the integer the device
+    writes for NaN), ``zero_point_position`` (``quantize(div_mode=True)``). ``nan_policy="raise"`` and
+    ``transcendental="float64"`` are golden conventions: the device computes through NaN, and its exp
+    units are approximations (a tolerance, not a bitwise matter).
+    """
+
+    name = "torch-npu"
+    description = ("Ascend 910C (Atlas A3) via torch_npu: lowering to the exact torch_npu calls (pure, tested "
+                   "anywhere) + execution on the NPU")
+    device = "npu"
+    numerics = ASCEND
+
+    def __init__(self, weight_format: str = "auto", device_index: int = 0, runtime=None):
+        self.options = Options(weight_format)
+        self.device_index = int(device_index)
+        self._runtime = runtime
+        self._probe = None
+
+    # -- identity ---------------------------------------------------------------------------------
+    def available(self) -> tuple[bool, str]:
+        """``(True, "")`` or ``(False, precise reason)``; probed once, then cached."""
+        if self._runtime is not None:
+            return True, ""
+        if self._probe is None:
+            from .environment import probe
+
+            self._probe = probe()
+        return self._probe.as_tuple()
+
+    def ops(self) -> tuple[str, ...]:
+        return tuple(op for op in OPS if op in LOWERINGS)
+
+    def supports(self, op: str, **dtypes) -> bool:
+        if op not in self.ops():
+            return False
+        for arg, value in dtypes.items():
+            allowed = _DTYPE_SUPPORT.get(op, {}).get(arg)
+            if allowed is not None and value is not None and _dt.name(value) not in allowed:
+                return False
+        return True
+
+    def info(self) -> dict:
+        info = super().info()
+        info["unsupported_ops"] = dict(UNSUPPORTED)
+        info["weight_format"] = self.options.weight_format
+        return info
+
+    # -- lowering -----------------------------------------------------------------------------------
+    def lower(self, op: str, *args, **kwargs) -> Plan:
+        """The torch_npu plan of ``op`` on golden-style arguments (no device needed)."""
+        kwargs.pop("numerics", None)
+        return lower(op, *args, options=self.options, **kwargs)
+
+    # -- the boundary ----------------------------------------------------------------------------------
+    def runtime(self):
+        """The execution runtime (imports torch_npu on first use); Unsupported with the reason if none."""
+        if self._runtime is None:
+            ok, reason = self.available()
+            if not ok:
+                raise Unsupported(f"torch-npu: {reason}")
+            from .execution import connect
+
+            self._runtime = connect(self._probe.torch, self._probe.torch_npu, self.device_index)
+        return self._runtime
+
+    def to_device(self, array):
+        from .. import torch_common
+
+        return torch_common.to_torch(array, device=self.runtime().device)
+
+    def from_device(self, value):
+        from .. import torch_common
+
+        return torch_common.from_torch(value)
+
+    def _is_device_array(self, value) -> bool:
+        from .. import torch_common
+
+        return torch_common.is_tensor(value)
+
+    def load(self, op: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """``args = (plan,)``, ``kwargs`` = the transferred tensors by name: runs the plan's load steps."""
+        from . import execution
+
+        (plan,) = args
+        return (plan,), execution.load(self.runtime(), plan, kwargs)
+
+    def synchronize(self) -> None:
+        self.runtime().sync()
+
+    def prepare(self, op: str, *args, **kwargs) -> Prepared:
+        """Lower (raising before any device call), transfer, load; the timed run makes the plan's calls."""
+        if op not in OPS:
+            raise Unsupported(f"backend '{self.name}' does not implement op '{op}'")
+        numerics = kwargs.pop("numerics", None)
+        if numerics is not None and numerics != self.numerics:
+            raise Unsupported(f"backend '{self.name}' implements numerics '{self.numerics.name}' only; "
+                              f"got {numerics.differences(self.numerics) or numerics.name}")
+        plan = self.lower(op, *args, **kwargs)
+        rt = self.runtime()
+        from . import execution
+
+        t0 = time.perf_counter()
+        env = {name: self.to_device(inp.array) for name, inp in plan.inputs.items()}
+        t1 = time.perf_counter()
+        (plan,), env = self.load(op, (plan,), env)
+        t2 = time.perf_counter()
+        impl = getattr(self, "_" + op)
+
+        def run():
+            out = impl(plan, env)
+            self.synchronize()
+            return out
+
+        return Prepared(op=op, backend=self.name, run=run, finish=lambda out: execution.read_back(rt, plan, out),
+                        transfer_in_s=t1 - t0, load_s=t2 - t1, notes={"plan": plan})
+
+    def _execute(self, plan: Plan, env: dict):
+        from . import execution
+
+        return execution.run(self.runtime(), plan, env)
+
+
+def _device_method(op: str):
+    def method(self, plan: Plan, env: dict):
+        return self._execute(plan, env)
+
+    method.__name__ = "_" + op
+    method.__doc__ = f"The device work of ``{op}``: the plan's timed torch_npu calls."
+    return method
+
+
+for _op in LOWERINGS:
+    setattr(TorchNpuBackend, "_" + _op, _device_method(_op))

@@ -1,0 +1,460 @@
+"""``torch-npu`` execution against a recording stand-in for torch_npu (CPU torch, no device).
+
+:class:`FakeTorchNpu` implements each torch_npu op by its documented semantics *with the golden*
+(``w8a8.<op>`` on the arguments the device op receives), checks the argument rules the torch_npu
+2.13.0 meta registrations / adapters enforce, records every call, and — where the device leaves
+rows undefined — writes garbage there. So these tests check that the backend
+
+* makes exactly the lowered calls, with the lowered arguments, in order (load steps, a barrier,
+  then the timed calls and a barrier inside ``run``);
+* transforms arguments without changing the result: the backend's output equals the golden run on
+  the original arguments, bit for bit (packed scales, flattened x1 and per-token scales, transposed
+  weights, compositions, the whole MoE chain);
+* restores the golden's fill where the device leaves rows undefined;
+* raises illegal combinations before any device call.
+
+What this cannot check is the device itself: numerics, NZ storage, performance (see the README).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import w8a8  # noqa: E402
+from backends import torch_common as tc  # noqa: E402
+from backends.torch_npu import TorchNpuBackend  # noqa: E402
+from backends.torch_npu import execution  # noqa: E402
+from backends.torch_npu.execution import Runtime  # noqa: E402
+from backends.torch_npu.plan import DType, T  # noqa: E402
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+RNG = np.random.default_rng(99)
+GARBAGE = 77
+
+_NAMES = {torch.int8: "int8", torch.qint8: "int8", torch.quint8: "uint8", torch.qint32: "int32",
+          torch.quint4x2: "int4", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.int32: "int32",
+          torch.float32: "float32"}
+
+
+def host(t):
+    return None if t is None else tc.from_torch(t)
+
+
+def dev(a):
+    return tc.to_torch(np.ascontiguousarray(a))
+
+
+def name_of(dtype):
+    assert isinstance(dtype, torch.dtype), f"dtype arguments must be torch dtypes, got {dtype!r}"
+    return _NAMES[dtype]
+
+
+def spoil(array, valid_rows: int):
+    """What the device leaves past the valid rows: garbage, not the golden's zeros."""
+    out = np.array(array, copy=True)
+    out[valid_rows:] = GARBAGE
+    return out
+
+
+class FakeTorchNpu:
+    """torch_npu on the CPU: records calls, checks the documented argument rules, computes with the golden."""
+
+    def __init__(self, events: list):
+        self.events = events
+        self.calls = []
+        self.npu = SimpleNamespace(config=SimpleNamespace(allow_internal_format=False))
+
+    def _done(self, name, args, kwargs, result):
+        self.calls.append((name, args, kwargs, result))
+        self.events.append(name)
+        return result
+
+    def npu_format_cast(self, t, acl_format):
+        assert acl_format == 29 and self.npu.config.allow_internal_format, "NZ needs allow_internal_format"
+        return self._done("npu_format_cast", (t, acl_format), {}, t.clone())
+
+    def npu_trans_quant_param(self, scale, offset=None, round_mode=0):
+        assert scale.dim() == 1 or (scale.dim() == 2 and scale.shape[0] == 1), "meta: (t,) or (1, n) only"
+        out = dev(w8a8.trans_quant_param(host(scale), host(offset), round_mode=round_mode))
+        return self._done("npu_trans_quant_param", (scale, offset), {"round_mode": round_mode}, out)
+
+    def npu_quant_matmul(self, x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None):
+        out = name_of(output_dtype)
+        assert scale.dim() == 1, "meta: the scale dim num must be 1"
+        if pertoken_scale is not None:
+            assert pertoken_scale.dim() == 1 and x1.dim() == 2, "1-D pertoken of a 2-D x1 (vllm-ascend #3257)"
+        assert not (scale.dtype == torch.float32 and pertoken_scale is None and out in ("float16", "int8")), \
+            "an fp32 scale for fp16/int8 output must come packed (graph mode rejects it)"
+        y = w8a8.quant_matmul(host(x1), host(x2), host(scale), offset=host(offset),
+                              pertoken_scale=host(pertoken_scale), bias=host(bias), output_dtype=out)
+        kw = dict(offset=offset, pertoken_scale=pertoken_scale, bias=bias, output_dtype=output_dtype)
+        return self._done("npu_quant_matmul", (x1, x2, scale), kw, dev(y))
+
+    def npu_dynamic_quant(self, x, *, smooth_scales=None, group_index=None, dst_type=None):
+        y, s = w8a8.dynamic_quant(host(x), smooth_scales=host(smooth_scales), group_index=host(group_index),
+                                  dst_type=name_of(dst_type))
+        kw = dict(smooth_scales=smooth_scales, group_index=group_index, dst_type=dst_type)
+        return self._done("npu_dynamic_quant", (x,), kw, (dev(y), dev(s)))
+
+    def npu_dynamic_quant_asymmetric(self, x, *, smooth_scales=None, group_index=None, dst_type=None):
+        outs = w8a8.dynamic_quant_asymmetric(host(x), smooth_scales=host(smooth_scales), group_index=host(group_index),
+                                             dst_type=name_of(dst_type))
+        kw = dict(smooth_scales=smooth_scales, group_index=group_index, dst_type=dst_type)
+        return self._done("npu_dynamic_quant_asymmetric", (x,), kw, tuple(dev(o) for o in outs))
+
+    def npu_quantize(self, x, scales, zero_points, dtype, axis=1, div_mode=True):
+        y = w8a8.quantize(host(x), host(scales), host(zero_points), dtype=name_of(dtype), axis=axis, div_mode=div_mode)
+        return self._done("npu_quantize", (x, scales, zero_points, dtype, axis, div_mode), {}, dev(y))
+
+    def npu_anti_quant(self, x, scale, *, offset=None, dst_dtype=None, src_dtype=None):
+        assert offset is None or offset.shape == scale.shape, "offset must have the scale's shape"
+        y = w8a8.anti_quant(host(x), host(scale), offset=host(offset), dst_dtype=name_of(dst_dtype),
+                            src_dtype=name_of(src_dtype))
+        return self._done("npu_anti_quant", (x, scale), dict(offset=offset, dst_dtype=dst_dtype,
+                                                             src_dtype=src_dtype), dev(y))
+
+    def npu_grouped_matmul(self, x, weight, *, bias=None, scale=None, per_token_scale=None, group_list=None,
+                           split_item=0, group_type=None, group_list_type=0, act_type=0, output_dtype=None):
+        assert group_type is not None, "Requires manual passing group_type, current is None"
+        assert isinstance(x, list) and isinstance(weight, list) and split_item in (2, 3)
+        one = lambda v: None if v is None else host(v[0])  # noqa: E731
+        y = w8a8.grouped_matmul(host(x[0]), host(weight[0]), bias=one(bias), scale=one(scale),
+                                per_token_scale=one(per_token_scale), group_list=host(group_list),
+                                group_list_type=group_list_type, act_type=act_type, output_dtype=name_of(output_dtype),
+                                split_item=split_item, group_type=group_type)
+        valid = int(w8a8.valid_rows(host(group_list), y.shape[0], group_list_type=group_list_type).sum())
+        kw = dict(bias=bias, scale=scale, per_token_scale=per_token_scale, group_list=group_list, split_item=split_item,
+                  group_type=group_type, group_list_type=group_list_type, act_type=act_type, output_dtype=output_dtype)
+        return self._done("npu_grouped_matmul", (x, weight), kw, [dev(spoil(y, valid))])
+
+    def npu_moe_init_routing_v2(self, x, expert_idx, *, scale=None, offset=None, active_num=-1, expert_capacity=-1,
+                                expert_num=-1, drop_pad_mode=0, expert_tokens_num_type=0,
+                                expert_tokens_num_flag=False, quant_mode=-1, active_expert_range=(),
+                                row_idx_type=0):
+        assert len(active_expert_range) == 2, "an empty range is the adapter's static-vector pitfall"
+        assert expert_tokens_num_flag is True and expert_tokens_num_type in (1, 2) and quant_mode in (-1, 1)
+        args = dict(scale=host(scale), offset=host(offset), active_num=active_num, expert_capacity=expert_capacity,
+                    expert_num=expert_num, drop_pad_mode=drop_pad_mode, expert_tokens_num_type=expert_tokens_num_type,
+                    expert_tokens_num_flag=True, quant_mode=quant_mode, active_expert_range=list(active_expert_range),
+                    row_idx_type=row_idx_type)
+        outs = w8a8.moe_init_routing_v2(host(x), host(expert_idx), **args)
+        masks = w8a8.moe_init_routing_v2_valid(host(x), host(expert_idx), **args)
+        spoiled = []
+        for value, mask in zip(outs, masks, strict=True):
+            value = np.array(value, copy=True)
+            value[~mask] = GARBAGE
+            spoiled.append(dev(value))
+        return self._done("npu_moe_init_routing_v2", (x, expert_idx), args, tuple(spoiled))
+
+    def npu_dequant_swiglu_quant(self, x, *, weight_scale=None, activation_scale=None, bias=None, quant_scale=None,
+                                 quant_offset=None, group_index=None, activate_left=False, quant_mode=0):
+        y, s = w8a8.dequant_swiglu_quant(host(x), weight_scale=host(weight_scale),
+                                         activation_scale=host(activation_scale), bias=host(bias),
+                                         quant_scale=host(quant_scale), quant_offset=host(quant_offset),
+                                         group_index=host(group_index), activate_left=activate_left,
+                                         quant_mode=quant_mode)
+        valid = y.shape[0] if group_index is None else int(host(group_index).sum())
+        kw = dict(activate_left=activate_left, quant_mode=quant_mode)
+        return self._done("npu_dequant_swiglu_quant", (x,), kw, (dev(spoil(y, valid)), dev(spoil(s, valid))))
+
+    def npu_moe_finalize_routing(self, rows, skip1, skip2, bias, scales, idx, experts, drop_pad_mode=0, k=1):
+        y = w8a8.moe_finalize_routing(host(rows), host(skip1), host(skip2), host(bias), host(scales), host(idx),
+                                      host(experts), drop_pad_mode=drop_pad_mode, k=k)
+        return self._done("npu_moe_finalize_routing", (rows, skip1, skip2, bias, scales, idx, experts),
+                          dict(drop_pad_mode=drop_pad_mode, k=k), dev(y))
+
+    def npu_moe_gating_top_k_softmax(self, x, finished=None, k=1):
+        outs = w8a8.moe_gating_top_k_softmax(host(x), host(finished), k)
+        return self._done("npu_moe_gating_top_k_softmax", (x,), dict(k=k), tuple(dev(o) for o in outs))
+
+    def npu_moe_gating_top_k(self, x, k, *, bias=None, input_ids=None, tid2eid=None, k_group=1, group_count=1,
+                             group_select_mode=0, renorm=0, norm_type=0, out_flag=False, routed_scaling_factor=1.0,
+                             eps=1e-20):
+        kw = dict(bias=bias, input_ids=input_ids, tid2eid=tid2eid, k_group=k_group, group_count=group_count,
+                  group_select_mode=group_select_mode, renorm=renorm, norm_type=norm_type, out_flag=out_flag,
+                  routed_scaling_factor=routed_scaling_factor, eps=eps)
+        outs = w8a8.moe_gating_top_k(host(x), k, **{n: host(v) if isinstance(v, torch.Tensor) else v
+                                                   for n, v in kw.items()})
+        return self._done("npu_moe_gating_top_k", (x, k), kw, tuple(dev(o) for o in outs))
+
+    def npu_moe_init_routing(self, x, row_idx, expert_idx, active_num):
+        outs = w8a8.moe_init_routing(host(x), host(row_idx), host(expert_idx), active_num)
+        return self._done("npu_moe_init_routing", (x, row_idx, expert_idx, active_num), {},
+                          tuple(dev(o) for o in outs))
+
+    def npu_swiglu(self, x, dim=-1):
+        return self._done("npu_swiglu", (x,), dict(dim=dim), dev(w8a8.swiglu(host(x), dim)))
+
+
+@pytest.fixture
+def env():
+    events = []
+    fake = FakeTorchNpu(events)
+    rt = Runtime(torch=torch, torch_npu=fake, device="cpu", synchronize=lambda: events.append("synchronize"))
+    return SimpleNamespace(events=events, fake=fake, backend=TorchNpuBackend(runtime=rt), rt=rt)
+
+
+def i8(*shape):
+    return RNG.integers(-128, 128, size=shape, dtype=np.int8)
+
+
+def f32(*shape, lo=0.001, hi=0.02):
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def bf16(*shape):
+    return RNG.standard_normal(shape).astype(np.float32).astype(BF16)
+
+
+def same(a, b):
+    """Bitwise equality of two arrays (bf16 through an integer view)."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
+    if a.dtype == BF16:
+        a, b = a.view(np.int16), b.view(np.int16)
+    np.testing.assert_array_equal(a, b)
+
+
+def assert_calls_match(plan, recorded):
+    """The fake saw exactly the plan's torch_npu calls (load, then run), in order, with the plan's arguments:
+    inputs by value, earlier torch_npu outputs by identity, dtypes as torch dtypes, scalars as they are."""
+    expected = [c for c in plan.load + plan.calls if c.fn.startswith("torch_npu.")]
+    assert [r[0] for r in recorded] == [c.fn.split(".", 1)[1] for c in expected]
+    produced = {}
+
+    def check(want, got):
+        if isinstance(want, T):
+            if want.name in plan.inputs:
+                same(host(got), plan.inputs[want.name].array)
+            elif want.name in produced:
+                assert got is produced[want.name], want.name
+            else:
+                assert isinstance(got, torch.Tensor), want.name   # made by a torch / Tensor step
+        elif isinstance(want, DType):
+            assert got is getattr(torch, want.name)
+        elif isinstance(want, (list, tuple)):
+            assert len(want) == len(got)
+            for w, g in zip(want, got, strict=True):
+                check(w, g)
+        else:
+            assert got == want, (want, got)
+
+    for call, (_, args, kwargs, result) in zip(expected, recorded, strict=True):
+        check(call.args, args)
+        for key, value in call.kwargs.items():
+            check(value, kwargs[key])
+        if call.pick is not None:
+            result = result[call.pick]
+        if len(call.out) == 1:
+            produced[call.out[0]] = result
+        else:
+            produced.update(zip(call.out, result, strict=True))
+
+
+# -- the call sequence ----------------------------------------------------------------------------------
+def test_load_then_barrier_then_timed_calls_then_barrier(env):
+    x1, x2, s = i8(4, 64), i8(64, 64), f32(64)
+    prep = env.backend.prepare("quant_matmul", x1, x2, s, output_dtype="float16")
+    assert env.events == ["npu_format_cast", "npu_trans_quant_param", "synchronize"]   # load, outside the timing
+    assert env.fake.npu.config.allow_internal_format is True
+    env.events.clear()
+    out = prep.run()
+    assert env.events == ["npu_quant_matmul", "synchronize"]                            # synchronize inside run
+    env.events.clear()
+    y = prep.finish(out)
+    assert env.events == []
+    same(y, w8a8.quant_matmul(x1, x2, s, output_dtype="float16"))
+    assert_calls_match(prep.notes["plan"], env.fake.calls)
+
+
+def test_run_is_repeatable(env):
+    # Benchmarks call run() many times on one prepared call: the loaded weights are reused.
+    x1, x2, s = i8(3, 32), i8(32, 32), f32(32)
+    prep = env.backend.prepare("quant_matmul", x1, x2, s, output_dtype="bfloat16")
+    first, second = prep.finish(prep.run()), prep.finish(prep.run())
+    same(first, second)
+    assert [c[0] for c in env.fake.calls] == ["npu_format_cast", "npu_quant_matmul", "npu_quant_matmul"]
+
+
+def test_no_nz_leaves_the_internal_format_option_alone(env):
+    env.backend.quant_matmul(i8(3, 32), i8(32, 40), f32(40), output_dtype="bfloat16")
+    assert env.fake.npu.config.allow_internal_format is False
+
+
+def test_illegal_combinations_raise_before_any_device_call(env):
+    x1, x2 = i8(4, 64), i8(64, 32)
+    with pytest.raises(TypeError, match="'scale'"):
+        env.backend.quant_matmul(x1, x2, f32(32).astype(np.float16), output_dtype="float16")
+    with pytest.raises(TypeError, match="'output_dtype'"):
+        env.backend.grouped_matmul(x1, i8(2, 64, 32), scale=f32(2, 32), group_list=np.array([2, 2], np.int64),
+                                   group_list_type=1, output_dtype="bfloat16")
+    with pytest.raises(ValueError, match="'swiglu_limit'"):
+        env.backend.dequant_swiglu_quant(bf16(4, 128), activate_left=True, quant_mode=1, swiglu_limit=10.0)
+    assert env.events == [] and env.fake.calls == []
+
+
+def test_other_numerics_are_refused(env):
+    with pytest.raises(Exception, match="implements numerics"):
+        env.backend.quant_matmul(i8(2, 16), i8(16, 32), f32(32), output_dtype="bfloat16",
+                                 numerics=w8a8.ASCEND.replace(round_mode="half_away"))
+
+
+def test_to_device_keeps_bf16_bits(env):
+    a = bf16(3, 5)
+    t = env.backend.to_device(a)
+    assert t.dtype == torch.bfloat16
+    same(env.backend.from_device(t), a)
+
+
+# -- dense ops: the backend's result is the golden's -------------------------------------------------------------
+@pytest.mark.parametrize("case", ["fp16_packed", "int8_offset", "bf16_pertoken_3d", "fp16_pertoken", "int32",
+                                  "unaligned_bias"])
+def test_quant_matmul_end_to_end(env, case):
+    x1, x2 = i8(5, 64), i8(64, 64)
+    kw = dict(output_dtype="float16")
+    scale = f32(64)
+    if case == "int8_offset":
+        kw = dict(output_dtype="int8", offset=np.array([2.5], np.float32))
+        scale = f32(64, lo=0.0001, hi=0.0005)
+    elif case == "bf16_pertoken_3d":
+        x1, kw = i8(2, 3, 64), dict(output_dtype="bfloat16", pertoken_scale=f32(3))
+    elif case == "fp16_pertoken":
+        kw = dict(output_dtype="float16", pertoken_scale=f32(5))
+    elif case == "int32":
+        kw = dict(output_dtype="int32", bias=RNG.integers(-9, 9, 64).astype(np.int32))
+    elif case == "unaligned_bias":
+        x2, scale = i8(64, 17), f32(17)
+        kw = dict(output_dtype="bfloat16", bias=f32(17))
+    y = env.backend.quant_matmul(x1, x2, scale, **kw)
+    same(y, w8a8.quant_matmul(x1, x2, scale, **kw))
+    assert_calls_match(env.backend.lower("quant_matmul", x1, x2, scale, **kw), env.fake.calls)
+
+
+def test_dynamic_linear_end_to_end(env):
+    x, w, ws, b = bf16(2, 3, 64), i8(96, 64), f32(96, 1), f32(96)
+    y = env.backend.w8a8_dynamic_linear(x, w, ws, bias=b)
+    same(y, w8a8.w8a8_dynamic_linear(x, w, ws, bias=b))
+    assert [c[0] for c in env.fake.calls] == ["npu_format_cast", "npu_dynamic_quant", "npu_quant_matmul"]
+    assert_calls_match(env.backend.lower("w8a8_dynamic_linear", x, w, ws, bias=b), env.fake.calls)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16])
+def test_static_linear_end_to_end(env, dtype):
+    x = RNG.standard_normal((7, 64)).astype(np.float32).astype(dtype)
+    w = i8(32, 64)
+    kw = dict(input_scale=np.array([0.02], np.float32), input_offset=np.array([-3.0], np.float32),
+              deq_scale=f32(32, lo=1e-4, hi=1e-3), quant_bias=RNG.integers(-500, 500, 32).astype(np.int32))
+    same(env.backend.w8a8_static_linear(x, w, **kw), w8a8.w8a8_static_linear(x, w, **kw))
+    assert_calls_match(env.backend.lower("w8a8_static_linear", x, w, **kw), env.fake.calls)
+
+
+def test_small_ops_end_to_end(env):
+    x = bf16(3, 5, 16)
+    y, s = env.backend.dynamic_quant(x)
+    wy, ws = w8a8.dynamic_quant(x)
+    same(y, wy)
+    same(s, ws)
+    xs, sc = bf16(4, 16), bf16(16)
+    same(env.backend.quantize(xs, sc, None, dtype="int8", axis=-1, div_mode=False),
+         w8a8.quantize(xs, sc, None, dtype="int8", axis=-1, div_mode=False))
+    a, b = i8(5, 33), i8(33, 7)
+    same(env.backend.int_matmul(a, b), w8a8.int_matmul(a, b))
+    q, qs, zp = i8(4, 8), f32(8, lo=0.1, hi=2.0), np.array([3.0], np.float32)
+    same(env.backend.dequantize(q, qs, zp, axis=-1, output_dtype="bfloat16"),
+         w8a8.dequantize(q, qs, zp, axis=-1, output_dtype="bfloat16"))
+    scale = f32(3, 5)
+    same(env.backend.trans_quant_param(scale), w8a8.trans_quant_param(scale))
+
+
+def test_asymmetric_quant_and_gating_end_to_end(env):
+    x = bf16(4, 16)
+    for g, w_ in zip(env.backend.dynamic_quant_asymmetric(x), w8a8.dynamic_quant_asymmetric(x), strict=True):
+        same(g, w_)
+    logits, bias = f32(5, 16, lo=-2, hi=2), f32(16)
+    kw = dict(bias=bias, k_group=2, group_count=4, norm_type=1, out_flag=True, routed_scaling_factor=2.5)
+    for g, w_ in zip(env.backend.moe_gating_top_k(logits, 3, **kw), w8a8.moe_gating_top_k(logits, 3, **kw),
+                     strict=True):
+        same(g, w_)
+    n, k, x = 3, 2, bf16(3, 8)
+    row_idx = np.arange(n * k, dtype=np.int32).reshape(k, n).T.copy()      # gating's column-major j*N + t
+    ids = RNG.integers(0, 4, (n, k)).astype(np.int32)
+    for g, w_ in zip(env.backend.moe_init_routing(x, row_idx, ids, 2), w8a8.moe_init_routing(x, row_idx, ids, 2),
+                     strict=True):
+        same(g, w_)
+
+
+def test_nz_storage_readback_reads_the_raw_bytes(env):
+    # execution.nz_storage views the storage bytes of an NZ tensor (the device keeps the logical shape ND):
+    # here a CPU tensor holding the golden NZ bytes stands in for it.
+    w = bf16(17, 40)
+    storage = w8a8.format_cast_nz(w)
+    got = execution.nz_storage(env.rt, dev(storage.reshape(-1)), storage.shape)
+    same(got, storage)
+
+
+# -- MoE -----------------------------------------------------------------------------------------------------------
+def test_grouped_matmul_end_to_end_with_undefined_rows(env):
+    x, w, s, pt = i8(10, 64), i8(3, 64, 32), f32(3, 32).astype(BF16), f32(10)
+    gl = np.array([4, 0, 5], np.int64)            # 9 of 10 rows grouped: row 9 is garbage on the device
+    kw = dict(scale=s, per_token_scale=pt, group_list=gl, group_list_type=1, output_dtype="bfloat16")
+    y = env.backend.grouped_matmul(x, w, **kw)
+    same(y, w8a8.grouped_matmul(x, w, **kw))      # the golden's zero row is restored on the host
+    raw = tc.from_torch(env.fake.calls[-1][3][0])
+    assert (raw[9].astype(np.float32) == GARBAGE).all()   # the fake did spoil it
+
+
+def test_routing_v2_end_to_end_with_partial_range(env):
+    x, ids = bf16(4, 16), np.array([[0, 1], [2, 3], [1, 1], [3, 0]], np.int32)
+    kw = dict(expert_num=4, expert_tokens_num_type=0, expert_tokens_num_flag=True, quant_mode=1,
+              active_expert_range=[1, 3], row_idx_type=1)
+    got = env.backend.moe_init_routing_v2(x, ids, **kw)
+    want = w8a8.moe_init_routing_v2(x, ids, **kw)
+    for g, w_ in zip(got, want, strict=True):
+        same(g, w_)
+
+
+def test_dequant_swiglu_quant_end_to_end(env):
+    x = RNG.integers(-3000, 3000, (6, 128)).astype(np.int32)
+    kw = dict(weight_scale=f32(2, 128), activation_scale=f32(6), group_index=np.array([2, 3], np.int64),
+              activate_left=True, quant_mode=1)
+    for g, w_ in zip(env.backend.dequant_swiglu_quant(x, **kw), w8a8.dequant_swiglu_quant(x, **kw), strict=True):
+        same(g, w_)
+
+
+def moe_case(t=5, k=2, e=4, h=64, i=32):
+    return dict(hidden=bf16(t, h), w13=i8(e, 2 * i, h), w13_scale=f32(e, 2 * i, 1, lo=1e-3, hi=4e-3),
+                w2=i8(e, h, i), w2_scale=f32(e, h, 1, lo=1e-3, hi=4e-3))
+
+
+def test_w8a8_moe_end_to_end(env):
+    case = moe_case()
+    route = dict(topk_ids=RNG.integers(0, 4, (5, 2)).astype(np.int32), topk_weights=f32(5, 2, lo=0.1, hi=0.9))
+    y = env.backend.w8a8_moe(**case, **route)
+    same(y, w8a8.w8a8_moe(**case, **route))
+    assert [c[0] for c in env.fake.calls] == [
+        "npu_format_cast", "npu_format_cast", "npu_moe_init_routing_v2", "npu_grouped_matmul",
+        "npu_dequant_swiglu_quant", "npu_grouped_matmul", "npu_moe_finalize_routing"]
+    assert env.fake.calls[-1][2]["drop_pad_mode"] == 2
+    assert_calls_match(env.backend.lower("w8a8_moe", **case, **route), env.fake.calls)
+
+
+def test_w8a8_moe_with_router_and_shared_expert_end_to_end(env):
+    case = moe_case(t=3, e=4, h=64, i=32)
+    shared = {"gate_weight": i8(32, 64), "gate_scale": f32(32, 1), "up_weight": i8(32, 64), "up_scale": f32(32, 1),
+              "down_weight": i8(64, 32), "down_scale": f32(64, 1)}
+    kw = dict(top_k=2, router_logits=bf16(3, 4), shared_expert=shared)
+    same(env.backend.w8a8_moe(**case, **kw), w8a8.w8a8_moe(**case, **kw))
+
+
+def test_w8a8_moe_prequantized_end_to_end(env):
+    case = moe_case()
+    x_q, x_scale = w8a8.dispatch_quant(case.pop("hidden"))
+    route = dict(topk_ids=RNG.integers(0, 4, (5, 2)).astype(np.int32), topk_weights=f32(5, 2, lo=0.1, hi=0.9))
+    same(env.backend.w8a8_moe_prequantized(x_q, x_scale, **case, **route),
+         w8a8.w8a8_moe_prequantized(x_q, x_scale, **case, **route))
