@@ -10,7 +10,9 @@ partial sum is an integer the float format holds exactly, whatever the summation
 * the chunk results (exact integers) are then summed in float64, exact up to 2^53.
 
 The chunk length is taken from the actual maxima of the operands, so typical data (and int4
-weights) need fewer chunks. The result is the int32 accumulator of the device cube; where the true
+weights) need fewer chunks. Wider operands (int16 / int32 data whose single products exceed 2^24)
+take float64 chunks (exact while ``chunk * max|a| * max|b| <= 2^53``) summed in int64, or, past
+that, Python integers. The result is the int32 accumulator of the device cube; where the true
 sum leaves the int32 range (possible only when ``K * max|a| * max|b| >= 2^31``) an
 ``OverflowError`` names the first overflowing element, since the device result there is not
 specified.
@@ -23,7 +25,9 @@ import numpy as np
 from . import _check
 
 _F32_EXACT = 1 << 24
+_F64_EXACT = 1 << 53
 _I32_MAX = (1 << 31) - 1
+_I64_MAX = (1 << 63) - 1
 _INT_DTYPES = (np.int8, np.uint8, np.int16, np.int32)
 
 
@@ -55,7 +59,9 @@ def int_matmul(a: np.ndarray, b: np.ndarray, *, op: str = "int_matmul") -> np.nd
     out_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     if bound == 0 or k == 0 or 0 in out_shape:
         return np.zeros(out_shape, dtype=np.int32)
-    chunk = max(1, min(k, _F32_EXACT // bound))
+    if bound > _F32_EXACT:  # a single product may not be a float32 (int16 / int32 data)
+        return _wide_matmul(op, a, b, out_shape, k, bound)
+    chunk = min(k, _F32_EXACT // bound)
     a32 = a.astype(np.float32)
     b32 = b.astype(np.float32)
     if chunk >= k:  # one exact float32 GEMM
@@ -73,6 +79,23 @@ def int_matmul(a: np.ndarray, b: np.ndarray, *, op: str = "int_matmul") -> np.nd
             total += part.astype(total.dtype)
     if wide:
         _check_int32(op, total)
+        return total.astype(np.int32)
+    return total
+
+
+def _wide_matmul(op: str, a: np.ndarray, b: np.ndarray, out_shape: tuple, k: int, bound: int) -> np.ndarray:
+    """Exact ``a @ b`` when ``max|a| * max|b| > 2^24``: float64 chunks summed in int64, else Python ints."""
+    if bound <= _F64_EXACT and k * bound <= _I64_MAX:
+        chunk = _F64_EXACT // bound
+        a64 = a.astype(np.float64)
+        b64 = b.astype(np.float64)
+        total = np.zeros(out_shape, dtype=np.int64)
+        for start in range(0, k, chunk):
+            stop = min(k, start + chunk)
+            total += np.matmul(a64[..., start:stop], b64[..., start:stop, :]).astype(np.int64)
+    else:  # products beyond 2^53 (int32 data): exact but slow
+        total = np.matmul(a.astype(object), b.astype(object))
+    _check_int32(op, total)
     return total.astype(np.int32)
 
 
@@ -83,7 +106,7 @@ def _absmax(x: np.ndarray) -> int:
 
 
 def _check_int32(op: str, total: np.ndarray) -> None:
-    bad = (total > _I32_MAX) | (total < -_I32_MAX - 1)
+    bad = np.asarray((total > _I32_MAX) | (total < -_I32_MAX - 1), dtype=bool)
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
         raise OverflowError(f"{op}: the int32 accumulator overflows at output index {pos} "

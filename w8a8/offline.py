@@ -2,7 +2,8 @@
 
 These produce the tensors an AscendV1 checkpoint stores; the serving paths in :mod:`w8a8.linear`
 consume them. All arithmetic is float32 as in msModelSlim (torch), with ``torch.round``
-(half to even).
+(half to even). Bad input raises TypeError (dtypes) or ValueError (shapes, NaN/Inf anywhere in the
+inputs — an export must not write them) naming the argument.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def quantize_weight_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     """
     op = "quantize_weight_per_channel"
     w = _check.array(op, "w", w, dtypes=_FLOATS, min_ndim=2, max_ndim=3)
+    _check.finite(op, "w", w)
     wf = w.astype(np.float32)
     lo = np.minimum(wf.min(axis=-1, keepdims=True), 0)
     hi = np.maximum(wf.max(axis=-1, keepdims=True), 0)
@@ -52,6 +54,7 @@ def calibrate_activation_per_tensor(x: np.ndarray) -> tuple[np.ndarray, np.ndarr
     x = _check.array(op, "x", x, dtypes=_FLOATS)
     if x.size == 0:
         _check.fail(op, "x", "a non-empty calibration sample", _check.describe(x))
+    _check.finite(op, "x", x)
     xf = x.astype(np.float32)
     lo = np.float32(min(float(xf.min()), 0.0))
     hi = np.float32(max(float(xf.max()), 0.0))
@@ -84,14 +87,18 @@ def static_params(weight: np.ndarray, weight_scale: np.ndarray, input_scale: np.
         _check.fail(op, "weight_scale", f"of shape [{n}] or [{n}, 1]", _check.describe(ws))
     s_in = _check.array(op, "input_scale", input_scale, dtypes=(_dt.float32,))
     o_in = _check.array(op, "input_offset", input_offset, dtypes=(_dt.float32,))
+    for arg, value in (("weight_scale", ws), ("input_scale", s_in), ("input_offset", o_in)):
+        _check.finite(op, arg, value)
     deq = (s_in.reshape(()) * ws.reshape(n)).astype(np.float32)
     b = np.zeros(n, np.float32) if bias is None else _check.array(op, "bias", bias, dtypes=_FLOATS).astype(np.float32)
+    _check.finite(op, "bias", b)
     if b.shape != (n,):
         _check.fail(op, "bias", f"of shape [{n}]", _check.describe(bias))
     correction = w.astype(np.float32).sum(axis=1, dtype=np.float32) * o_in.reshape(()).astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         qb = round_half_even((b / deq - correction).astype(np.float32))
-    if not np.isfinite(qb).all() or np.abs(qb).max(initial=0) > 2**31 - 1:
+    # In float32, 2**31 - 1 rounds up to 2**31: compare with the exact bounds [-2^31, 2^31).
+    if not np.isfinite(qb).all() or (qb >= 2.0**31).any() or (qb < -2.0**31).any():
         _check.fail(op, "weight_scale", "such that quant_bias fits int32 (no zero deq_scale)", "an overflow")
     qb = qb.astype(np.int32)
     is_bf16 = _dt.resolve(model_dtype, arg="model_dtype", op=op) == _dt.bfloat16

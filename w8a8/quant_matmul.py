@@ -181,19 +181,23 @@ def _epilogue(acc, deq, packed_offset, off, pt, b, out, numerics: Numerics) -> n
             else:
                 r = v if o is None else v + o
             return to_int(np.asarray(r, np.float32), _dt.int8, mode=mode, saturate=numerics.saturate)
+        # v is a fresh fp32 array and every operand below is fp32: the in-place updates round
+        # exactly like the expressions they stand for
         if pt is not None:
             t = pt[:, None]
             if numerics.epilogue_order == "scale_then_token":
-                v = (v * deq) * t
+                v *= deq
+                v *= t
             elif numerics.epilogue_order == "token_then_scale":
-                v = (v * t) * deq
+                v *= t
+                v *= deq
             else:
-                v = v * (deq * t)
+                v *= deq * t
         else:
-            v = v * deq
+            v *= deq
         if b is not None and (b.dtype != _dt.int32 or numerics.int32_bias == "after_dequant"):
-            v = v + b.astype(np.float32)
-        return to_float(v.astype(np.float32), out)
+            v += b.astype(np.float32)
+        return to_float(v, out)
 
 
 def _resolve_output(output_dtype) -> np.dtype:

@@ -68,8 +68,8 @@ def quantize(x: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None =
     zero point; the golden rounds first (torch ``quantize_per_channel`` semantics) and adds
     ``rint(zero_point)`` (``numerics.zero_point_position="before_rounding"`` adds it first).
 
-    Errors: TypeError for dtypes outside these lists, ValueError for shapes, axis, NaN (under
-    ``nan_policy="raise"``).
+    Errors: TypeError for dtypes outside these lists, ValueError for shapes, axis, NaN/Inf in x,
+    scales or a float zero_points (under ``nan_policy="raise"``).
     """
     op = "quantize"
     x = _check.array(op, "x", x, dtypes=_FLOATS, min_ndim=1)
@@ -92,10 +92,11 @@ def quantize(x: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None =
             _check.fail(op, "dtype", "'int8' (qint8) or 'int4' (quint4x2) with div_mode=False", repr(dtype))
         s = _check.array(op, "scales", scales, dtypes=(x.dtype,))
         sf = _channel_vector(op, "scales", s, x.shape[ax], ax, x.ndim).astype(np.float32)
+        z = _check.optional(op, "zero_points", zero_points, dtypes=(x.dtype,))
+        _finite_params(op, numerics, s, z)
         with np.errstate(over="ignore", invalid="ignore"):
             t = xf * sf
-            if zero_points is not None:
-                z = _check.array(op, "zero_points", zero_points, dtypes=(x.dtype,))
+            if z is not None:
                 t = t + _channel_vector(op, "zero_points", z, x.shape[ax], ax, x.ndim).astype(np.float32)
         if out == _dt.int4:
             if x.shape[-1] % 8:
@@ -110,12 +111,13 @@ def quantize(x: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None =
     ax = axis % x.ndim
     s = _check.array(op, "scales", scales, dtypes=(_dt.float32, _dt.bfloat16))
     sf = _channel_vector(op, "scales", s, x.shape[ax], ax, x.ndim).astype(np.float32)
+    z = _check.optional(op, "zero_points", zero_points,
+                        dtypes=(_dt.int8, _dt.uint8, _dt.int32, _dt.bfloat16, _dt.float32))
+    _finite_params(op, numerics, s, z)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         t = xf / sf
-    if zero_points is None:
+    if z is None:
         return to_int(t, out, mode=numerics.round_mode, saturate=numerics.saturate)
-    z = _check.array(op, "zero_points", zero_points,
-                     dtypes=(_dt.int8, _dt.uint8, _dt.int32, _dt.bfloat16, _dt.float32))
     zf = _channel_vector(op, "zero_points", z, x.shape[ax], ax, x.ndim)
     if numerics.zero_point_position == "before_rounding":
         with np.errstate(over="ignore", invalid="ignore"):
@@ -124,6 +126,15 @@ def quantize(x: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None =
         t = round_to_integral(t, numerics.round_mode).astype(np.float64) + \
             round_to_integral(zf.astype(np.float64), numerics.round_mode)
     return to_int(t, out, mode=numerics.round_mode, saturate=numerics.saturate)
+
+
+def _finite_params(op: str, numerics: Numerics, scales: np.ndarray, zero_points: np.ndarray | None) -> None:
+    """Under ``nan_policy="raise"``, NaN/Inf in a scale or a float zero point is an error too."""
+    if numerics.nan_policy != "raise":
+        return
+    _check.finite(op, "scales", scales)
+    if zero_points is not None and _dt.is_float(zero_points.dtype):
+        _check.finite(op, "zero_points", zero_points)
 
 
 def dequantize(y: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = -1,
@@ -149,7 +160,7 @@ def dequantize(y: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None =
         sf = s.astype(np.float32)[..., None]
         zf = None if zero_point is None else np.asarray(zero_point, np.float32)[..., None]
     else:
-        ax = axis % y.ndim
+        ax = _check.integer(op, "axis", axis, minimum=-y.ndim, maximum=y.ndim - 1) % y.ndim
         sf = _channel_vector(op, "scale", s, y.shape[ax], ax, y.ndim).astype(np.float32)
         zf = None if zero_point is None else _channel_vector(
             op, "zero_point", np.asarray(zero_point), y.shape[ax], ax, y.ndim).astype(np.float32)

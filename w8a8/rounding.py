@@ -27,10 +27,10 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     part of a float is exactly representable.
     """
     whole = np.trunc(x)
-    frac = np.abs(x - whole)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # +-Inf: inf - inf is NaN, whose step is 0 (Inf stays Inf)
+        frac = np.abs(x - whole)
         step = np.where(frac >= 0.5, np.sign(x), 0).astype(x.dtype)
-    return whole + step
+    return np.copysign(whole + step, x)  # -0.4 -> -0.0 as C round() (-0.0 + 0.0 would be +0.0)
 
 
 def round_to_integral(x: np.ndarray, mode: str) -> np.ndarray:
@@ -46,21 +46,30 @@ def to_int(x: np.ndarray, dtype, *, mode: str = "half_even", saturate: bool = Tr
            lo: int | None = None, hi: int | None = None, nan_value: int = 0) -> np.ndarray:
     """Round a float array and convert it to integer ``dtype`` (``"int4"`` gives int8 codes in [-8, 7]).
 
-    NaN becomes ``nan_value``. With ``saturate`` values beyond the range clamp to ``[lo, hi]``
-    (default: the dtype's range; +-Inf included); without it they wrap modulo 2^bits like a
-    two's-complement truncation.
+    NaN becomes ``nan_value`` (written as given, even outside ``[lo, hi]``: an all-zero row of a
+    dynamic quantizer under ``zero_row="int_min"`` writes -128 although its codes clamp to
+    [-127, 127]). With ``saturate`` values beyond the range clamp to ``[lo, hi]`` (default: the
+    dtype's range; +-Inf included; the clamp runs in float64 for 32/64-bit outputs, whose range
+    float32 does not hold exactly); without it they wrap modulo 2^bits like a two's-complement
+    truncation.
     """
     dmin, dmax = _dt.int_range(dtype)
     lo = dmin if lo is None else lo
     hi = dmax if hi is None else hi
-    out_dtype = np.int8 if dtype == _dt.int4 else np.dtype(dtype)
-    r = round_to_integral(np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind == "V"
-                          else np.asarray(x), mode)
+    out_dtype = np.dtype(np.int8) if dtype == _dt.int4 else np.dtype(dtype)
+    r = np.asarray(round_to_integral(np.asarray(x, dtype=np.float64) if np.asarray(x).dtype.kind == "V"
+                                     else np.asarray(x), mode))  # a fresh array: updated in place below
     nan = np.isnan(r)
-    r = np.where(nan, nan_value, r)
+    has_nan = bool(nan.any())
     if saturate:
-        r = np.clip(r, lo, hi)
+        if out_dtype.itemsize >= 4:  # 2^31 - 1 is not a float32: clamp where the bounds are exact
+            r = r.astype(np.float64)
+        np.clip(r, lo, hi, out=r)  # NaN stays NaN here and becomes nan_value below
+        if has_nan:
+            r[nan] = nan_value
         return r.astype(out_dtype)
+    if has_nan:
+        r = np.where(nan, nan_value, r)
     bits = 4 if dtype == _dt.int4 else out_dtype.itemsize * 8
     finite = np.isfinite(r)
     r = np.where(finite, r, 0)

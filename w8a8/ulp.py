@@ -40,7 +40,9 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Elementwise number of representable values between ``a`` and ``b`` (same float dtype).
 
     Returns int64; NaN vs number gives :data:`NAN_DISTANCE`, NaN vs NaN gives 0. Inf is the next
-    key after the largest finite value, so ``max`` vs ``inf`` is 1 ULP apart.
+    key after the largest finite value, so ``max`` vs ``inf`` is 1 ULP apart. fp64 distances across
+    zero can exceed the int64 range (``-inf`` vs ``inf`` is about 1.8e19): they saturate at
+    ``NAN_DISTANCE - 1``, still larger than any distance that fits and smaller than a NaN's.
     """
     a = np.asarray(a)
     b = np.asarray(b)
@@ -49,7 +51,11 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.shape != b.shape:
         raise ValueError(f"ulp_distance: arguments 'a' and 'b' must have the same shape; got {a.shape} and {b.shape}")
     ka, kb = ordered_key(a), ordered_key(b)
-    dist = np.abs(ka - kb)
+    # |ka - kb| in uint64: across zero it is |ka| + |kb|, which overflows int64 for fp64 keys.
+    same_side = (ka >= 0) == (kb >= 0)
+    wide = np.where(same_side, np.abs(ka - kb).astype(np.uint64),
+                    np.abs(ka).astype(np.uint64) + np.abs(kb).astype(np.uint64))
+    dist = np.minimum(wide, np.uint64(NAN_DISTANCE - 1)).astype(np.int64)
     na = _isnan(a)
     nb = _isnan(b)
     dist = np.where(na ^ nb, NAN_DISTANCE, dist)

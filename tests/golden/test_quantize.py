@@ -1,0 +1,302 @@
+"""``quantize`` (npu_quantize), ``dequantize`` and ``anti_quant`` (w8a8/quantize.py) — spec §2, §8.
+
+Two kernels behind one name (spec/ascend-ops.md §2): ``div_mode=False`` is AscendQuantV3,
+``rint(x * scale + offset)`` with its axis quirk; ``div_mode=True`` is aclnnQuantize,
+``rint(x / scale) + zero_point``. The reference below evaluates the spec formulas in float64 with
+one rounding to float32 per fp32 operation (exact fp32 semantics for +, -, *, /; see
+test_dynamic_quant.py) and NumPy's ``rint`` (half to even).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from w8a8 import ASCEND, anti_quant, bfloat16, dequantize, pack_int4, quantize, unpack_int4
+
+
+def rn32(v):
+    return np.asarray(v, np.float64).astype(np.float32).astype(np.float64)
+
+
+def f64(a):
+    return np.asarray(a).astype(np.float32).astype(np.float64)
+
+
+def ref_mul(x, s, o=None, lo=-128, hi=127):
+    t = rn32(f64(x) * f64(s))
+    if o is not None:
+        t = rn32(t + f64(o))
+    return np.clip(np.rint(t), lo, hi)
+
+
+def ref_div(x, s, zp=None, lo=-128, hi=127, before=False):
+    t = rn32(f64(x) / f64(s))
+    if zp is None:
+        return np.clip(np.rint(t), lo, hi)
+    if before:
+        return np.clip(np.rint(rn32(t + f64(zp))), lo, hi)
+    return np.clip(np.rint(t) + np.rint(f64(zp)), lo, hi)
+
+
+# ---------------------------------------------------------------- div_mode=False: multiply
+
+def test_multiply_semantic_rint_and_saturation():
+    x = np.array([[0.5, 1.5, 2.5, -2.5, 0.75, 200.0, -200.0, 100.0]], np.float16)
+    # x * 2 + 0.5: 1.5 -> 2, 3.5 -> 4, 5.5 -> 6, -4.5 -> -4 (ties to even), 2.0 -> 2,
+    # 400.5 -> 127, -399.5 -> -128 (saturated: -128 *is* reachable here), 200.5 -> 127
+    y = quantize(x, np.array([2.0], np.float16), np.array([0.5], np.float16), axis=-1, div_mode=False)
+    assert y.dtype == np.int8 and y.tolist() == [[2, 4, 6, -4, 2, 127, -128, 127]]
+    # scale 1, no offset: the ties alone, 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, -2.5 -> -2
+    y = quantize(x[:, :4], np.array([1.0], np.float16), axis=-1, div_mode=False)
+    assert y.tolist() == [[0, 2, 2, -2]]
+    # the same scale in div_mode=True divides: 0.5 / 2 = 0.25 -> 0, 1.5 / 2 = 0.75 -> 1, 2.5 / 2 -> 1
+    y = quantize(x[:, :4].astype(np.float32), np.array([2.0], np.float32), axis=-1)
+    assert y.tolist() == [[0, 1, 1, -1]]
+
+
+def test_multiply_is_fp32_and_matches_reference():
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float16, bfloat16):
+        x = (rng.standard_normal((7, 17)) * 40).astype(dtype)
+        s = (rng.random(17) + 0.5).astype(dtype)
+        o = rng.integers(-5, 5, 17).astype(dtype)
+        y = quantize(x, s, o, axis=-1, div_mode=False)
+        assert np.array_equal(y, ref_mul(x, s, o))
+        y = quantize(x, s, axis=1, div_mode=False)
+        assert np.array_equal(y, ref_mul(x, s))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, 5])
+def test_ascend_quant_v3_axis_quirk_every_axis_but_minus_2_is_the_last(axis):
+    # x [2, 3, 4]: with div_mode=False any axis > -2 means the LAST axis (size 4), so per-channel
+    # scales of size 4 apply along it, whatever the rank and even for axis=0 or out-of-range 5.
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 4
+    s = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    y = quantize(x, s, axis=axis, div_mode=False)
+    assert np.array_equal(y, np.clip(np.rint(x * s), -128, 127))
+    with pytest.raises(ValueError, match="'scales'.*size 4"):
+        quantize(x, np.ones(2, np.float32), axis=axis, div_mode=False)  # dim 0's size is not it
+
+
+def test_axis_minus_2_and_below():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 4
+    s = np.array([1.0, 2.0, 3.0], np.float32)
+    y = quantize(x, s, axis=-2, div_mode=False)             # -2: the second-to-last axis (size 3)
+    assert np.array_equal(y, np.clip(np.rint(x * s[:, None]), -128, 127))
+    with pytest.raises(ValueError, match="'axis'.*>= -2"):
+        quantize(x, s, axis=-3, div_mode=False)
+    with pytest.raises(ValueError, match="'x'.*2-D"):
+        quantize(np.ones(4, np.float32), np.ones(1, np.float32), axis=-2, div_mode=False)
+    # full-rank scales with 1s elsewhere
+    y = quantize(x, np.array([1.0, 2.0, 3.0, 4.0], np.float32).reshape(1, 1, 4), axis=-1, div_mode=False)
+    assert np.array_equal(y, np.clip(np.rint(x * np.array([1, 2, 3, 4])), -128, 127))
+
+
+def test_int4_output():
+    # codes x * 1: 7.5 -> 8 -> clamps to 7, -8.5 -> -8 (even), -9 -> -8, 2.5 -> 2, ...
+    x = np.array([[7.5, -8.5, -9.0, 2.5, 0.4, -0.6, 3.0, 1.0]], np.float16)
+    for dtype in ("int4", "quint4x2"):
+        w = quantize(x, np.array([1.0], np.float16), axis=-1, div_mode=False, dtype=dtype)
+        assert w.dtype == np.int32 and w.shape == (1, 1)
+        assert unpack_int4(w).tolist() == [[7, -8, -8, 2, 0, -1, 3, 1]]
+        # nibbles 7, 8, 8, 2, 0, F, 3, 1 from bit 0 up
+        assert w.view(np.uint32).tolist() == [[0x13F02887]]
+    with pytest.raises(ValueError, match="'x'.*multiple of 8"):
+        quantize(np.ones((2, 12), np.float16), np.ones(1, np.float16), axis=-1, div_mode=False, dtype="int4")
+
+
+# ---------------------------------------------------------------- div_mode=True: divide
+
+def test_divide_and_zero_point_position():
+    x = np.array([[1.0, 3.0]], np.float32)
+    s = np.array([2.0], np.float32)
+    # x / s = 0.5, 1.5 -> 0, 2 (half-even)
+    assert quantize(x, s, axis=-1).tolist() == [[0, 2]]
+    zp = np.array([1], np.int8)
+    # after rounding (golden default, torch quantize_per_channel): rint(0.5) + 1 = 1, rint(1.5) + 1 = 3
+    assert quantize(x, s, zp, axis=-1).tolist() == [[1, 3]]
+    # before rounding: rint(0.5 + 1) = 2, rint(1.5 + 1) = 2
+    before = ASCEND.replace(zero_point_position="before_rounding")
+    assert quantize(x, s, zp, axis=-1, numerics=before).tolist() == [[2, 2]]
+    # a non-integer (bf16) zero point 0.5: after -> rint(t) + rint(0.5) = rint(t) + 0 = [0, 2];
+    # before -> rint(1.0) = 1, rint(2.0) = 2
+    zb = np.array([0.5], np.float32).astype(bfloat16)
+    assert quantize(x, s, zb, axis=-1).tolist() == [[0, 2]]
+    assert quantize(x, s, zb, axis=-1, numerics=before).tolist() == [[1, 2]]
+
+
+def test_divide_output_dtypes_and_saturation():
+    x = np.array([[-300.0, -1.0, 0.0, 127.5, 300.0]], np.float32)
+    s = np.array([1.0], np.float32)
+    assert quantize(x, s, axis=-1).tolist() == [[-128, -1, 0, 127, 127]]    # 127.5 -> 128 -> 127
+    u = quantize(x, s, np.array([128], np.uint8), axis=-1, dtype="quint8")
+    assert u.dtype == np.uint8 and u.tolist() == [[0, 127, 128, 255, 255]]  # 128 + 128 -> 255
+    # qint32: the saturation bounds are exact (2^31 - 1 is not a float32)
+    big = np.array([[3e9, -3e9, 2.5]], np.float32)
+    assert quantize(big, s, axis=-1, dtype="qint32").tolist() == [[2**31 - 1, -2**31, 2]]
+    assert quantize(big, s, np.array([7], np.int32), axis=-1, dtype="int32").tolist() == [[2**31 - 1, -2**31, 9]]
+
+
+def test_divide_uses_an_ordinary_axis():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) * 10
+    assert quantize(x, np.array([1.0, 10.0], np.float32), axis=0).tolist() == [[0, 10, 20], [3, 4, 5]]
+    assert quantize(x, np.array([1.0, 2.0, 4.0], np.float32), axis=-1).tolist() == [[0, 5, 5], [30, 20, 12]]
+    assert quantize(x, np.array([1.0, 2.0, 4.0], np.float32), axis=1).tolist() == [[0, 5, 5], [30, 20, 12]]
+    with pytest.raises(ValueError, match="'axis'"):
+        quantize(x, np.ones(3, np.float32), axis=2)
+    with pytest.raises(ValueError, match="'scales'.*size 2"):
+        quantize(x, np.ones(3, np.float32), axis=0)
+
+
+def test_divide_matches_reference():
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float16, bfloat16):
+        x = (rng.standard_normal((17, 7)) * 50).astype(dtype)
+        s = (rng.random(7) + 0.25).astype(np.float32)
+        zp = rng.integers(-20, 20, 7).astype(np.int32)
+        assert np.array_equal(quantize(x, s, axis=1), ref_div(x, s))
+        assert np.array_equal(quantize(x, s, zp, axis=1), ref_div(x, s, zp))
+        before = ASCEND.replace(zero_point_position="before_rounding")
+        assert np.array_equal(quantize(x, s, zp, axis=1, numerics=before), ref_div(x, s, zp, before=True))
+        sb = s.astype(bfloat16)
+        assert np.array_equal(quantize(x, sb, axis=-1), ref_div(x, sb))
+
+
+# ---------------------------------------------------------------- bad input
+
+X = np.ones((2, 8), np.float32)
+S = np.ones(8, np.float32)
+
+
+@pytest.mark.parametrize("args, kwargs, exc, arg", [
+    ((X.astype(np.int8), S), {}, TypeError, "'x'"),
+    ((X.tolist(), S), {}, TypeError, "'x'"),
+    ((np.ones((), np.float32), S), {}, ValueError, "'x'"),
+    ((X, S.astype(np.float16)), {}, TypeError, "'scales'"),                     # div_mode=True: fp32/bf16
+    ((X, S.astype(np.float16)), dict(div_mode=False, axis=-1), TypeError, "'scales'"),  # must be x's dtype
+    ((X, np.ones(3, np.float32)), dict(axis=-1), ValueError, "'scales'"),
+    ((X, np.ones((2, 8), np.float32)), dict(axis=-1), ValueError, "'scales'"),
+    ((X, S, np.ones(8, np.int64)), dict(axis=-1), TypeError, "'zero_points'"),
+    ((X, S, np.ones(8, np.float16)), dict(axis=-1, div_mode=False), TypeError, "'zero_points'"),
+    ((X, S, np.ones(3, np.int8)), dict(axis=-1), ValueError, "'zero_points'"),
+    ((X, S), dict(axis=-1, dtype="int4"), ValueError, "'dtype'"),                # int4 only div_mode=False
+    ((X, S), dict(axis=-1, dtype="uint8", div_mode=False), ValueError, "'dtype'"),
+    ((X, S), dict(axis=-1, dtype="nonsense"), TypeError, "'dtype'"),
+    ((X, S), dict(axis=1.0), TypeError, "'axis'"),
+    ((X, S), dict(axis=-1, div_mode=1), TypeError, "'div_mode'"),
+])
+def test_bad_input_names_the_argument(args, kwargs, exc, arg):
+    with pytest.raises(exc) as e:
+        quantize(*args, **kwargs)
+    assert arg in str(e.value) and str(e.value).startswith("quantize: ")
+
+
+@pytest.mark.parametrize("div_mode", [True, False])
+def test_nan_inf_raise_by_default(div_mode):
+    x = X.copy()
+    x[1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"'x'.*NaN at index \(1, 3\)"):
+        quantize(x, S, axis=-1, div_mode=div_mode)
+    s = S.copy()
+    s[2] = np.inf
+    with pytest.raises(ValueError, match=r"'scales'.*Inf at index \(2,\)"):
+        quantize(X, s, axis=-1, div_mode=div_mode)
+    z = np.zeros(8, np.float32)
+    z[0] = np.nan
+    with pytest.raises(ValueError, match="'zero_points'.*NaN"):
+        quantize(X, S, z, axis=-1, div_mode=div_mode)
+    # nan_policy="ieee" computes through: NaN code 0, Inf saturates
+    ieee = ASCEND.replace(nan_policy="ieee")
+    x[0, 0] = np.inf
+    y = quantize(x, S, axis=-1, div_mode=div_mode, numerics=ieee)
+    assert y[1, 3] == 0 and y[0, 0] == 127
+
+
+def test_non_contiguous_views_equal_the_contiguous_copy():
+    rng = np.random.default_rng(2)
+    base = (rng.standard_normal((16, 24)) * 30).astype(np.float16)
+    for view in (base.T, base[::2, ::3], base[:, ::-1]):
+        n = view.shape[-1]
+        s = (rng.random(2 * n) + 0.5).astype(np.float16)[::2]
+        c = np.ascontiguousarray(view)
+        assert np.array_equal(quantize(view, s, s, axis=-1, div_mode=False),
+                              quantize(c, np.ascontiguousarray(s), np.ascontiguousarray(s), axis=-1, div_mode=False))
+        s32 = s.astype(np.float32)
+        assert np.array_equal(quantize(view, s32[::-1], axis=-1), quantize(c, s32[::-1].copy(), axis=-1))
+
+
+# ---------------------------------------------------------------- dequantize / anti_quant
+
+def test_dequantize_formula_and_dtypes():
+    y = np.array([[-128, 0, 127], [5, -5, 1]], np.int8)
+    s = np.array([0.1, 0.2, 0.3], np.float32)
+    zp = np.array([1.0, -2.0, 0.0], np.float32)
+    want = rn32((f64(y) - f64(zp)) * f64(s))          # y - zp is exact in fp32
+    out = dequantize(y, s, zp)
+    assert out.dtype == np.float32 and np.array_equal(out, want)
+    assert np.array_equal(dequantize(y, s, zp, output_dtype="bfloat16"), want.astype(np.float32).astype(bfloat16))
+    assert np.array_equal(dequantize(y, s, zp, output_dtype="float16"), want.astype(np.float32).astype(np.float16))
+    # per-row scales of a dynamic quantizer: shape y.shape[:-1] with axis=None
+    r = np.array([0.5, 2.0], np.float32)
+    assert dequantize(y, r, axis=None).tolist() == [[-64.0, 0.0, 63.5], [10.0, -10.0, 2.0]]
+    # per-channel along axis 0
+    assert dequantize(y, r, axis=0).tolist() == [[-64.0, 0.0, 63.5], [10.0, -10.0, 2.0]]
+
+
+def test_dequantize_errors():
+    y = np.zeros((2, 3), np.int8)
+    with pytest.raises(TypeError, match="'y'"):
+        dequantize(y.astype(np.float32), np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="'output_dtype'"):
+        dequantize(y, np.ones(3, np.float32), output_dtype="int8")
+    with pytest.raises(ValueError, match="'scale'"):
+        dequantize(y, np.ones(3, np.float32), axis=None)
+    with pytest.raises(ValueError, match="'axis'"):
+        dequantize(y, np.ones(3, np.float32), axis=2)      # used to wrap around to axis 0 silently
+    with pytest.raises(ValueError, match="'scale'"):
+        dequantize(y, np.ones(4, np.float32))
+
+
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 7, 17, 1025]), st.sampled_from([True, False]))
+def test_quantize_dequantize_within_half_a_scale(seed, n, div_mode):
+    # No saturation (|x / s| <= 127): |code * s - x| <= s * (0.5 + 2^-15). The extra covers the fp32
+    # roundings of x / s (at most 127 * 2^-24 codes), or of 1 / s and x * (1 / s) (2 * 127 * 2^-24).
+    rng = np.random.default_rng(seed)
+    s = (rng.random(n) * 0.1 + 1e-3).astype(np.float32)
+    x = ((rng.random((3, n)) * 2 - 1) * 127 * s).astype(np.float32)
+    if div_mode:
+        y = quantize(x, s, axis=-1)
+    else:
+        y = quantize(x, (np.float32(1) / s).astype(np.float32), axis=-1, div_mode=False)
+    err = np.abs(y.astype(np.float64) * s - x)
+    assert np.all(err <= s * (0.5 + 2.0**-15))
+    back = dequantize(y, s)
+    assert np.array_equal(back, rn32(f64(y) * f64(s)).astype(np.float32))
+
+
+def test_anti_quant():
+    x = np.array([[-128, 0, 127, 5]], np.int8)
+    s = np.array([0.5, 0.25, 2.0, 0.1], np.float32)
+    o = np.array([1.0, -1.0, 0.0, 0.5], np.float32)
+    # (x + offset) * scale: the offset is ADDED (the negated zero point); fp32 then one RNE cast
+    want = rn32((f64(x) + f64(o)) * f64(s)).astype(np.float32)
+    assert np.array_equal(anti_quant(x, s, offset=o), want.astype(np.float16))
+    assert anti_quant(x, s, offset=o).dtype == np.float16
+    assert np.array_equal(anti_quant(x, s, offset=o, dst_dtype="bfloat16"), want.astype(bfloat16))
+    # packed int4 source: 8 codes per int32, scale over the unpacked last dim
+    codes = np.array([[1, -1, 2, -2, 3, -3, 4, -4]], np.int8)
+    s8 = np.full(8, 0.5, np.float32)
+    out = anti_quant(pack_int4(codes), s8, src_dtype="quint4x2")
+    assert out.tolist() == [[0.5, -0.5, 1.0, -1.0, 1.5, -1.5, 2.0, -2.0]]
+    with pytest.raises(ValueError, match="'src_dtype'"):
+        anti_quant(x, s, src_dtype="uint8")
+    with pytest.raises(ValueError, match="'dst_dtype'"):
+        anti_quant(x, s, dst_dtype="float32")
+    with pytest.raises(ValueError, match="'scale'"):
+        anti_quant(x, np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="'offset'"):
+        anti_quant(x, s, offset=o.astype(bfloat16))
+    with pytest.raises(ValueError, match="'offset'"):
+        anti_quant(x, s, offset=np.ones(1, np.float32))
+    with pytest.raises(TypeError, match="'x'"):
+        anti_quant(x.astype(np.int32), s)
