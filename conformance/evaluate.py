@@ -6,7 +6,9 @@ implements; deviations of that declaration from the Ascend defaults are reported
 
 Statuses of a result:
 
-* ``pass`` — every output bitwise identical (or both sides refused an invalid input the same way);
+* ``pass`` — every output bitwise identical;
+* ``refused`` — both sides refused the input with the same error type (NaN/Inf inputs, the
+  error contract): agreement, but counted apart from ``pass`` so that nothing passes vacuously;
 * ``tolerated`` — within the tolerance, not identical;
 * ``mistrusted`` — identical, but the golden output is degenerate (see :mod:`.compare`);
 * ``fail`` — an output differs beyond tolerance, or the backend accepted an input the golden
@@ -33,7 +35,7 @@ from . import corpus
 from .attribution import attribute
 from .compare import FAIL, MISTRUSTED, PASS, TOLERATED, Tolerance, compare, worst
 
-FINAL_STATUSES = ("pass", "tolerated", "mistrusted", "fail", "error", "unsupported", "crashed", "timeout")
+FINAL_STATUSES = ("pass", "tolerated", "refused", "mistrusted", "fail", "error", "unsupported", "crashed", "timeout")
 BAD_STATUSES = ("fail", "error", "crashed", "timeout")
 
 
@@ -121,7 +123,7 @@ def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures:
 
     if ref_exc is not None:
         if act_exc is not None and isinstance(act_exc, type(ref_exc)):
-            record.update(status="pass", note=f"both refuse the input: {type(ref_exc).__name__}: {ref_exc}")
+            record.update(status="refused", note=f"both refuse the input: {type(ref_exc).__name__}: {ref_exc}")
         elif act_exc is not None:
             record.update(status="fail", note=f"golden raises {type(ref_exc).__name__}: {ref_exc}; backend raises "
                                              f"{type(act_exc).__name__}: {act_exc}")

@@ -17,7 +17,7 @@ FILES = {"markdown": "report.md", "junit": "report.xml", "json": "summary.json",
 
 
 def status_order() -> list[str]:
-    return ["pass", "tolerated", "mistrusted", "unsupported", "fail", "error", "crashed", "timeout"]
+    return ["pass", "tolerated", "refused", "mistrusted", "unsupported", "fail", "error", "crashed", "timeout"]
 
 
 def write_all(out_dir: str | Path, records: list[dict], meta: dict) -> dict[str, Path]:
@@ -48,6 +48,8 @@ def cell_text(cell: dict) -> str:
     text = f"{good}/{judged}"
     if cell.get("mistrusted"):
         text += f" ({cell['mistrusted']} mistrusted)"
+    if cell.get("refused"):
+        text += f" (+{cell['refused']} invalid inputs refused by both)"
     if bad:
         text += " " + ", ".join(f"{n} {s}" for s, n in bad.items())
     if cell.get("unsupported"):

@@ -87,4 +87,4 @@ def test_the_same_cases_pass_on_the_golden_itself(op):
     # so the failures above are the planted bugs', not the cases'
     spec = registry.get(op)
     for p in [{"corpus": c.key} for c in corpus.cases(op)] + draw_cases(spec, 30, 0):
-        assert run_case(spec, p, backends.get("numpy"))["status"] in ("pass", "mistrusted")
+        assert run_case(spec, p, backends.get("numpy"))["status"] in ("pass", "mistrusted", "refused")
