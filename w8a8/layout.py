@@ -91,7 +91,7 @@ def is_nz_aligned(shape: tuple[int, ...], dtype) -> bool:
     * fewer than 2 dims -> False
     * bf16 / fp16 -> ``k % 16 == 0 and n % 16 == 0``
     * int8 -> ``k % 16 == 0 and n % 32 == 0``
-    * uint8 / int32 (packed int4) -> ``k % 16 == 0 and n % 64 == 0``
+    * uint8 / int32 / ``"int4"`` (packed int4) -> ``k % 16 == 0 and n % 64 == 0``
     * any other dtype -> True
 
     Independently, NZ weights are not supported by the quantized matmuls when either of the last
@@ -101,7 +101,10 @@ def is_nz_aligned(shape: tuple[int, ...], dtype) -> bool:
     if len(shape) < 2:
         return False
     k, n = shape[-2], shape[-1]
-    dt = np.dtype(_dt.resolve(dtype, arg="dtype", op="is_nz_aligned"))
+    resolved = _dt.resolve(dtype, arg="dtype", op="is_nz_aligned")
+    if resolved == _dt.int4:  # "int4" / "quint4x2" name packed int4, stored as int32 words
+        resolved = _dt.int32
+    dt = np.dtype(resolved)
     if dt in (_dt.bfloat16, _dt.float16):
         return k % 16 == 0 and n % 16 == 0
     if dt == _dt.int8:
@@ -122,7 +125,8 @@ def nz_fallback_reason(shape: tuple[int, ...], dtype) -> str | None:
         return "fewer than 2 dims"
     if not is_nz_aligned(shape, dtype):
         k, n = shape[-2], shape[-1]
-        dt = np.dtype(_dt.resolve(dtype))
+        resolved = _dt.resolve(dtype)
+        dt = np.dtype(_dt.int32 if resolved == _dt.int4 else resolved)
         need = {np.dtype(np.int8): "k % 16 and n % 32", np.dtype(np.uint8): "k % 16 and n % 64",
                 np.dtype(np.int32): "k % 16 and n % 64"}.get(dt, "k % 16 and n % 16")
         return f"not NZ-aligned for {_dt.name(dt)}: [k={k}, n={n}] needs {need} == 0 (SGLang falls back to ND)"

@@ -22,7 +22,7 @@ _K_LIMIT = 65535
 
 # output dtype -> (allowed scale dtypes, allowed bias dtypes) without / with pertoken_scale.
 _COMBOS = {
-    "int32": ((_dt.float32, _dt.bfloat16, _dt.int64, _dt.uint64), (_dt.int32,), None),
+    "int32": ((_dt.float32, _dt.bfloat16), (_dt.int32,), None),
     "bfloat16": ((_dt.float32, _dt.bfloat16), (_dt.int32, _dt.bfloat16, _dt.float32),
                  ((_dt.float32, _dt.bfloat16), (_dt.int32, _dt.bfloat16, _dt.float32))),
     "float16": ((_dt.int64, _dt.uint64, _dt.float32), (_dt.int32,),
@@ -44,7 +44,7 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
 
     Parameters
     ----------
-    x1 : int8 ``[..., M, K]``, 2-D to 6-D.
+    x1 : int8 ``[..., M, K]``, 2-D to 6-D (int32-packed int4: the A4W4 / A8W4 path).
     x2 : int8 ``[..., K, N]``, 2-D to 6-D; batch dims broadcast. Any strided view works
         (torch_npu detects a transposed ``[N, K]`` storage from strides; the math is the same).
     scale : per-channel dequant scale, ``(N,)``, ``(1,)`` or ``(1, N)``: float32, bfloat16, or the
@@ -66,6 +66,7 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
         bf16     fp32 | bf16           -          int32 | bf16 | fp32    fp32 | -
         fp16     fp32                  -          int32 | fp16 | fp32    fp32 (required)
         int32    fp32 | bf16 (ignored) -          int32                  -
+        (int4 x1 / x2 packed in int32: see w8a8.lowbit.w4a8.quant_matmul_int4)
 
     Formula, in order (``acc`` = exact int32 ``x1 @ x2``)::
 
@@ -87,7 +88,7 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
     Errors
     ------
     TypeError: a dtype outside the table. ValueError: ranks, K mismatch, K > 65535 (allowed only
-    for float scale with pertoken_scale), shapes of scale / offset / bias / pertoken_scale, a
+    for a 1-D float scale with pertoken_scale), N > 65535, shapes of scale / offset / bias / pertoken_scale, a
     required or forbidden argument, NaN/Inf in a float parameter under ``nan_policy="raise"``.
     OverflowError: the int32 accumulator (plus bias) overflows.
     """
@@ -100,7 +101,16 @@ def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, of
                         output_dtype=None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`quant_matmul` with its stages: ``acc`` (the raw int32 accumulator ``x1 @ x2``, before
     any bias), ``scale`` (the fp32 scale the epilogue used, after FP19 packing where it applies)
-    and ``y``. Same arguments, checks and result."""
+    and ``y``. Same arguments, checks and result.
+
+    int4 operands (int32 words packing 8 codes, LSB first: A4W4, A8W4) are routed to
+    :func:`w8a8.lowbit.w4a8.quant_matmul_int4_stages`, whose stages add ``x1_codes``/``x2_codes``.
+    """
+    if isinstance(x2, np.ndarray) and x2.dtype == _dt.int32:  # int4 weights: A8W4 (x1 int8) or A4W4 (x1 int32)
+        from .lowbit.w4a8 import quant_matmul_int4_stages  # lazy: lowbit.w4a8 imports this module
+
+        return quant_matmul_int4_stages(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
+                                        output_dtype=output_dtype, numerics=numerics)
     out = _resolve_output(output_dtype)
     x1 = _check.array(_OP, "x1", x1, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
     x2 = _check.array(_OP, "x2", x2, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
@@ -129,8 +139,12 @@ def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, of
         why = " with pertoken_scale" if pt is not None else ""
         _check.fail(_OP, "scale", f"of dtype {_check.dtype_names(allowed_scale)} for {out.name} output{why}",
                     _check.describe(s), TypeError)
-    if k > _K_LIMIT and not (s.dtype in (_dt.float32, _dt.bfloat16) and pt is not None):
-        _check.fail(_OP, "x1", f"K <= {_K_LIMIT} (only float scale + pertoken_scale may exceed it)", _check.describe(x1))
+    if k > _K_LIMIT and not (s.dtype in (_dt.float32, _dt.bfloat16) and s.ndim == 1 and pt is not None):
+        _check.fail(_OP, "x1", f"K <= {_K_LIMIT} (only a 1-D float scale with pertoken_scale may exceed it)",
+                    _check.describe(x1))
+    if n > _K_LIMIT:
+        _check.fail(_OP, "x2", f"N <= {_K_LIMIT} (the last dims of x1 and x2 are limited to 65535)",
+                    _check.describe(x2))
     if s.ndim == 2 and s.shape[0] == 1:
         s = s.reshape(-1)
     if s.ndim != 1 or s.shape[0] not in (1, n):

@@ -276,10 +276,7 @@ def check_matmul_params(op: str, k: int, n: int, scale, offset, has_token: bool,
         why = " with pertoken_scale" if has_token else ""
         _check.fail(op, "scale", f"of dtype {_check.dtype_names(allowed_scale)} for {out.name} output{why}",
                     describe(s), TypeError)
-    if out == _dt.int32 and s.dtype in _PACKED:
-        reject(op, "scale", "float32 or bfloat16 for int32 output (it is ignored, but checked)", describe(s),
-               "torch_npu meta: 'When output_dtype is int32, scale's dtype must be bfloat16 or float32'", dtype=True)
-    if k > _K_LIMIT and not (s.dtype in (_dt.float32, _dt.bfloat16) and has_token):
+    if k > _K_LIMIT and not (s.dtype in (_dt.float32, _dt.bfloat16) and s.ndim == 1 and has_token):
         _check.fail(op, "x1", f"K <= {_K_LIMIT} (only float scale + pertoken_scale may exceed it)", f"K = {k}")
     inner_limit(op, "x2", n, "N (the last dim of x2 [K, N])")
     if s.ndim == 2 and s.shape[0] == 1:
