@@ -102,7 +102,7 @@ class Backend:
         """Wait for the device (no-op on synchronous backends)."""
 
     # -- calls ----------------------------------------------------------------------------------
-    def prepare(self, op: str, *args, **kwargs) -> Prepared:
+    def prepare(self, op: str, /, *args, **kwargs) -> Prepared:
         """Convert and load the arguments of ``op``; return the device work and the way back."""
         impl = getattr(self, "_" + op, None)
         if op not in OPS or impl is None:
@@ -129,7 +129,7 @@ class Backend:
                         finish=lambda out: self._convert(out, self.from_device, inbound=False),
                         transfer_in_s=t1 - t0, load_s=t2 - t1)
 
-    def call(self, op: str, *args, **kwargs):
+    def call(self, op: str, /, *args, **kwargs):
         return self.prepare(op, *args, **kwargs)()
 
     def accepts_numerics(self, numerics: Numerics) -> bool:

@@ -30,8 +30,10 @@ import importlib
 from w8a8.numerics import ASCEND, Numerics
 
 from ..base import Backend, Prepared, Unsupported
-from ..ops import DENSE_OPS
+from ..ops import OPS
 from . import runtime
+from .lowbit_ops import LowbitOps
+from .moe_ops import MoeOps
 
 _LOADED_WEIGHTS = {"quant_matmul", "w8a8_dynamic_linear", "w8a8_static_linear"}
 
@@ -44,7 +46,7 @@ def _tdtype(name: str):
     return _mod("arith").torch_dtype_of(name)
 
 
-class TorchCpuBackend(Backend):
+class TorchCpuBackend(MoeOps, LowbitOps, Backend):
     """PyTorch on the CPU (see the module docstring). ``gemm``: ``"auto"``, ``"int_mm"`` or ``"qlinear"``."""
 
     name = "torch-cpu"
@@ -64,7 +66,7 @@ class TorchCpuBackend(Backend):
         return runtime.availability()
 
     def ops(self) -> tuple[str, ...]:
-        return tuple(op for op in DENSE_OPS if callable(getattr(self, "_" + op, None)))
+        return tuple(op for op in OPS if callable(getattr(self, "_" + op, None)))
 
     @property
     def gemm_path(self) -> str:
@@ -113,7 +115,8 @@ class TorchCpuBackend(Backend):
             raise Unsupported(f"backend '{self.name}' implements numerics '{self.numerics.name}' only; "
                               f"got {numerics.differences(self.numerics) or numerics.name}")
         threads = runtime.claim_threads()
-        dargs, dkw = _mod("checks").check(op, args, kwargs)
+        own_check = getattr(self, "_check_" + op, None)  # ops of the MoE / low-bit mixins
+        dargs, dkw = own_check(args, kwargs) if own_check else _mod("checks").check(op, args, kwargs)
         view_as = dkw.pop("_view_as", None)
         prepared = super().prepare(op, *dargs, **dkw)
         if view_as is not None:  # layout ops ran on raw integers of the element width
@@ -132,6 +135,9 @@ class TorchCpuBackend(Backend):
         return prepared
 
     def load(self, op: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        own_load = getattr(self, "_load_" + op, None)  # ops of the MoE / low-bit mixins
+        if own_load is not None:
+            return own_load(args, kwargs)
         if op == "quant_matmul":
             x1, x2, scale = args
             return (x1, _mod("gemm").Int8Weight.load(x2, self.gemm_path), scale), kwargs
