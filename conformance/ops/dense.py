@@ -434,7 +434,10 @@ def _static_linear_build(p):
     x = float_tensor(rng, tuple(p["lead"]) + (p["k"],), p["dtype"], p["dist"])
     w, ws, _ = _weights(rng, p["n"], p["k"])
     s_in, o_in = w8a8.calibrate_activation_per_tensor(x)
-    bias = rng.standard_normal(p["n"]).astype(np.float32) * np.float32(0.1) if p["bias"] else None
+    bias = None
+    if p["bias"]:  # a float bias of a few thousand dequant steps, so that quant_bias fits int32 at any scale
+        deq = (s_in.astype(np.float32) * ws.reshape(-1)).astype(np.float32)
+        bias = (rng.uniform(-3000, 3000, p["n"]).astype(np.float32) * deq).astype(np.float32)
     deq, qb = w8a8.static_params(w, ws, s_in, o_in, bias, model_dtype=p["dtype"])
     return (x, w), {"input_scale": s_in, "input_offset": o_in, "deq_scale": deq, "quant_bias": qb}
 
