@@ -1,0 +1,87 @@
+"""Tolerance tuning end to end: recommend, write the table, re-run with 10x the seeds at those
+tolerances (zero failures), and check the planted bugs still fail them."""
+
+import subprocess
+import sys
+
+import pytest
+
+import backends
+from conformance import corpus, registry
+from conformance.evaluate import run_case
+from conformance.runner import draw_cases
+from conformance.tolerances import Entry, ToleranceTable
+from conformance.tuning import fit_tail, recommend, sweep
+
+OPS = ["dynamic_quant", "quant_matmul", "w8a8_dynamic_linear"]
+PLANTED = {"TiesAwayBackend": "dynamic_quant", "DivideScaleBackend": "dynamic_quant",
+           "Fp19EverywhereBackend": "quant_matmul", "BiasAfterDequantBackend": "quant_matmul"}
+
+
+def test_fit_tail_extrapolates_a_geometric_tail():
+    # P(d >= 1) = 0.5, P(d >= 2) = 0.25, P(d >= 3) = 0.125: halving per ULP; p = 1e-6 needs ~20 ULP
+    d = [0] * 400 + [1] * 200 + [2] * 100 + [3] * 100
+    u = fit_tail(d, 1e-6)
+    assert 15 <= u <= 25
+    assert fit_tail([0] * 50, 1e-6) == 0
+    assert fit_tail([5] * 10, 1e-6) >= 5
+
+
+def test_table_round_trip_and_lookup_order(tmp_path):
+    t = ToleranceTable([Entry("*", "quant_matmul", "y", "*", ulp=2),
+                        Entry("torch-cpu", "quant_matmul", "y", "bfloat16", ulp=0, samples=9)])
+    path = tmp_path / "t.toml"
+    t.save(path)
+    back = ToleranceTable.load(path)
+    assert back.lookup("torch-cpu", "quant_matmul", "y", "bfloat16").ulp == 0
+    assert back.lookup("torch-cpu", "quant_matmul", "y", "float16").ulp == 2   # falls back to "*"
+    assert back.lookup("other", "quant_matmul", "y", "bfloat16").ulp == 2
+    assert back.lookup("other", "dynamic_quant", "y", "int8").is_exact()       # no entry: bitwise
+    assert back.find("torch-cpu", "quant_matmul", "y", "bfloat16").samples == 9
+
+
+def test_bad_table_is_a_clear_error(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("[[entry]]\nop = 'x'\n")
+    with pytest.raises(ValueError, match="lacks backend"):
+        ToleranceTable.load(p)
+
+
+def test_tune_then_ten_times_the_seeds_then_planted_bugs(tmp_path):
+    a, b = backends.get("torch-cpu"), backends.get("numpy")
+    stats = sweep(a, b, OPS, samples=15, seed=0)
+    entries = recommend(stats, backend=a.name, against=b.name, numerics_equal=a.numerics == b.numerics)
+    assert entries and all(e.samples > 0 for e in entries)
+    table = ToleranceTable(entries)
+    path = tmp_path / "tol.toml"
+    table.save(path)
+    table = ToleranceTable.load(path)
+    # a fresh run with 10x as many cases (another seed) at the recommended tolerances: zero failures
+    for op in OPS:
+        spec = registry.get(op)
+        for params in draw_cases(spec, 150, 1):
+            r = run_case(spec, params, a, tolerance=table)
+            assert r["status"] not in ("fail", "error"), (op, r.get("note"), r["repro"])
+    # the planted bugs still fail under the same tolerances (looked up for the planted backend's own
+    # name they fall back to bitwise; looked up as torch-cpu's entries they are just as tight)
+    for cls, op in PLANTED.items():
+        bug = backends.get("conformance.planted:" + cls)
+        as_torch_cpu = ToleranceTable([Entry(bug.name, e.op, e.output, e.dtype, ulp=e.ulp, tie_off_by_one=e.tie_off_by_one,
+                                             mismatch_rate=e.mismatch_rate) for e in table.entries()])
+        spec = registry.get(op)
+        cases = [{"corpus": c.key} for c in corpus.cases(op)] + draw_cases(spec, 40, 0)
+        statuses = [run_case(spec, p, bug, tolerance=as_torch_cpu)["status"] for p in cases]
+        assert "fail" in statuses, cls
+
+
+def test_tune_command_writes_table_plots_and_report(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "conformance.cli", "tune", "--backend", "torch-cpu", "--op",
+                          "dynamic_quant", "--op", "quant_matmul", "--samples", "12", "--write",
+                          str(tmp_path / "t.toml"), "--out", str(tmp_path / "tune")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    table = ToleranceTable.load(tmp_path / "t.toml")
+    assert {e.op for e in table.entries()} == {"dynamic_quant", "quant_matmul"}
+    assert all(e.basis == "measured" and e.samples > 0 and e.date for e in table.entries())
+    for name in ("distance-histograms.png", "error-vs-k.png", "tune-report.html", "tune.json"):
+        assert (tmp_path / "tune" / name).stat().st_size > 0
