@@ -192,6 +192,14 @@ def compare(name: str, kind: str, reference: np.ndarray, actual: np.ndarray, *,
     return _compare_float(name, kind, reference, actual, tolerance)
 
 
+def _identical(comp: Comparison, ref: np.ndarray) -> Comparison:
+    """A bitwise-identical output passes — unless the golden's is degenerate (then: mistrusted)."""
+    why = degenerate(ref)
+    if why:
+        comp.verdict, comp.note = MISTRUSTED, f"golden output is degenerate ({why})"
+    return comp
+
+
 def _first(mismatch: np.ndarray) -> list:
     return [int(i) for i in np.argwhere(mismatch)[0]] if mismatch.any() else None
 
@@ -206,10 +214,7 @@ def _compare_int(name, ref, act, tol: Tolerance, pre_round) -> Comparison:
                       max_code_diff=int(diff.max()), histogram=_histogram(diff),
                       first_mismatch=_first(mismatch.reshape(ref.shape)) if ref.ndim else None)
     if count == 0:
-        why = degenerate(ref)
-        if why:
-            comp.verdict, comp.note = MISTRUSTED, f"golden output is degenerate ({why})"
-        return comp
+        return _identical(comp, ref)
     bad = mismatch
     if tol.tie_off_by_one and pre_round is not None:
         pr = np.asarray(pre_round, dtype=np.float64)
@@ -245,10 +250,7 @@ def _compare_float(name, kind, ref, act, tol: Tolerance) -> Comparison:
                       sqnr_db=sqnr_db(ref, act), histogram=_histogram(dist),
                       first_mismatch=_first(mismatch.reshape(ref.shape)) if ref.ndim else None)
     if count == 0:
-        why = degenerate(ref)
-        if why:
-            comp.verdict, comp.note = MISTRUSTED, f"golden output is degenerate ({why})"
-        return comp
+        return _identical(comp, ref)
     within = dist <= tol.ulp
     if tol.atol or tol.rtol:
         with np.errstate(invalid="ignore"):

@@ -19,6 +19,16 @@ def _plt():
     return plt
 
 
+def grid(n: int, cols: int, width: float, height: float):
+    """A figure with ``n`` subplots in rows of ``cols`` (the unused ones hidden); returns (fig, axes[:n])."""
+    plt = _plt()
+    rows = max(1, math.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    return fig, list(axes.ravel()[:n])
+
+
 def png_bytes(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
@@ -33,14 +43,9 @@ def png_base64(fig) -> str:
 def error_histograms(cells_of_backend: dict, backend: str):
     """One figure per backend: per op, the histogram of ULP (float) / code (int) distances to the
     golden over every compared element, log-scaled counts; bin "0" is exact agreement."""
-    plt = _plt()
     ops = sorted(cells_of_backend)
-    cols = 4
-    rows = max(1, math.ceil(len(ops) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.6 * rows), squeeze=False)
-    for ax in axes.ravel()[len(ops):]:
-        ax.axis("off")
-    for ax, op in zip(axes.ravel(), ops):
+    fig, axes = grid(len(ops), 4, 4.2, 2.6)
+    for ax, op in zip(axes, ops):
         hist = cells_of_backend[op].get("hist") or {}
         used = [b for b in BIN_ORDER if any(h.get(b) for h in hist.values())] or ["0"]
         width = 0.8 / max(1, len(hist))
@@ -61,14 +66,9 @@ def error_histograms(cells_of_backend: dict, backend: str):
 def distance_histograms(stats: dict):
     """Per (op, output, dtype): the histogram of element distances (ULP / code) between the two
     backends of a tuning sweep, log-scaled counts."""
-    plt = _plt()
     keys = sorted(stats)
-    cols = 4
-    rows = max(1, math.ceil(len(keys) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.6 * rows), squeeze=False)
-    for ax in axes.ravel()[len(keys):]:
-        ax.axis("off")
-    for ax, key in zip(axes.ravel(), keys):
+    fig, axes = grid(len(keys), 4, 4.2, 2.6)
+    for ax, key in zip(axes, keys):
         s = stats[key]
         xs = sorted(s.histogram)
         ax.bar([str(x) for x in xs], [s.histogram[x] for x in xs], color="#4a7ab7")
@@ -82,14 +82,9 @@ def distance_histograms(stats: dict):
 
 def error_vs_k(stats: dict):
     """Per op with a reduction length: per-case worst distance against K (log-x), with the median per K."""
-    plt = _plt()
     keys = [k for k in sorted(stats) if any(v is not None for v in stats[k].per_case_k)]
-    cols = 3
-    rows = max(1, math.ceil(len(keys) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3 * rows), squeeze=False)
-    for ax in axes.ravel()[len(keys):]:
-        ax.axis("off")
-    for ax, key in zip(axes.ravel(), keys):
+    fig, axes = grid(len(keys), 3, 5, 3)
+    for ax, key in zip(axes, keys):
         s = stats[key]
         pts = [(k, d) for k, d in zip(s.per_case_k, s.per_case_max) if k is not None]
         ks = sorted({k for k, _ in pts})

@@ -4,7 +4,6 @@ the scaling study (log-log fits), and an HTML page."""
 from __future__ import annotations
 
 import datetime
-import math
 import platform
 from collections import defaultdict
 
@@ -107,7 +106,6 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
 
 def throughput_vs_m(records: list[dict]):
     """Per op: verified throughput against M, one line per backend (log-log)."""
-    plt = plots._plt()
     series: dict = defaultdict(lambda: defaultdict(list))
     for r in records:
         tags = r.get("tags", [])
@@ -115,12 +113,8 @@ def throughput_vs_m(records: list[dict]):
             key = (r["op"], tuple((k, v) for k, v in sorted(r["params"].items()) if k not in ("m", "t")))
             series[key][r["backend"]].append((r["params"]["m"], r["throughput"]))
     keys = sorted(series)
-    cols = 3
-    rows = max(1, math.ceil(len(keys) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
-    for ax in axes.ravel()[len(keys):]:
-        ax.axis("off")
-    for ax, key in zip(axes.ravel(), keys):
+    fig, axes = plots.grid(len(keys), 3, 5, 3.2)
+    for ax, key in zip(axes, keys):
         for backend, pts in sorted(series[key].items()):
             pts = sorted(pts)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)

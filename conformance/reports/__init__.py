@@ -57,6 +57,20 @@ def cell_text(cell: dict) -> str:
     return text
 
 
+META_KEYS = ("date", "command", "profile", "seed", "machine", "versions", "tolerances")
+
+
+def meta_rows(meta: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str, str]]]:
+    """The run's metadata lines ``(key, value)`` and per backend ``(name, numerics, differences)``."""
+    rows = [(key, str(meta[key])) for key in META_KEYS if key in meta]
+    backends = []
+    for name, info in meta.get("backends", {}).items():
+        diffs = info.get("numerics_differences") or {}
+        text = ", ".join(f"{k}={v[1]}" for k, v in diffs.items()) or "identical to the Ascend A2/A3 defaults"
+        backends.append((name, str(info.get("numerics")), text))
+    return rows, backends
+
+
 def cell_state(cell: dict) -> str:
     if any(cell.get(s) for s in ("fail", "error", "crashed", "timeout")):
         return "bad"

@@ -30,7 +30,7 @@ def _e(text) -> str:
 
 
 def render(summary: dict, meta: dict) -> str:
-    from . import cell_state, cell_text
+    from . import cell_state, cell_text, meta_rows
 
     cells = summary["cells"]
     backend_names = sorted(cells)
@@ -42,13 +42,9 @@ def render(summary: dict, meta: dict) -> str:
            f"<div class='verdict {'ok' if ok else 'notok'}' id='verdict'>"
            f"{'All backends agree with the golden' if ok else 'Disagreements found'}</div>",
            "<dl class='meta'>"]
-    for key in ("date", "command", "profile", "seed", "machine", "versions"):
-        if key in meta:
-            out.append(f"<dt>{_e(key)}</dt><dd><code>{_e(meta[key])}</code></dd>")
-    for name, info in meta.get("backends", {}).items():
-        diffs = info.get("numerics_differences") or {}
-        dtext = ", ".join(f"{k}={v[1]}" for k, v in diffs.items()) or "identical to the Ascend A2/A3 defaults"
-        out.append(f"<dt>{_e(name)}</dt><dd>numerics <code>{_e(info.get('numerics'))}</code>: {_e(dtext)}</dd>")
+    rows, backends = meta_rows(meta)
+    out += [f"<dt>{_e(key)}</dt><dd><code>{_e(value)}</code></dd>" for key, value in rows]
+    out += [f"<dt>{_e(name)}</dt><dd>numerics <code>{_e(num)}</code>: {_e(diffs)}</dd>" for name, num, diffs in backends]
     out.append("</dl>")
     out.append("<p>Totals: " + ", ".join(f"{_e(k)} {v}" for k, v in sorted(summary["totals"].items())) + "</p>")
 

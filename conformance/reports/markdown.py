@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def render(summary: dict, meta: dict) -> str:
-    from . import cell_text
+    from . import cell_text, meta_rows
 
     cells = summary["cells"]
     backend_names = sorted(cells)
@@ -13,13 +13,9 @@ def render(summary: dict, meta: dict) -> str:
     lines = ["# w8a8 conformance report", ""]
     verdict = "all backends agree with the golden" if summary["ok"] else "DISAGREEMENTS FOUND"
     lines += [f"**Result: {verdict}.**", ""]
-    for key in ("date", "command", "profile", "seed", "machine", "versions"):
-        if key in meta:
-            lines.append(f"- {key}: `{meta[key]}`")
-    for name, info in meta.get("backends", {}).items():
-        diffs = info.get("numerics_differences") or {}
-        dtext = ", ".join(f"{k}={v[1]}" for k, v in diffs.items()) or "identical to the Ascend A2/A3 defaults"
-        lines.append(f"- backend `{name}`: numerics `{info.get('numerics')}` ({dtext})")
+    rows, backends = meta_rows(meta)
+    lines += [f"- {key}: `{value}`" for key, value in rows]
+    lines += [f"- backend `{name}`: numerics `{num}` ({diffs})" for name, num, diffs in backends]
     lines += ["", "Totals: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["totals"].items())), ""]
     lines += ["## Agreement matrix", "", "Cells: passed / judged cases (worst ULP or code distance).", ""]
     lines.append("| op | " + " | ".join(backend_names) + " |")
