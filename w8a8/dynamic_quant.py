@@ -5,9 +5,15 @@ The kernel order matters and is mirrored here (spec/ascend-ops.md §1.3): the re
 That is not ``x / (amax / 127)``: the two differ by one code wherever ``x * inv`` and ``x / scale``
 round to different sides of a .5 tie, and the scales differ in the last bit. Both orders (and the
 other scale formulas in use) are selectable through :class:`~w8a8.numerics.Numerics`.
+
+The argument checks are public (:func:`dynamic_quant_args`, :func:`dynamic_quant_asymmetric_args`), so
+that backends run the golden's checks instead of copying them; :func:`smoothed_rows` is the data
+check (``x * smooth_scales`` overflowing) that needs the op's arithmetic.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +24,7 @@ from .numerics import ASCEND, Numerics
 from .rounding import to_int
 
 _OP = "dynamic_quant"
+_OP_ASYM = "dynamic_quant_asymmetric"
 _X_DTYPES = (_dt.float16, _dt.bfloat16)
 
 
@@ -85,8 +92,62 @@ def _rows_to_groups(op: str, group_index: np.ndarray, rows: int) -> np.ndarray:
     return np.searchsorted(gi, np.arange(rows), side="right")
 
 
-def _prepare(op: str, x, smooth_scales, group_index, dst_type, numerics: Numerics):
-    """Shared argument checks and the fp32 (smoothed) rows ``[S, H]`` of both dynamic quantizers."""
+@dataclass(frozen=True, eq=False)
+class DynamicQuantArgs:
+    """The checked arguments of :func:`dynamic_quant` / :func:`dynamic_quant_asymmetric` (as given: no
+    copies, no arithmetic) and the facts derived from them."""
+
+    x: np.ndarray
+    """float16 / bfloat16 ``[..., H]``, 2-D to 8-D."""
+    smooth_scales: np.ndarray | None
+    """x's dtype: ``[H]``, or ``[E, H]`` with ``group_index``; or None."""
+    group_index: np.ndarray | None
+    """int32 ``[E]``: non-decreasing cumulative row ends, the last equal to ``rows``; or None."""
+    dst: np.dtype | str
+    """``int8`` or ``"int4"`` (:data:`w8a8.dtypes.int4`)."""
+    rows: int
+    """``S = prod(x.shape[:-1])``: the number of tokens."""
+    h: int
+    row_groups: np.ndarray | None
+    """int ``[S]``: the smooth row of every x row (with ``group_index``), or None."""
+
+    @property
+    def qmax(self) -> int:
+        """127 for int8 codes, 7 for int4."""
+        return 7 if self.dst == _dt.int4 else 127
+
+    @property
+    def dst_name(self) -> str:
+        return _dt.name(self.dst)
+
+
+_EXPONENT = {_dt.float16: np.uint16(0x7C00), _dt.bfloat16: np.uint16(0x7F80)}
+
+
+def _all_finite(x: np.ndarray) -> bool:
+    """No NaN / Inf in an fp16 / bf16 array: no exponent field of all ones (one pass over the 16-bit
+    words, no float conversion: NumPy's fp16 ``isfinite`` is emulated and 4x slower)."""
+    e = _EXPONENT[x.dtype]
+    return not np.any((x.view(np.uint16) & e) == e)
+
+
+def dynamic_quant_args(x, *, smooth_scales=None, group_index=None, dst_type="int8",
+                       numerics: Numerics = ASCEND) -> DynamicQuantArgs:
+    """Every argument check of :func:`dynamic_quant`, in its order, with its exceptions and messages.
+
+    Not included: the data-dependent check that ``x * smooth_scales`` stays finite, which needs the
+    op's arithmetic (:func:`smoothed_rows`).
+    """
+    return _args(_OP, x, smooth_scales, group_index, dst_type, numerics)
+
+
+def dynamic_quant_asymmetric_args(x, *, smooth_scales=None, group_index=None, dst_type="int8",
+                                  numerics: Numerics = ASCEND) -> DynamicQuantArgs:
+    """:func:`dynamic_quant_args` for :func:`dynamic_quant_asymmetric` (its name in the messages)."""
+    return _args(_OP_ASYM, x, smooth_scales, group_index, dst_type, numerics)
+
+
+def _args(op: str, x, smooth_scales, group_index, dst_type, numerics: Numerics) -> DynamicQuantArgs:
     if not isinstance(numerics, Numerics):
         _check.fail(op, "numerics", "a w8a8.Numerics", _check.describe(numerics), TypeError)
     x = _check.array(op, "x", x, dtypes=_X_DTYPES, min_ndim=2, max_ndim=8)
@@ -97,32 +158,46 @@ def _prepare(op: str, x, smooth_scales, group_index, dst_type, numerics: Numeric
     if dst == _dt.int4 and h % 8:
         _check.fail(op, "x", "of last dimension a multiple of 8 for int4 output (8 codes per int32)", _check.describe(x))
     rows = int(np.prod(x.shape[:-1]))
-    xf = x.reshape(rows, h).astype(np.float32)
-    if numerics.nan_policy == "raise" and not np.isfinite(xf).all():
+    if numerics.nan_policy == "raise" and not _all_finite(x):
         _check.finite(op, "x", x)  # names the first NaN/Inf position in x's own shape
+    smooth = gi = groups = None
     if smooth_scales is not None:
         smooth = _check.array(op, "smooth_scales", smooth_scales, dtypes=(x.dtype,))
         if numerics.nan_policy == "raise":
             _check.finite(op, "smooth_scales", smooth)
         if group_index is None:
             _check.shape(op, "smooth_scales", smooth, [(h,)], f"of shape [H] = [{h}] (without group_index)")
-            sf = smooth.astype(np.float32)[None, :]
         else:
             gi = _check.array(op, "group_index", group_index, dtypes=(np.int32,), ndim=1)
             e = gi.shape[0]
             if e > 1024:
                 _check.fail(op, "group_index", "of at most 1024 groups", _check.describe(gi))
             _check.shape(op, "smooth_scales", smooth, [(e, h)], f"of shape [E, H] = [{e}, {h}] (with group_index)")
-            sf = smooth.astype(np.float32)[_rows_to_groups(op, gi, rows)]
-        with np.errstate(over="ignore", invalid="ignore"):
-            xf = xf * sf
-        if numerics.nan_policy == "raise" and not np.isfinite(xf).all():
-            _check.fail(op, "smooth_scales", "such that x * smooth_scales stays finite in fp32",
-                        "an overflow to Inf")
+            groups = _rows_to_groups(op, gi, rows)
     elif group_index is not None:
         _check.fail(op, "group_index", "None unless smooth_scales is given (it selects the smooth row)",
                     _check.describe(group_index))
-    return x, dst, xf
+    return DynamicQuantArgs(x=x, smooth_scales=smooth, group_index=gi, dst=dst, rows=rows, h=int(h),
+                            row_groups=groups)
+
+
+def smoothed_rows(a: DynamicQuantArgs, numerics: Numerics = ASCEND, *, op: str = _OP) -> np.ndarray:
+    """The fp32 rows ``[S, H]`` both dynamic quantizers start from: ``fp32(x) [* fp32(smooth[g])]``.
+
+    A new array. Under ``nan_policy="raise"`` a product that overflows fp32 raises ``ValueError``
+    naming ``smooth_scales`` (``op`` names the op): a check of the data that needs this arithmetic,
+    so it is not part of :func:`dynamic_quant_args`.
+    """
+    xf = a.x.reshape(a.rows, a.h).astype(np.float32)
+    if a.smooth_scales is None:
+        return xf
+    sf = a.smooth_scales.astype(np.float32)
+    sf = sf[None, :] if a.row_groups is None else sf[a.row_groups]
+    with np.errstate(over="ignore", invalid="ignore"):
+        xf *= sf
+    if numerics.nan_policy == "raise" and not np.isfinite(xf).all():
+        _check.fail(op, "smooth_scales", "such that x * smooth_scales stays finite in fp32", "an overflow to Inf")
+    return xf
 
 
 def _pack(y: np.ndarray, dst, shape) -> np.ndarray:
@@ -170,15 +245,22 @@ def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
     ------
     TypeError for a wrong dtype (x not fp16/bf16, smooth_scales not x's dtype, group_index not
     int32); ValueError for rank, shape, group_index values, int4 with H % 8 != 0, and NaN/Inf in x
-    under ``nan_policy="raise"`` (the default). Non-contiguous views are accepted: only the
-    logical shape matters.
+    under ``nan_policy="raise"`` (the default) — all raised by :func:`dynamic_quant_args` — and for
+    ``x * smooth_scales`` overflowing fp32 (:func:`smoothed_rows`). Non-contiguous views are accepted:
+    only the logical shape matters.
     """
-    x, dst, xf = _prepare(_OP, x, smooth_scales, group_index, dst_type, numerics)
-    qmax = 7 if dst == _dt.int4 else 127
-    nan_code = 0 if numerics.zero_row == "zero" else -(qmax + 1)
-    y, scale = quantize_rows(xf, qmax, codes=numerics.quant_codes, scale=numerics.scale_out,
+    a = dynamic_quant_args(x, smooth_scales=smooth_scales, group_index=group_index, dst_type=dst_type,
+                           numerics=numerics)
+    return dynamic_quant_from_args(a, numerics)
+
+
+def dynamic_quant_from_args(a: DynamicQuantArgs, numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`dynamic_quant` on arguments :func:`dynamic_quant_args` has checked (no second pass over x)."""
+    xf = smoothed_rows(a, numerics)
+    nan_code = 0 if numerics.zero_row == "zero" else -(a.qmax + 1)
+    y, scale = quantize_rows(xf, a.qmax, codes=numerics.quant_codes, scale=numerics.scale_out,
                              round_mode=numerics.round_mode, nan_code=nan_code, saturate=numerics.saturate)
-    return _pack(y, dst, x.shape), scale.reshape(x.shape[:-1])
+    return _pack(y, a.dst, a.x.shape), scale.reshape(a.x.shape[:-1])
 
 
 def dynamic_quant_asymmetric(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
@@ -199,8 +281,9 @@ def dynamic_quant_asymmetric(x: np.ndarray, *, smooth_scales: np.ndarray | None 
     the offset huge and the codes the result of fp32 cancellation: computed faithfully here, not
     reliable on any device. The ``quant_codes`` / ``scale_out`` fields do not apply.
     """
-    op = "dynamic_quant_asymmetric"
-    x, dst, xf = _prepare(op, x, smooth_scales, group_index, dst_type, numerics)
+    a = dynamic_quant_asymmetric_args(x, smooth_scales=smooth_scales, group_index=group_index,
+                                      dst_type=dst_type, numerics=numerics)
+    x, dst, xf = a.x, a.dst, smoothed_rows(a, numerics, op=_OP_ASYM)
     levels, top = (np.float32(15), np.float32(7)) if dst == _dt.int4 else (np.float32(255), np.float32(127))
     lo = -8 if dst == _dt.int4 else -128
     h = xf.shape[-1]

@@ -20,6 +20,8 @@ specified.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import _check
@@ -48,15 +50,11 @@ def int_matmul(a: np.ndarray, b: np.ndarray, *, op: str = "int_matmul") -> np.nd
     TypeError for non-integer operands, ValueError for mismatched K or rank < 2, OverflowError when
     a sum leaves the int32 range.
     """
-    a = _check.array(op, "a", a, dtypes=_INT_DTYPES, min_ndim=2)
-    b = _check.array(op, "b", b, dtypes=_INT_DTYPES, min_ndim=2)
-    k = a.shape[-1]
-    if b.shape[-2] != k:
-        _check.fail(op, "b", f"of shape [..., K={k}, N] to match a {tuple(a.shape)}", _check.describe(b))
+    args = int_matmul_args(a, b, op=op)
+    a, b, k, out_shape = args.a, args.b, args.k, args.out_shape
     amax = _absmax(a)
     bmax = _absmax(b)
     bound = amax * bmax
-    out_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     if bound == 0 or k == 0 or 0 in out_shape:
         return np.zeros(out_shape, dtype=np.int32)
     if bound > _F32_EXACT:  # a single product may not be a float32 (int16 / int32 data)
@@ -81,6 +79,34 @@ def int_matmul(a: np.ndarray, b: np.ndarray, *, op: str = "int_matmul") -> np.nd
         _check_int32(op, total)
         return total.astype(np.int32)
     return total
+
+
+@dataclass(frozen=True, eq=False)
+class IntMatmulArgs:
+    """The checked operands of :func:`int_matmul` (as given) and the shape of the result."""
+
+    a: np.ndarray
+    """int8 / uint8 / int16 / int32 ``[..., M, K]``."""
+    b: np.ndarray
+    """int8 / uint8 / int16 / int32 ``[..., K, N]``."""
+    k: int
+    out_shape: tuple[int, ...]
+    """``broadcast(a.shape[:-2], b.shape[:-2]) + (M, N)``."""
+
+
+def int_matmul_args(a, b, *, op: str = "int_matmul") -> IntMatmulArgs:
+    """The argument checks of :func:`int_matmul` (``op`` names the op in the messages).
+
+    TypeError for a non-integer operand, ValueError for rank < 2 or mismatched K; batch dims that
+    do not broadcast raise NumPy's ``ValueError`` of ``np.broadcast_shapes``.
+    """
+    a = _check.array(op, "a", a, dtypes=_INT_DTYPES, min_ndim=2)
+    b = _check.array(op, "b", b, dtypes=_INT_DTYPES, min_ndim=2)
+    k = a.shape[-1]
+    if b.shape[-2] != k:
+        _check.fail(op, "b", f"of shape [..., K={k}, N] to match a {tuple(a.shape)}", _check.describe(b))
+    out_shape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) + (a.shape[-2], b.shape[-1])
+    return IntMatmulArgs(a=a, b=b, k=int(k), out_shape=tuple(int(d) for d in out_shape))
 
 
 def _wide_matmul(op: str, a: np.ndarray, b: np.ndarray, out_shape: tuple, k: int, bound: int) -> np.ndarray:

@@ -18,6 +18,7 @@ decides whether serving code casts a weight to NZ or keeps it ND ("Falling back 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,10 +50,9 @@ def format_cast_nz(w: np.ndarray) -> np.ndarray:
     Any dtype of itemsize 1, 2 or 4 (and 8, treated like 4 — torch_npu never casts those).
     Raises ValueError for fewer than 2 dims.
     """
-    op = "format_cast_nz"
-    w = _check.array(op, "w", w, min_ndim=2)
+    a = format_cast_nz_args(w)
+    w, c0 = a.w, a.c0
     r, c = w.shape[-2:]
-    c0 = nz_c0(w.dtype)
     r1, c1 = math.ceil(r / _ROWS), math.ceil(c / c0)
     padded = np.zeros(w.shape[:-2] + (r1 * _ROWS, c1 * c0), dtype=w.dtype)
     padded[..., :r, :c] = w
@@ -68,6 +68,47 @@ def nz_to_nd(w_nz: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
     Raises ValueError when ``w_nz.shape`` is not the NZ storage shape of ``shape`` for its dtype.
     """
+    a = nz_to_nd_args(w_nz, shape)
+    w_nz, shape = a.w_nz, a.shape
+    c1, r1, _, c0 = w_nz.shape[-4:]
+    lead = w_nz.shape[:-4]
+    n = len(lead)
+    perm = tuple(range(n)) + (n + 1, n + 2, n, n + 3)
+    nd = w_nz.transpose(perm).reshape(lead + (r1 * _ROWS, c1 * c0))
+    return np.ascontiguousarray(nd[..., : shape[-2], : shape[-1]])
+
+
+@dataclass(frozen=True, eq=False)
+class FormatCastNzArgs:
+    """The checked argument of :func:`format_cast_nz` and its NZ geometry."""
+
+    w: np.ndarray
+    """The ND tensor ``[..., R, C]`` (as given)."""
+    c0: int
+    """Columns per fractal for w's dtype (:func:`nz_c0`)."""
+    storage_shape: tuple[int, ...]
+    """``[..., ceil(C/C0), ceil(R/16), 16, C0]``."""
+
+
+def format_cast_nz_args(w) -> FormatCastNzArgs:
+    """The argument check of :func:`format_cast_nz` (an ndarray of at least 2 dims)."""
+    w = _check.array("format_cast_nz", "w", w, min_ndim=2)
+    return FormatCastNzArgs(w=w, c0=nz_c0(w.dtype), storage_shape=nz_storage_shape(w.shape, w.dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class NzToNdArgs:
+    """The checked arguments of :func:`nz_to_nd`."""
+
+    w_nz: np.ndarray
+    """NZ storage ``[..., C1, R1, 16, C0]`` (as given)."""
+    shape: tuple[int, ...]
+    """The logical ND shape, as a tuple of ints."""
+
+
+def nz_to_nd_args(w_nz, shape) -> NzToNdArgs:
+    """The argument checks of :func:`nz_to_nd`: ``w_nz`` an ndarray of at least 4 dims whose shape is the NZ
+    storage shape of ``shape`` for its dtype (ValueError naming ``w_nz`` otherwise)."""
     op = "nz_to_nd"
     w_nz = _check.array(op, "w_nz", w_nz, min_ndim=4)
     shape = tuple(int(d) for d in shape)
@@ -75,12 +116,7 @@ def nz_to_nd(w_nz: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     if tuple(w_nz.shape) != expected:
         _check.fail(op, "w_nz", f"of NZ storage shape {expected} for logical shape {shape} ({w_nz.dtype})",
                     _check.describe(w_nz))
-    c1, r1, _, c0 = w_nz.shape[-4:]
-    lead = w_nz.shape[:-4]
-    n = len(lead)
-    perm = tuple(range(n)) + (n + 1, n + 2, n, n + 3)
-    nd = w_nz.transpose(perm).reshape(lead + (r1 * _ROWS, c1 * c0))
-    return np.ascontiguousarray(nd[..., : shape[-2], : shape[-1]])
+    return NzToNdArgs(w_nz=w_nz, shape=shape)
 
 
 def is_nz_aligned(shape: tuple[int, ...], dtype) -> bool:

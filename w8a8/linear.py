@@ -3,20 +3,31 @@
 Both take the weight as the checkpoint stores it (int8 ``[N, K]``, ``nn.Linear`` layout) and do the
 load-time conversion the serving code does (transpose to ``[K, N]``; the NZ cast changes storage
 only, not values) before the forward (spec/serving-paths.md §3, §4).
+
+Each path's checks are one public function that the op calls first and the backends call instead of
+copying them: :func:`dynamic_linear_args` / :func:`static_linear_args` (the checks of the ops the path
+runs included, on the parameters as loaded), with the load steps on their own for callers without an
+activation: :func:`dynamic_linear_params`, :func:`static_activation_params`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import _check
 from . import dtypes as _dt
-from .dynamic_quant import dynamic_quant
+from .dynamic_quant import DynamicQuantArgs, dynamic_quant_args, dynamic_quant_from_args
 from .numerics import ASCEND, Numerics
-from .quant_matmul import quant_matmul_stages
-from .quantize import quantize
+from .quant_matmul import quant_matmul_args, quant_matmul_stages
+from .quantize import QuantizeArgs, quantize_args, quantize_from_args
 
 _X_DTYPES = (_dt.bfloat16, _dt.float16)
+_FLOAT_BIAS = (_dt.float32, _dt.bfloat16, _dt.float16)
+_DYN = "w8a8_dynamic_linear"
+_STATIC = "w8a8_static_linear"
+_DYN_NAMES = ("weight", "weight_scale", "bias")
 
 
 def _weight(op: str, x: np.ndarray, weight) -> tuple[np.ndarray, int, int]:
@@ -35,28 +46,123 @@ def _vector(op: str, arg: str, value, n: int, dtypes) -> np.ndarray:
     return value.reshape(n)
 
 
+def _model_dtype(op: str, x_dtype) -> np.dtype:
+    dt = _dt.resolve(x_dtype, arg="x_dtype", op=op)
+    if dt not in _X_DTYPES:
+        _check.fail(op, "x_dtype", "bfloat16 or float16 (the model dtype)", repr(x_dtype), TypeError)
+    return dt
+
+
+def _stand_in(dtype, shape) -> np.ndarray:
+    """A read-only array of ``shape`` that holds no data: the operand of a check of shapes and dtypes."""
+    return np.broadcast_to(np.zeros((), dtype), tuple(shape))
+
+
+def _check_matmul(m: int, k: int, n: int, scale: np.ndarray, bias, out, pertoken: bool, numerics: Numerics) -> None:
+    """:func:`~w8a8.quant_matmul.quant_matmul_args` on the loaded parameters of a Linear.
+
+    The operands (the quantized activation ``[m, K]``, the weight ``[K, N]`` and the per-token scale)
+    stand in with their shapes and dtypes: those checks are the same, and their messages describe
+    the same shapes and dtypes.
+    """
+    pt = _stand_in(np.float32, (m,)) if pertoken else None
+    quant_matmul_args(_stand_in(np.int8, (m, k)), _stand_in(np.int8, (k, n)), scale, pertoken_scale=pt, bias=bias,
+                      output_dtype=out, numerics=numerics)
+
+
+# -- W8A8_DYNAMIC ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class DynamicLinearParams:
+    """A ``W8A8_DYNAMIC`` Linear's parameters after load (SGLang ``process_weights_after_loading``)."""
+
+    weight: np.ndarray
+    """int8 ``[N, K]``, the checkpoint layout (the forward uses ``weight.T``)."""
+    n: int
+    k: int
+    weight_scale: np.ndarray
+    """``[N]``: bfloat16 for a bf16 model (the fp32 checkpoint scale rounded!), float32 for fp16."""
+    bias: np.ndarray | None
+    """``[N]`` in the model dtype, or None."""
+
+
+@dataclass(frozen=True, eq=False)
+class DynamicLinearArgs:
+    """The checked arguments of :func:`w8a8_dynamic_linear`: the activation, the loaded parameters and
+    the checked ``dynamic_quant`` call on the flattened activation."""
+
+    x: np.ndarray
+    """bfloat16 / float16 ``[..., K]``."""
+    params: DynamicLinearParams
+    quant: DynamicQuantArgs
+    """:func:`~w8a8.dynamic_quant.dynamic_quant_args` of ``x.reshape(-1, K)``."""
+
+
+def _dynamic_load(op: str, names, x_dtype, n: int, weight_scale, bias) -> tuple[np.ndarray, np.ndarray | None]:
+    """The checkpoint ``weight_scale`` / ``bias`` checked and converted as SGLang loads them."""
+    ws = _vector(op, names[1], weight_scale, n, (_dt.float32, _dt.bfloat16))
+    b = None if bias is None else _vector(op, names[2], bias, n, _FLOAT_BIAS)
+    # SGLang registers weight_scale in params_dtype: bf16 for a bf16 model, so the fp32 checkpoint
+    # scale is rounded to bf16. An fp16 scale is illegal for npu_quant_matmul; fp16 models use the
+    # fp32 copy (vllm-ascend's weight_scale_fp32). A value beyond the model dtype's range becomes
+    # +-Inf, as the torch cast makes it; quant_matmul's checks then refuse it.
+    with np.errstate(over="ignore"):
+        ws = ws.astype(_dt.bfloat16) if x_dtype == _dt.bfloat16 else ws.astype(np.float32)
+        b = None if b is None else b.astype(x_dtype)
+    return ws, b
+
+
+def dynamic_linear_params(x_dtype, k: int, weight, weight_scale, bias=None, *, numerics: Numerics = ASCEND,
+                          op: str = _DYN, names: tuple[str, str, str] = _DYN_NAMES) -> DynamicLinearParams:
+    """Check a ``W8A8_DYNAMIC`` Linear's checkpoint parameters and load them for an activation of
+    ``x_dtype`` (bfloat16 / float16) with ``K = k``: the load step of :func:`w8a8_dynamic_linear`.
+
+    ``weight`` int8 ``[N, K]`` (a K other than ``k`` is a ValueError naming the weight),
+    ``weight_scale`` float32 / bfloat16 ``[N]`` or ``[N, 1]``, ``bias`` float ``[N]`` or None; then
+    :func:`~w8a8.quant_matmul.quant_matmul_args` on the loaded values (N <= 65535, a scale or bias
+    that became Inf). ``op`` / ``names`` name the op and the three arguments in messages (a caller
+    that loads, e.g., a shared expert's projections).
+    """
+    x_dtype = _model_dtype(op, x_dtype)
+    k = _check.integer(op, "k", k, minimum=0)
+    weight = _check.array(op, names[0], weight, dtypes=(_dt.int8,), ndim=2)
+    n = weight.shape[0]
+    if weight.shape[1] != k:
+        _check.fail(op, names[0], f"of shape [N, K] with K = {k} (the last dim of the activation)",
+                    _check.describe(weight))
+    ws, b = _dynamic_load(op, names, x_dtype, n, weight_scale, bias)
+    _check_matmul(1, k, n, ws, b, x_dtype, True, numerics)
+    return DynamicLinearParams(weight=weight, n=int(n), k=k, weight_scale=ws, bias=b)
+
+
+def dynamic_linear_args(x, weight, weight_scale, *, bias=None, numerics: Numerics = ASCEND) -> DynamicLinearArgs:
+    """Every argument check of :func:`w8a8_dynamic_linear`, in its order, with its exceptions and
+    messages: its own (dtypes, shapes), then those of the ``dynamic_quant`` and ``quant_matmul`` it
+    runs (NaN/Inf in x, N <= 65535, a scale or bias that became Inf at load). Returns the activation,
+    the loaded parameters and the checked ``dynamic_quant`` call."""
+    op = _DYN
+    x = _check.array(op, "x", x, dtypes=_X_DTYPES, min_ndim=1)
+    weight, n, k = _weight(op, x, weight)
+    ws, b = _dynamic_load(op, _DYN_NAMES, x.dtype, n, weight_scale, bias)
+    x2 = x.reshape(-1, k)
+    quant = dynamic_quant_args(x2, numerics=numerics)
+    _check_matmul(x2.shape[0], k, n, ws, b, x.dtype, True, numerics)
+    params = DynamicLinearParams(weight=weight, n=int(n), k=int(k), weight_scale=ws, bias=b)
+    return DynamicLinearArgs(x=x, params=params, quant=quant)
+
+
 def dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, *,
                           bias: np.ndarray | None = None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`w8a8_dynamic_linear` with every intermediate: ``x_q``, ``x_scale``, ``weight_kn``,
     ``weight_scale`` (as loaded), ``bias`` (as loaded), ``acc`` (int32) and ``y``."""
-    op = "w8a8_dynamic_linear"
-    x = _check.array(op, "x", x, dtypes=_X_DTYPES, min_ndim=1)
-    weight, n, k = _weight(op, x, weight)
-    ws = _vector(op, "weight_scale", weight_scale, n, (_dt.float32, _dt.bfloat16))
-    # SGLang registers weight_scale in params_dtype: bf16 for a bf16 model, so the fp32 checkpoint
-    # scale is rounded to bf16. An fp16 scale is illegal for npu_quant_matmul; fp16 models use the
-    # fp32 copy (vllm-ascend's weight_scale_fp32).
-    ws = ws.astype(_dt.bfloat16) if x.dtype == _dt.bfloat16 else ws.astype(np.float32)
-    b = None
-    if bias is not None:
-        b = _vector(op, "bias", bias, n, (_dt.float32, _dt.bfloat16, _dt.float16)).astype(x.dtype)
-    w_kn = weight.T
-    x2 = x.reshape(-1, k)
-    x_q, x_scale = dynamic_quant(x2, numerics=numerics)
-    mm = quant_matmul_stages(x_q, w_kn, ws, pertoken_scale=x_scale, bias=b, output_dtype=x.dtype,
+    a = dynamic_linear_args(x, weight, weight_scale, bias=bias, numerics=numerics)
+    p = a.params
+    w_kn = p.weight.T
+    x_q, x_scale = dynamic_quant_from_args(a.quant, numerics)
+    mm = quant_matmul_stages(x_q, w_kn, p.weight_scale, pertoken_scale=x_scale, bias=p.bias, output_dtype=a.x.dtype,
                              numerics=numerics)
-    return {"x_q": x_q, "x_scale": x_scale, "weight_kn": w_kn, "weight_scale": ws, "bias": b, "acc": mm["acc"],
-            "y": mm["y"].reshape(x.shape[:-1] + (n,))}
+    return {"x_q": x_q, "x_scale": x_scale, "weight_kn": w_kn, "weight_scale": p.weight_scale, "bias": p.bias,
+            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (p.n,))}
 
 
 def w8a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, *,
@@ -80,8 +186,127 @@ def w8a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndar
                  = ((fp32(acc) * s_w[n]) * s_tok[m]) + b[n]   -> x.dtype (RNE)
 
     Returns ``[..., N]`` of x's dtype.
+
+    Errors (all checked up front by :func:`dynamic_linear_args`, load-time values included): TypeError
+    for dtypes; ValueError for shapes (a K mismatch names ``x``), NaN/Inf in x (named by
+    ``dynamic_quant``), a scale or bias that becomes +-Inf in the model dtype at load or N > 65535
+    (named by ``quant_matmul``).
     """
     return dynamic_linear_stages(x, weight, weight_scale, bias=bias, numerics=numerics)["y"]
+
+
+# -- static W8A8 -----------------------------------------------------------------------------------------
+
+def _activation_inputs(op: str, input_scale, input_offset) -> tuple[np.ndarray, np.ndarray]:
+    s_in = _check.array(op, "input_scale", input_scale, dtypes=(_dt.float32, _dt.bfloat16, _dt.float16))
+    o_in = _check.array(op, "input_offset", input_offset, dtypes=(_dt.float32, _dt.bfloat16, _dt.float16, _dt.int8))
+    for arg, value in (("input_scale", s_in), ("input_offset", o_in)):
+        if value.size != 1:
+            _check.fail(op, arg, "per-tensor, of shape [1]", _check.describe(value))
+    v = float(s_in.reshape(()).astype(np.float32))
+    if not (np.isfinite(v) and v > 0):
+        _check.fail(op, "input_scale", "finite and > 0 (a per-tensor calibration scale; the activation is "
+                    "multiplied by its reciprocal)", repr(v))
+    return s_in, o_in
+
+
+def _activation_params(params: np.dtype, s_in: np.ndarray, o_in: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    # The torch casts of the load make a value beyond the fp16 range +-Inf, silently: so do these (the
+    # quantize checks then refuse an Inf reciprocal or offset).
+    with np.errstate(over="ignore", divide="ignore"):
+        s_param = s_in.reshape(1).astype(np.float32).astype(params)
+        recip = (np.float32(1) / s_param.astype(np.float32)).astype(params)
+        off = o_in.reshape(1).astype(np.float32).astype(params)
+    return np.repeat(recip, k), np.repeat(off, k)
+
+
+def static_activation_params(x_dtype, input_scale, input_offset, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The static activation quantizer's parameters as SGLang loads them: ``(reciprocal [K], offset [K])``.
+
+    Parameters
+    ----------
+    x_dtype : the model (params) dtype, bfloat16 or float16.
+    input_scale : per-tensor ``[1]`` float32 / bfloat16 / float16, finite and > 0.
+    input_offset : per-tensor ``[1]`` float32 / bfloat16 / float16 / int8.
+    k : the activation's last dim K.
+
+    Formula (``NPUW8A8Int8LinearMethod.process_weights_after_loading``)::
+
+        s = params(fp32(input_scale))            # the parameter is registered in params_dtype
+        r = params(fp32(1) / fp32(s))            # torch divides bf16 / fp16 in fp32, rounds once (RNE)
+        o = params(fp32(input_offset))
+        -> (repeat(r, K), repeat(o, K))          # aclnn_input_scale_reciprocal / aclnn_input_offset
+
+    A scale that is tiny in the params dtype gives ``r = +Inf`` (fp16: below 2^-16 it rounds to 0, or
+    its reciprocal overflows), an offset beyond fp16's range +-Inf: returned as such, as the device
+    load makes them (``quantize`` refuses them under ``nan_policy="raise"``).
+
+    Errors: TypeError for dtypes outside these lists; ValueError for a non-per-tensor shape, an
+    ``input_scale`` that is not finite and > 0, or a negative ``k``.
+    """
+    op = "static_activation_params"
+    params = _model_dtype(op, x_dtype)
+    k = _check.integer(op, "k", k, minimum=0)
+    s_in, o_in = _activation_inputs(op, input_scale, input_offset)
+    return _activation_params(params, s_in, o_in, k)
+
+
+@dataclass(frozen=True, eq=False)
+class StaticLinearArgs:
+    """The checked arguments of :func:`w8a8_static_linear`, its parameters as loaded, and the checked
+    ``quantize`` call on the flattened activation."""
+
+    x: np.ndarray
+    """bfloat16 / float16 ``[..., K]``."""
+    weight: np.ndarray
+    """int8 ``[N, K]`` (the forward uses ``weight.T``)."""
+    n: int
+    k: int
+    input_scale_reciprocal: np.ndarray
+    """``[K]`` in x's dtype (:func:`static_activation_params`)."""
+    input_offset: np.ndarray
+    """``[K]`` in x's dtype."""
+    deq_scale: np.ndarray
+    """``[N]`` float32 or int64 (raw fp32 bits)."""
+    quant_bias: np.ndarray | None
+    """int32 ``[N]``, or None."""
+    bias: np.ndarray | None
+    """A float bias ``[N]`` as loaded (x's dtype), or None (never together with ``quant_bias``)."""
+    quant: QuantizeArgs
+    """:func:`~w8a8.quantize.quantize_args` of ``x.reshape(-1, K)`` with the loaded parameters."""
+
+    @property
+    def matmul_bias(self) -> np.ndarray | None:
+        """The bias ``quant_matmul`` gets: ``quant_bias`` (int32), else the float bias, else None."""
+        return self.quant_bias if self.quant_bias is not None else self.bias
+
+
+def static_linear_args(x, weight, *, input_scale, input_offset, deq_scale, quant_bias, bias=None,
+                       numerics: Numerics = ASCEND) -> StaticLinearArgs:
+    """Every argument check of :func:`w8a8_static_linear`, in its order, with its exceptions and
+    messages: its own (dtypes, shapes, ``input_scale`` finite and > 0), then those of the ``quantize``
+    and ``quant_matmul`` it runs on the loaded parameters (NaN/Inf in x, an Inf reciprocal / offset /
+    bias, the deq_scale dtype for the output, K and N <= 65535)."""
+    op = _STATIC
+    x = _check.array(op, "x", x, dtypes=_X_DTYPES, min_ndim=1)
+    weight, n, k = _weight(op, x, weight)
+    s_in, o_in = _activation_inputs(op, input_scale, input_offset)
+    deq = _vector(op, "deq_scale", deq_scale, n, (_dt.float32, _dt.int64))
+    qb = None if quant_bias is None else _vector(op, "quant_bias", quant_bias, n, (_dt.int32,))
+    if qb is not None and bias is not None:
+        _check.fail(op, "bias", "None when quant_bias is given (msModelSlim folds the float bias into quant_bias)",
+                    _check.describe(bias))
+    b = None
+    if bias is not None:
+        b = _vector(op, "bias", bias, n, _FLOAT_BIAS)
+        with np.errstate(over="ignore"):  # beyond fp16's range: Inf, as the torch cast (quant_matmul refuses it)
+            b = b.astype(x.dtype)
+    recip_k, off_k = _activation_params(x.dtype, s_in, o_in, k)
+    x2 = x.reshape(-1, k)
+    quant = quantize_args(x2, recip_k, off_k, dtype="int8", axis=-1, div_mode=False, numerics=numerics)
+    _check_matmul(x2.shape[0], k, n, deq, qb if qb is not None else b, x.dtype, False, numerics)
+    return StaticLinearArgs(x=x, weight=weight, n=int(n), k=int(k), input_scale_reciprocal=recip_k,
+                            input_offset=off_k, deq_scale=deq, quant_bias=qb, bias=b, quant=quant)
 
 
 def static_linear_stages(x: np.ndarray, weight: np.ndarray, *, input_scale: np.ndarray, input_offset: np.ndarray,
@@ -89,35 +314,13 @@ def static_linear_stages(x: np.ndarray, weight: np.ndarray, *, input_scale: np.n
                          numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`w8a8_static_linear` with its intermediates: ``input_scale_reciprocal``, ``input_offset``
     (as loaded, ``[K]``), ``x_q``, ``acc`` and ``y``."""
-    op = "w8a8_static_linear"
-    x = _check.array(op, "x", x, dtypes=_X_DTYPES, min_ndim=1)
-    weight, n, k = _weight(op, x, weight)
-    s_in = _check.array(op, "input_scale", input_scale, dtypes=(_dt.float32, _dt.bfloat16, _dt.float16))
-    o_in = _check.array(op, "input_offset", input_offset, dtypes=(_dt.float32, _dt.bfloat16, _dt.float16, _dt.int8))
-    for arg, value in (("input_scale", s_in), ("input_offset", o_in)):
-        if value.size != 1:
-            _check.fail(op, arg, "per-tensor, of shape [1]", _check.describe(value))
-    deq = _vector(op, "deq_scale", deq_scale, n, (_dt.float32, _dt.int64))
-    qb = None if quant_bias is None else _vector(op, "quant_bias", quant_bias, n, (_dt.int32,))
-    if qb is not None and bias is not None:
-        _check.fail(op, "bias", "None when quant_bias is given (msModelSlim folds the float bias into quant_bias)",
-                    _check.describe(bias))
-    b = None if bias is None else _vector(op, "bias", bias, n, (_dt.float32, _dt.bfloat16, _dt.float16))
-    # Load: params_dtype parameters repeated to [K]; the reciprocal is computed in params_dtype
-    # (torch computes a bf16 division in fp32 and rounds once), as SGLang does.
-    params = x.dtype
-    s_param = s_in.reshape(1).astype(np.float32).astype(params)
-    with np.errstate(over="ignore", divide="ignore"):  # a degenerate (eps) scale overflows fp16: Inf, as on device
-        recip = (np.float32(1) / s_param.astype(np.float32)).astype(params)
-    recip_k = np.repeat(recip, k)
-    off_k = np.repeat(o_in.reshape(1).astype(np.float32).astype(params), k)
-    x2 = x.reshape(-1, k)
-    x_q = quantize(x2, recip_k, off_k, dtype="int8", axis=-1, div_mode=False, numerics=numerics)
-    w_kn = weight.T
-    mm = quant_matmul_stages(x_q, w_kn, deq, bias=qb if qb is not None else (None if b is None else b.astype(params)),
-                             output_dtype=x.dtype, numerics=numerics)
-    return {"input_scale_reciprocal": recip_k, "input_offset": off_k, "x_q": x_q, "acc": mm["acc"],
-            "y": mm["y"].reshape(x.shape[:-1] + (n,))}
+    a = static_linear_args(x, weight, input_scale=input_scale, input_offset=input_offset, deq_scale=deq_scale,
+                           quant_bias=quant_bias, bias=bias, numerics=numerics)
+    x_q = quantize_from_args(a.quant, numerics)
+    mm = quant_matmul_stages(x_q, a.weight.T, a.deq_scale, bias=a.matmul_bias, output_dtype=a.x.dtype,
+                             numerics=numerics)
+    return {"input_scale_reciprocal": a.input_scale_reciprocal, "input_offset": a.input_offset, "x_q": x_q,
+            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (a.n,))}
 
 
 def w8a8_static_linear(x: np.ndarray, weight: np.ndarray, *, input_scale: np.ndarray, input_offset: np.ndarray,
@@ -148,7 +351,16 @@ def w8a8_static_linear(x: np.ndarray, weight: np.ndarray, *, input_scale: np.nda
                    = fp32(acc + quant_bias) * deq[n]   -> x.dtype (bf16 full precision;
                      fp16: FP19 scale in the fix-pipe)
 
+    The load is :func:`static_activation_params`: a reciprocal or offset beyond the fp16 range is
+    +-Inf, as the torch casts make it, and the quantize step refuses it.
+
     Returns ``[..., N]`` of x's dtype.
+
+    Errors (all checked up front by :func:`static_linear_args`, load-time values included): TypeError
+    for dtypes; ValueError for shapes, an ``input_scale`` that is not finite and > 0 (NaN, 0 or a
+    negative scale: a broken calibration, whatever ``numerics.nan_policy``), ``bias`` together with
+    ``quant_bias``, NaN/Inf in x or an Inf reciprocal / offset (named by ``quantize``), the deq_scale
+    dtype for the output, K or N > 65535, an Inf deq_scale or float bias (named by ``quant_matmul``).
     """
     return static_linear_stages(x, weight, input_scale=input_scale, input_offset=input_offset,
                                 deq_scale=deq_scale, quant_bias=quant_bias, bias=bias, numerics=numerics)["y"]

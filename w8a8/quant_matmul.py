@@ -3,9 +3,15 @@
 The accumulator is exact (:func:`w8a8.intgemm.int_matmul`); everything after it is fp32 arithmetic
 in the kernel's order, then one round-to-nearest-even cast to the output dtype. The allowed dtype
 combinations (§3.3) are enforced, so a call the device would reject fails here too.
+
+The argument checks are one public function, :func:`quant_matmul_args` (the backends call it rather
+than re-implementing the table); :func:`epilogue` and :func:`effective_scale` are the fp32 epilogue,
+shared with :func:`w8a8.moe.grouped_matmul`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,7 +24,9 @@ from .trans_quant_param import decode_quant_param, fp19
 
 _OP = "quant_matmul"
 _PACKED = (_dt.int64, _dt.uint64)
-_K_LIMIT = 65535
+DIM_LIMIT = 65535
+"""The limit on K (the last dim of x1; lifted only for a 1-D float scale with pertoken_scale) and on N
+(the last dim of x2) of ``npu_quant_matmul`` (spec/ascend-ops.md §3.2)."""
 
 # output dtype -> (allowed scale dtypes, allowed bias dtypes) without / with pertoken_scale.
 _COMBOS = {
@@ -89,8 +97,8 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
     ------
     TypeError: a dtype outside the table. ValueError: ranks, K mismatch, K > 65535 (allowed only
     for a 1-D float scale with pertoken_scale), N > 65535, shapes of scale / offset / bias / pertoken_scale, a
-    required or forbidden argument, NaN/Inf in a float parameter under ``nan_policy="raise"``.
-    OverflowError: the int32 accumulator (plus bias) overflows.
+    required or forbidden argument, NaN/Inf in a float parameter under ``nan_policy="raise"`` (all
+    raised by :func:`quant_matmul_args`). OverflowError: the int32 accumulator (plus bias) overflows.
     """
     return quant_matmul_stages(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
                                output_dtype=output_dtype, numerics=numerics)["y"]
@@ -111,6 +119,78 @@ def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, of
 
         return quant_matmul_int4_stages(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
                                         output_dtype=output_dtype, numerics=numerics)
+    a = quant_matmul_args(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
+                          output_dtype=output_dtype, numerics=numerics)
+    raw = int_matmul(a.x1, a.x2, op=_OP)
+    raw = np.broadcast_to(raw, a.batch + (a.m, a.n)) if raw.shape[:-2] != a.batch else raw
+    acc = raw
+    if a.int_bias and (numerics.int32_bias == "accumulator" or a.out == _dt.int32):
+        acc = add_int32(_OP, acc, a.bias)
+    if a.out == _dt.int32:
+        return {"acc": raw, "scale": None, "y": np.ascontiguousarray(acc, dtype=np.int32)}
+    deq, packed_offset = effective_scale(a.scale, a.out, a.pertoken_scale is not None, numerics)
+    return {"acc": raw, "scale": deq,
+            "y": epilogue(acc, deq, packed_offset, a.offset, a.pertoken_scale, a.bias, a.out, numerics)}
+
+
+@dataclass(frozen=True, eq=False)
+class QuantMatmulArgs:
+    """The arguments of one int8 x int8 :func:`quant_matmul` call, checked and normalized.
+
+    Arrays are the caller's (views at most, no copies, no arithmetic): ``scale`` and ``bias`` are
+    made 1-D (a ``(1, N)`` row becomes ``(N,)``), everything else is as given.
+    """
+
+    x1: np.ndarray
+    """int8 ``[..., M, K]``."""
+    x2: np.ndarray
+    """int8 ``[..., K, N]``."""
+    scale: np.ndarray
+    """1-D ``(N,)`` or ``(1,)``: float32, bfloat16, or packed int64 / uint64."""
+    offset: np.ndarray | None
+    """float32 ``(N,)`` / ``(1,)`` (int8 output only), or None."""
+    pertoken_scale: np.ndarray | None
+    """float32 ``(M,)``, or None."""
+    bias: np.ndarray | None
+    """1-D ``(N,)``: int32, or the float dtype the combination allows; or None."""
+    out: np.dtype
+    """The output dtype: int8, float16, bfloat16 or int32."""
+    m: int
+    k: int
+    n: int
+    batch: tuple[int, ...]
+    """The broadcast batch dims of x1 and x2 (``()`` for 2-D operands)."""
+
+    @property
+    def int_bias(self) -> bool:
+        """An int32 bias (added to the accumulator under the Ascend numerics)."""
+        return self.bias is not None and self.bias.dtype == _dt.int32
+
+    @property
+    def bias_kind(self) -> str | None:
+        """``"int32"``, ``"float"`` or None."""
+        return None if self.bias is None else ("int32" if self.int_bias else "float")
+
+    @property
+    def packed_scale(self) -> bool:
+        """``scale`` is a packed int64 / uint64 quant parameter (:func:`~w8a8.trans_quant_param.trans_quant_param`)."""
+        return self.scale.dtype in _PACKED
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.batch + (self.m, self.n)
+
+
+def quant_matmul_args(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None,
+                      numerics: Numerics = ASCEND) -> QuantMatmulArgs:
+    """Every argument check of the int8 x int8 :func:`quant_matmul` (the §3.3 dtype table, shapes, the
+    65535 limits, NaN/Inf under ``numerics.nan_policy="raise"``), in the op's order, with its
+    exceptions and messages; returns the normalized arguments.
+
+    Backends call this instead of re-implementing the rules, then add their own device restrictions.
+    int32-packed int4 ``x2`` (the A8W4 / A4W4 route of :func:`quant_matmul`, checked by
+    :mod:`w8a8.lowbit.w4a8`) is not an int8 call: it is refused here as a dtype (TypeError on ``x2``).
+    """
     out = _resolve_output(output_dtype)
     x1 = _check.array(_OP, "x1", x1, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
     x2 = _check.array(_OP, "x2", x2, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
@@ -139,11 +219,11 @@ def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, of
         why = " with pertoken_scale" if pt is not None else ""
         _check.fail(_OP, "scale", f"of dtype {_check.dtype_names(allowed_scale)} for {out.name} output{why}",
                     _check.describe(s), TypeError)
-    if k > _K_LIMIT and not (s.dtype in (_dt.float32, _dt.bfloat16) and s.ndim == 1 and pt is not None):
-        _check.fail(_OP, "x1", f"K <= {_K_LIMIT} (only a 1-D float scale with pertoken_scale may exceed it)",
+    if k > DIM_LIMIT and not (s.dtype in (_dt.float32, _dt.bfloat16) and s.ndim == 1 and pt is not None):
+        _check.fail(_OP, "x1", f"K <= {DIM_LIMIT} (only a 1-D float scale with pertoken_scale may exceed it)",
                     _check.describe(x1))
-    if n > _K_LIMIT:
-        _check.fail(_OP, "x2", f"N <= {_K_LIMIT} (the last dims of x1 and x2 are limited to 65535)",
+    if n > DIM_LIMIT:
+        _check.fail(_OP, "x2", f"N <= {DIM_LIMIT} (the last dims of x1 and x2 are limited to 65535)",
                     _check.describe(x2))
     if s.ndim == 2 and s.shape[0] == 1:
         s = s.reshape(-1)
@@ -165,21 +245,32 @@ def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, of
         for arg, value in (("scale", s), ("offset", off), ("pertoken_scale", pt), ("bias", b)):
             if value is not None and _dt.is_float(value.dtype):
                 _check.finite(_OP, arg, value)
-
-    raw = int_matmul(x1, x2, op=_OP)
-    raw = np.broadcast_to(raw, batch + (m, n)) if raw.shape[:-2] != batch else raw
-    acc = raw
-    int_bias = b is not None and b.dtype == _dt.int32
-    if int_bias and (numerics.int32_bias == "accumulator" or out == _dt.int32):
-        acc = add_int32(_OP, acc, b)
-    if out == _dt.int32:
-        return {"acc": raw, "scale": None, "y": np.ascontiguousarray(acc, dtype=np.int32)}
-    deq, packed_offset = _effective_scale(s, out, pt is not None, numerics)
-    return {"acc": raw, "scale": deq, "y": _epilogue(acc, deq, packed_offset, off, pt, b, out, numerics)}
+    return QuantMatmulArgs(x1=x1, x2=x2, scale=s, offset=off, pertoken_scale=pt, bias=b, out=out, m=int(m), k=int(k),
+                           n=int(n), batch=tuple(batch))
 
 
-def _epilogue(acc, deq, packed_offset, off, pt, b, out, numerics: Numerics) -> np.ndarray:
-    """fp32 dequant epilogue of the (biased) int32 accumulator, then the cast to ``out``."""
+def epilogue(acc: np.ndarray, deq: np.ndarray, packed_offset: np.ndarray | None, off: np.ndarray | None,
+             pt: np.ndarray | None, b: np.ndarray | None, out, numerics: Numerics = ASCEND) -> np.ndarray:
+    """The fp32 dequant epilogue of a (biased) int32 accumulator, then the cast to ``out``.
+
+    Shared by :func:`quant_matmul` and :func:`w8a8.moe.grouped_matmul` (the formula of
+    :func:`quant_matmul`'s docstring, in its order).
+
+    Parameters
+    ----------
+    acc : int32 ``[..., M, N]``, with an int32 bias already added where ``numerics.int32_bias`` is
+        ``"accumulator"``.
+    deq : float32 ``(N,)`` / ``(1,)``: the effective scale (:func:`effective_scale`).
+    packed_offset : float32 offset decoded from a packed scale, or None (int8 output only).
+    off : float32 ``offset`` argument, or None (int8 output only; it wins over ``packed_offset``).
+    pt : float32 per-token scale ``(M,)``, or None.
+    b : the 1-D bias ``(N,)`` (int32 or float), or None.
+    out : int8, float16, bfloat16 or float32 (float32: no rounding, for a later activation).
+    numerics : ``round_mode``, ``requant_clamp9``, ``saturate``, ``epilogue_order``, ``int32_bias``.
+
+    fp32 overflow and NaN are computed through (IEEE, no warning): the caller's checks decide what
+    reaches here.
+    """
     int_bias = b is not None and b.dtype == _dt.int32
     with np.errstate(over="ignore", invalid="ignore"):
         v = acc.astype(np.float32)
@@ -221,8 +312,14 @@ def _resolve_output(output_dtype) -> np.dtype:
     return out
 
 
-def _effective_scale(s: np.ndarray, out: np.dtype, has_token: bool, numerics: Numerics):
-    """The fp32 scale the epilogue multiplies by, and the offset packed in an int64 scale (or None)."""
+def effective_scale(s: np.ndarray, out: np.dtype, has_token: bool, numerics: Numerics = ASCEND):
+    """The fp32 scale the epilogue multiplies by, and the offset packed in an int64 scale (or None).
+
+    A packed int64 / uint64 scale decodes to its FP19 value and its 9-bit offset
+    (:func:`~w8a8.trans_quant_param.decode_quant_param`); an fp32 scale is reduced to FP19 where
+    ``numerics.fp19_scale`` says the torch_npu adapter packs it (fp32 scale, no per-token scale, fp16
+    or int8 output, under ``"adapter"``); otherwise the scale is used at full precision.
+    """
     if s.dtype in _PACKED:
         value, packed_offset = decode_quant_param(s)
         return value, packed_offset

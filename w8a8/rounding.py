@@ -83,6 +83,13 @@ def to_float(x32: np.ndarray, dtype) -> np.ndarray:
 
     fp16 overflow gives +-Inf (IEEE); bf16 covers the fp32 range. The input must already be fp32:
     this is the kernel's final ``CAST_RINT`` of an fp32 epilogue.
+
+    NaN stays NaN, silently (the casts' "overflow" / "invalid value" warnings are deliberate IEEE
+    results here, not errors). Its bits: bf16 gets ``sign | 0x7FC0`` (ml_dtypes writes the quiet NaN
+    with the sign kept and the payload dropped: fp32 ``0x7FC00000``, ``0x7F800001`` -> ``0x7FC0``;
+    ``0xFFC00000`` -> ``0xFFC0``); fp16 keeps the sign and the top 10 payload bits (NumPy's IEEE
+    conversion: ``0x7FC00000`` -> ``0x7E00``; a payload whose top bits are 0 becomes 1, ``0x7F800001``
+    -> ``0x7C01``, so it stays a NaN). Devices write their own NaN patterns: compare NaN as NaN.
     """
     x32 = np.asarray(x32)
     if x32.dtype != np.float32:
@@ -90,7 +97,7 @@ def to_float(x32: np.ndarray, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     if dtype == np.float32:
         return x32
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         return x32.astype(dtype)
 
 

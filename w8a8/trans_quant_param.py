@@ -22,6 +22,8 @@ Not to be confused with vllm-ascend's ``scale_from_float_to_int64`` or msModelSl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import _check
@@ -69,30 +71,59 @@ def trans_quant_param(scale: np.ndarray, offset: np.ndarray | None = None, *, ro
 
     Returns int64 of the scale's shape (see the module docstring for the bits).
     """
-    op = "trans_quant_param"
-    s = _check.array(op, "scale", scale, dtypes=(_dt.float32,), min_ndim=1, max_ndim=2)
-    round_mode = _check.choice(op, "round_mode", round_mode, (0, 1))
-    lo = fp19(s, round_mode).view(np.uint32).astype(np.uint64)
-    if offset is None:
+    a = trans_quant_param_args(scale, offset, round_mode=round_mode)
+    lo = fp19(a.scale, a.round_mode).view(np.uint32).astype(np.uint64)
+    if a.offset is None:
         return (lo | FLAG).view(np.int64)
-    o = _check.array(op, "offset", offset, dtypes=(_dt.float32,), min_ndim=1, max_ndim=2)
-    if s.ndim == 1 and o.ndim == 1:
-        if not (o.shape[0] == s.shape[0] or 1 in (o.shape[0], s.shape[0])):
-            _check.fail(op, "offset", f"1-D of size {s.shape[0]} or 1 (or the scale of size 1)", _check.describe(o))
-    elif o.shape != s.shape:
-        _check.fail(op, "offset", f"of the scale's shape {s.shape}", _check.describe(o))
-    lo, o = np.broadcast_arrays(lo, o)
+    lo, o = np.broadcast_arrays(lo, a.offset)
     with np.errstate(invalid="ignore"):
         o9 = np.clip(round_half_even(o.astype(np.float64)), -256, 255)
     o9 = np.where(np.isnan(o9), 0, o9).astype(np.int64) & 0x1FF
     return (lo | FLAG | (o9.astype(np.uint64) << np.uint64(37))).view(np.int64)
 
 
+@dataclass(frozen=True, eq=False)
+class TransQuantParamArgs:
+    """The checked arguments of :func:`trans_quant_param` (as given)."""
+
+    scale: np.ndarray
+    """float32, 1-D or 2-D."""
+    offset: np.ndarray | None
+    """float32 of a shape the scale's packs with (see :func:`trans_quant_param`), or None."""
+    round_mode: int
+    """0 (truncate) or 1 (round to nearest even)."""
+
+
+def trans_quant_param_args(scale, offset=None, *, round_mode: int = 0) -> TransQuantParamArgs:
+    """Every argument check of :func:`trans_quant_param`, with its exceptions and messages."""
+    op = "trans_quant_param"
+    s = _check.array(op, "scale", scale, dtypes=(_dt.float32,), min_ndim=1, max_ndim=2)
+    round_mode = _check.choice(op, "round_mode", round_mode, (0, 1))
+    o = None
+    if offset is not None:
+        o = _check.array(op, "offset", offset, dtypes=(_dt.float32,), min_ndim=1, max_ndim=2)
+        if s.ndim == 1 and o.ndim == 1:
+            if not (o.shape[0] == s.shape[0] or 1 in (o.shape[0], s.shape[0])):
+                _check.fail(op, "offset", f"1-D of size {s.shape[0]} or 1 (or the scale of size 1)",
+                            _check.describe(o))
+        elif o.shape != s.shape:
+            _check.fail(op, "offset", f"of the scale's shape {s.shape}", _check.describe(o))
+    return TransQuantParamArgs(scale=s, offset=o, round_mode=0 if round_mode == 0 else 1)
+
+
 def decode_quant_param(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Decode int64/uint64 quant parameters as the CANN golden does: ``(scale fp32, offset fp32)``.
 
     ``scale = fp32(low32 & 0xFFFFE000)``; ``offset = sign-extend((u64 >> 37) & 0x1FF)``. Raw fp32
-    bits without the flag (msModelSlim int64 ``deq_scale``) decode to their FP19 truncation.
+    bits without the flag (msModelSlim int64 ``deq_scale``, :func:`fp32_bits_to_int64`) decode to
+    their FP19 truncation.
+
+    For raw-bit encodings the offset field is meaningless. A negative scale's int32 bit pattern is
+    sign-extended to int64 (as msModelSlim does), which fills bits 32..63 with ones: the scale still
+    decodes right (the low 32 bits), but the offset decodes to ``0x1FF`` = -1 (and the flag bit 46
+    reads as set); a non-negative scale decodes to offset 0. Example: ``-1.0`` -> ``0xFFFF_FFFF_BF80_0000``
+    -> ``(-1.0, -1.0)``; ``2.0`` -> ``0x4000_0000`` -> ``(2.0, 0.0)``. Whoever feeds such a
+    parameter to an int8-output (requant) matmul without an explicit offset gets that -1 added.
     """
     op = "decode_quant_param"
     p = _check.array(op, "packed", packed, dtypes=(_dt.int64, _dt.uint64))
@@ -107,7 +138,9 @@ def fp32_bits_to_int64(scale: np.ndarray) -> np.ndarray:
     """msModelSlim ``deqscale2int64`` / vllm-ascend ``scale_from_float_to_int64``.
 
     The fp32 bit pattern read as int32 and widened (sign-extended) to int64: no FP19 reduction, no
-    flag. ``1.0 -> 0x3F800000``.
+    flag. ``1.0 -> 0x3F800000``; a negative scale sign-extends into the high word:
+    ``-1.0 -> 0xFFFF_FFFF_BF80_0000`` (int64 -1082130432), whose bits 37..45 then read as the offset
+    -1 in :func:`decode_quant_param` (only the scale of a raw-bit encoding is meaningful).
     """
     s = _check.array("fp32_bits_to_int64", "scale", scale, dtypes=(_dt.float32,))
     return s.view(np.int32).astype(np.int64)

@@ -147,8 +147,8 @@ class TorchCpuBackend(MoeOps, LowbitOps, Backend):
             return (x, layer), {}
         if op == "w8a8_static_linear":
             x, weight = args
-            layer = _mod("linear").load_static(x.dtype, weight, kwargs["input_scale"], kwargs["input_offset"],
-                                               kwargs["deq_scale"], kwargs["quant_bias"], kwargs["bias"],
+            layer = _mod("linear").load_static(x.dtype, weight, kwargs["input_scale_reciprocal"],
+                                               kwargs["input_offset"], kwargs["deq_scale"], kwargs["bias"],
                                                self.gemm_path)
             return (x, layer), {}
         return args, kwargs

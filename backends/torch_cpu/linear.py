@@ -3,10 +3,11 @@ then run per call (:func:`w8a8_dynamic_linear`, :func:`w8a8_static_linear`).
 
 Contract: :func:`w8a8.w8a8_dynamic_linear` / :func:`w8a8.w8a8_static_linear` under
 :data:`w8a8.ASCEND`. The load step is what the serving stack does once per weight (SGLang
-``process_weights_after_loading``): the ``[K, N]`` weight for the int8 GEMM (and its qlinear
-prepack on AMX machines), the scale and bias in the model's dtype, the static reciprocal. The
-golden's checks on those load-time values (``quant_matmul`` / ``quantize`` refusing a scale or
-bias that became Inf when rounded to the model dtype) run here, with the golden's messages.
+``process_weights_after_loading``). The parameters arrive already converted and checked by the
+golden's ``dynamic_linear_args`` / ``static_linear_args`` (:mod:`backends.torch_cpu.checks`: the scale
+and bias in the model's dtype, the static reciprocal and offset, each refused with the golden's
+message where it became Inf); the load here lays out the ``[K, N]`` weight for the int8 GEMM (and its
+qlinear prepack on AMX machines).
 """
 
 from __future__ import annotations
@@ -15,28 +16,15 @@ from dataclasses import dataclass
 
 import torch
 
-from w8a8 import _check
-
-from .arith import I32_MAX, absmax, const
+from .arith import I32_MAX, absmax
 from .gemm import Int8Weight
 from .qmatmul import quant_matmul
 from .quant import dynamic_quant, quantize
 
 
-def _finite(op: str, arg: str, t: torch.Tensor, repeat: int | None = None) -> None:
-    """The golden's ``_check.finite`` on a load-time tensor (``repeat``: as the golden's [K] vector)."""
-    if t.numel() and not bool(torch.isfinite(t).all()):
-        from backends.torch_common import from_torch
-
-        value = from_torch(t)
-        if repeat is not None:
-            value = value.repeat(repeat)
-        _check.finite(op, arg, value)
-
-
 @dataclass
 class DynamicLinear:
-    """A ``W8A8_DYNAMIC`` layer after load: weight ``[K, N]``, fp32 scale / bias values, output dtype."""
+    """A ``W8A8_DYNAMIC`` layer after load: weight ``[K, N]``, scale / bias as loaded, output dtype."""
 
     weight: Int8Weight
     scale: torch.Tensor  # the quant_matmul scale: bf16 for a bf16 model (rounded!), fp32 for fp16
@@ -45,15 +33,9 @@ class DynamicLinear:
 
 
 def load_dynamic(x_dtype: torch.dtype, weight: torch.Tensor, weight_scale: torch.Tensor, bias, path: str) -> DynamicLinear:
-    """SGLang's load: ``W = weight.T``; ``weight_scale`` -> bf16 (bf16 model) / fp32 (fp16 model);
-    ``bias`` -> model dtype. Raises like the golden's ``quant_matmul`` when those became Inf."""
-    n = weight.shape[0]
-    scale = weight_scale.reshape(n).to(torch.bfloat16 if x_dtype == torch.bfloat16 else torch.float32)
-    b = None if bias is None else bias.reshape(n).to(x_dtype)
-    _finite("quant_matmul", "scale", scale)
-    if b is not None:
-        _finite("quant_matmul", "bias", b)
-    return DynamicLinear(Int8Weight.load(weight.mT, path), scale, b, x_dtype)
+    """SGLang's load: ``W = weight.T``; ``weight_scale`` (bf16 for a bf16 model, fp32 for fp16) and
+    ``bias`` (model dtype) as loaded and checked by :func:`w8a8.linear.dynamic_linear_args`."""
+    return DynamicLinear(Int8Weight.load(weight.mT, path), weight_scale, bias, x_dtype)
 
 
 _BLOCK_BYTES = 4 << 20  # fp32 temporaries per row block: a few MB, cache-resident
@@ -107,30 +89,21 @@ class StaticLinear:
     """A static ``W8A8`` layer after load (see :func:`load_static`)."""
 
     weight: Int8Weight
-    recip: torch.Tensor  # [1], model dtype: 1 / input_scale
-    offset: torch.Tensor  # [1], model dtype
+    recip: torch.Tensor  # [K], model dtype: 1 / input_scale (w8a8.linear.static_activation_params)
+    offset: torch.Tensor  # [K], model dtype
     deq_scale: torch.Tensor  # [N] float32 or int64
     bias: torch.Tensor | None  # [N] int32 quant_bias, or a float bias in the model dtype
     dtype: torch.dtype
     bias_absmax: int = 0  # max |quant_bias|
 
 
-def load_static(x_dtype: torch.dtype, weight: torch.Tensor, input_scale: torch.Tensor, input_offset: torch.Tensor,
-                deq_scale: torch.Tensor, quant_bias, bias, path: str) -> StaticLinear:
-    """SGLang's load: ``r = 1 / input_scale`` and ``o = input_offset`` in the model dtype (the
-    division in fp32, one rounding), ``W = weight.T``, ``deq_scale`` / bias as given (a float bias
-    in the model dtype). Raises like the golden's ``quantize`` / ``quant_matmul`` on Inf values."""
-    n, k = weight.shape
-    s_param = input_scale.reshape(1).to(torch.float32).to(x_dtype)
-    recip = torch.div(const(1.0), s_param.to(torch.float32)).to(x_dtype)
-    offset = input_offset.reshape(1).to(torch.float32).to(x_dtype)
-    _finite("quantize", "scales", recip, repeat=k)
-    _finite("quantize", "zero_points", offset, repeat=k)
-    b = quant_bias.reshape(n) if quant_bias is not None else (None if bias is None else bias.reshape(n).to(x_dtype))
-    if b is not None and b.dtype != torch.int32:
-        _finite("quant_matmul", "bias", b)
-    qb_max = absmax(b) if b is not None and b.dtype == torch.int32 else 0
-    return StaticLinear(Int8Weight.load(weight.mT, path), recip, offset, deq_scale.reshape(n), b, x_dtype, qb_max)
+def load_static(x_dtype: torch.dtype, weight: torch.Tensor, recip: torch.Tensor, offset: torch.Tensor,
+                deq_scale: torch.Tensor, bias, path: str) -> StaticLinear:
+    """SGLang's load: ``W = weight.T``; the reciprocal and offset ``[K]`` in the model dtype, ``deq_scale`` and
+    the matmul bias (int32 ``quant_bias`` or a float bias in the model dtype), as loaded and checked by
+    :func:`w8a8.linear.static_linear_args`."""
+    qb_max = absmax(bias) if bias is not None and bias.dtype == torch.int32 else 0
+    return StaticLinear(Int8Weight.load(weight.mT, path), recip, offset, deq_scale, bias, x_dtype, qb_max)
 
 
 def w8a8_static_linear(x: torch.Tensor, layer: StaticLinear) -> torch.Tensor:

@@ -9,11 +9,13 @@ import numpy as np
 from w8a8 import _check
 from w8a8 import dtypes as _dt
 from w8a8.layout import is_nz_aligned, nz_fallback_reason, nz_supported_by_matmul
+from w8a8.quant_matmul import DIM_LIMIT
 
 from .plan import ACL_FORMAT_FRACTAL_NZ, Builder, DType, T, describe, reject
 
-K_LIMIT = 65535
-"""Inner-axis limit of npu_quant_matmul / npu_grouped_matmul: the last dim of x and of the weight."""
+K_LIMIT = DIM_LIMIT
+"""Inner-axis limit of npu_quant_matmul / npu_grouped_matmul: the last dim of x and of the weight (the
+golden's :data:`w8a8.quant_matmul.DIM_LIMIT`)."""
 
 WEIGHT_FORMATS = ("auto", "ND", "NZ")
 

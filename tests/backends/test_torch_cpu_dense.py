@@ -392,12 +392,18 @@ def test_dequantize_nan_bits():
     assert got.view(np.uint16).tolist() == [[0x7F80, 0xFFC0, 0xFF80]]  # inf, NaN (0 * inf, sign set), -inf
 
 
-def test_dequantize_per_row_zero_point_broadcasts_like_the_golden():
-    # axis=None takes zero_point[..., None] as is: a [4, 3] zero point against y [3, 16] broadcasts to a
-    # [4, 3, 16] result in the golden (NumPy broadcasting); torch-cpu does the same.
+def test_dequantize_per_row_zero_point_must_have_the_scales_shape():
+    # axis=None: the zero point is per row, like the scale: of shape y.shape[:-1]. A [4, 3] zero point
+    # against y [3, 16] used to broadcast to a [4, 3, 16] result (NumPy broadcasting); the golden refuses
+    # it naming 'zero_point', and torch-cpu does the same through the golden's dequantize_args.
     y = np.arange(48, dtype=np.int8).reshape(3, 16)
-    got = check_same("dequantize", y, np.float32([0.5, 1, 2]), np.arange(12, dtype=np.int32).reshape(4, 3), axis=None)
-    assert got.shape == (4, 3, 16)
+    s = np.float32([0.5, 1, 2])
+    check_raises(ValueError, r"dequantize: argument 'zero_point' must be of shape y\.shape\[:-1\] = \(3,\)",
+                 "dequantize", y, s, np.arange(12, dtype=np.int32).reshape(4, 3), axis=None)
+    # The right shape: row r is (y[r] - z[r]) * s[r]. y[0, 0] = 0: (0 - 1) * 0.5 = -0.5;
+    # y[1, 0] = 16: (16 - 4) * 1 = 12; y[2, 15] = 47: (47 + 2) * 2 = 98.
+    got = check_same("dequantize", y, s, np.int32([1, 4, -2]), axis=None)
+    assert got.shape == (3, 16) and (got[0, 0], got[1, 0], got[2, 15]) == (-0.5, 12.0, 98.0)
 
 
 def test_dequantize_subnormal_outputs():

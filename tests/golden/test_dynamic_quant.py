@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from w8a8 import ASCEND, Numerics, bfloat16, dynamic_quant, dynamic_quant_asymmetric, unpack_int4
+from w8a8.dynamic_quant import dynamic_quant_args, dynamic_quant_asymmetric_args, smoothed_rows
 
 
 def rn32(v):
@@ -294,6 +295,21 @@ def test_group_index_with_3d_input_and_asymmetric():
     ya, sa, oa = dynamic_quant_asymmetric(x, smooth_scales=smooth, group_index=gi)
     t, rsa, roa = ref_asym(rn32(x.astype(np.float64).reshape(6, 8) * sel), 255, 127)
     assert np.array_equal(sa.reshape(6), rsa) and np.array_equal(oa.reshape(6), roa)
+
+
+def test_args_select_rows_and_leave_the_overflow_check_to_the_arithmetic():
+    # dynamic_quant_args: the checks (no arithmetic); the smooth row of each flattened row; the
+    # x * smooth_scales overflow is a check of the data done by smoothed_rows, which the op runs.
+    x = np.ones((2, 3, 8), bfloat16)
+    smooth = np.full((3, 8), 2.0, np.float32).astype(bfloat16)
+    a = dynamic_quant_args(x, smooth_scales=smooth, group_index=np.array([4, 4, 6], np.int32))
+    assert a.row_groups.tolist() == [0, 0, 0, 0, 2, 2] and (a.rows, a.h, a.qmax, a.dst_name) == (6, 8, 127, "int8")
+    assert smoothed_rows(a).tolist() == [[2.0] * 8] * 6
+    big = np.full((1, 8), 3e38, np.float32).astype(bfloat16)       # 3e38 * 2 overflows fp32
+    b = dynamic_quant_asymmetric_args(big, smooth_scales=smooth[0], dst_type="int4")
+    assert b.qmax == 7 and b.row_groups is None
+    with pytest.raises(ValueError, match="dynamic_quant_asymmetric: argument 'smooth_scales'.*finite"):
+        smoothed_rows(b, op="dynamic_quant_asymmetric")
 
 
 # ---------------------------------------------------------------- bad input

@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from w8a8 import int_matmul
-from w8a8.intgemm import add_int32
+from w8a8.intgemm import add_int32, int_matmul_args
 
 
 def ref(a, b):
@@ -119,6 +119,17 @@ def test_errors_name_the_argument():
         int_matmul(a, np.zeros((4, 2), np.int8))
     with pytest.raises(ValueError, match="^myop: "):
         int_matmul(a, np.zeros((4, 2), np.int8), op="myop")
+
+
+def test_args_give_the_result_shape():
+    # int_matmul_args: the checks and the broadcast result shape; unbroadcastable batches raise NumPy's
+    # ValueError of np.broadcast_shapes (as int_matmul does)
+    a = int_matmul_args(np.zeros((2, 1, 5, 3), np.int8), np.zeros((4, 3, 7), np.int16))
+    assert (a.k, a.out_shape) == (3, (2, 4, 5, 7))
+    with pytest.raises(ValueError, match="broadcast"):
+        int_matmul_args(np.zeros((2, 5, 3), np.int8), np.zeros((4, 3, 7), np.int8))
+    with pytest.raises(ValueError, match=r"^grouped: argument 'b'"):
+        int_matmul_args(np.zeros((5, 3), np.int8), np.zeros((4, 7), np.int8), op="grouped")
 
 
 def test_add_int32():

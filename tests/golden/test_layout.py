@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from w8a8 import bfloat16, format_cast_nz, is_nz_aligned, nz_storage_shape, nz_to_nd
-from w8a8.layout import nz_c0, nz_fallback_reason, nz_supported_by_matmul
+from w8a8.layout import format_cast_nz_args, nz_c0, nz_fallback_reason, nz_supported_by_matmul, nz_to_nd_args
 
 
 def _data(shape, dtype, seed=0):
@@ -104,6 +104,16 @@ def test_errors():
         nz_to_nd(nz, (2, 17, 33))                  # a batch dim it does not have
     with pytest.raises(ValueError, match="'shape'"):
         nz_storage_shape((5,), np.int8)
+
+
+def test_args():
+    # int8 [17, 33]: C0 = 32 -> storage [ceil(33/32), ceil(17/16), 16, 32] = [2, 2, 16, 32]
+    a = format_cast_nz_args(np.ones((3, 17, 33), np.int8))
+    assert (a.c0, a.storage_shape) == (32, (3, 2, 2, 16, 32))
+    b = nz_to_nd_args(format_cast_nz(a.w), np.array([3, 17, 33]))
+    assert b.shape == (3, 17, 33) and all(type(d) is int for d in b.shape)
+    with pytest.raises(ValueError, match="'w_nz'"):
+        nz_to_nd_args(b.w_nz, (3, 17, 65))
 
 
 @pytest.mark.parametrize("shape, dtype, aligned", [

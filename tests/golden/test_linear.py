@@ -15,6 +15,7 @@ from hypothesis import given, strategies as st
 from w8a8 import (bfloat16, calibrate_activation_per_tensor, dynamic_linear_stages, dynamic_quant,
                   quantize_weight_per_channel, static_linear_stages, static_params, w8a8_dynamic_linear,
                   w8a8_static_linear)
+from w8a8.linear import dynamic_linear_params, static_activation_params
 
 
 def rn32(v):
@@ -296,6 +297,83 @@ def test_static_nan_raises():
     x[0, 1] = np.inf
     with pytest.raises(ValueError, match=r"'x'.*Inf"):
         w8a8_static_linear(x.astype(np.float16), W, input_scale=S1, input_offset=S1, deq_scale=DEQ, quant_bias=None)
+
+
+@pytest.mark.parametrize("value", [np.nan, 0.0, -0.0, -0.02, np.inf])
+def test_static_input_scale_must_be_finite_and_positive(value):
+    # A NaN / zero input_scale used to surface as quantize's 'scales' (its Inf / NaN reciprocal); a
+    # negative one quantized with a negative reciprocal. It is a calibration parameter: named up front.
+    base = dict(x=XB, weight=W, input_scale=np.float32([value]), input_offset=S1 * 0, deq_scale=DEQ, quant_bias=None)
+    with pytest.raises(ValueError, match=r"w8a8_static_linear: argument 'input_scale' must be finite and > 0"):
+        w8a8_static_linear(**base)
+    with pytest.raises(ValueError, match=r"static_activation_params: argument 'input_scale'"):
+        static_activation_params(bfloat16, np.float32([value]), np.float32([0]), 8)
+
+
+def test_static_load_beyond_fp16_is_inf_as_on_device_without_warnings():
+    # fp16 model: the offset 1e5 is beyond fp16's max 65504 -> +Inf at load (the torch cast, silently):
+    # the quantize step refuses the Inf offset, naming it (no RuntimeWarning on the way).
+    base = dict(weight=W, input_scale=S1, deq_scale=DEQ, quant_bias=None)
+    xh = np.ones((2, 8), np.float16)
+    with pytest.raises(ValueError, match=r"quantize: argument 'zero_points' must be finite.*Inf at index \(0,\)"):
+        w8a8_static_linear(xh, input_offset=np.float32([1e5]), **base)
+    # input_scale 1e5 -> fp16 +Inf -> reciprocal 1 / Inf = 0: every code is the offset (rint(x * 0 + 3) = 3)
+    st_ = static_linear_stages(xh, **{**base, "input_scale": np.float32([1e5])}, input_offset=np.float32([3]))
+    assert st_["input_scale_reciprocal"].tolist() == [0.0] * 8 and st_["x_q"].tolist() == [[3] * 8] * 2
+
+
+@pytest.mark.parametrize("dtype, scale, recip", [
+    # bf16 keeps 8 significant bits. 0.05 = 1.6 * 2^-5 -> 205/128 * 2^-5 = 0.050048828125; 1 / that =
+    # 19.980... -> bf16 20.0. 0.003 = 1.536 * 2^-9 -> 197/128 * 2^-9; 1 / that = 65536 / 197 = 332.67
+    # = 1.2995 * 2^8 -> 166/128 * 2^8 = 332.0.
+    (bfloat16, 0.05, 20.0), (bfloat16, 0.003, 332.0),
+    # fp16 keeps 11: 0.003 -> 1573/1024 * 2^-9; 1 / that = 524288 / 1573 = 333.30 -> 1333/1024 * 2^8 = 333.25.
+    (np.float16, 0.003, 333.25),
+])
+def test_static_activation_params_in_the_model_dtype(dtype, scale, recip):
+    r, o = static_activation_params(dtype, np.float32([scale]), np.int8([-3]), 7)
+    assert r.dtype == o.dtype == np.dtype(dtype) and r.shape == o.shape == (7,)
+    assert r.astype(np.float32).tolist() == [recip] * 7 and o.astype(np.float32).tolist() == [-3.0] * 7
+    # the golden's static Linear loads exactly these
+    x = np.ones((1, 7), dtype)
+    st_ = static_linear_stages(x, np.ones((2, 7), np.int8), input_scale=np.float32([scale]),
+                               input_offset=np.int8([-3]), deq_scale=np.ones(2, np.float32), quant_bias=None)
+    assert same_bits(st_["input_scale_reciprocal"], r) and same_bits(st_["input_offset"], o)
+
+
+def test_static_activation_params_bad_input():
+    with pytest.raises(TypeError, match="'x_dtype'"):
+        static_activation_params(np.float32, S1, S1, 8)
+    with pytest.raises(ValueError, match="'input_offset'"):
+        static_activation_params(bfloat16, S1, np.zeros(2, np.float32), 8)
+    with pytest.raises(ValueError, match="'k'"):
+        static_activation_params(bfloat16, S1, S1, -1)
+
+
+def test_dynamic_linear_params_load_like_the_op():
+    # The load step alone (a caller that has no activation yet: K and the model dtype). bf16 model: the
+    # fp32 scale is rounded to bf16 (1 + 2^-8 is a tie between 0x3F80 and 0x3F81 -> even 0x3F80 = 1.0);
+    # fp16 model: the fp32 scale as is; the bias in the model dtype.
+    ws = np.float32([[1 + 2.0**-8], [0.5], [2.0]])
+    p = dynamic_linear_params(bfloat16, 8, W, ws, bias=np.float32([1, 2, 3]))
+    assert p.weight_scale.dtype == bfloat16 and p.weight_scale.astype(np.float32).tolist() == [1.0, 0.5, 2.0]
+    assert p.bias.dtype == bfloat16 and (p.n, p.k) == (3, 8)
+    q = dynamic_linear_params(np.float16, 8, W, ws)
+    assert q.weight_scale.dtype == np.float32 and q.weight_scale.tolist() == ws.reshape(3).tolist() and q.bias is None
+    st_ = dynamic_linear_stages(XB, W, ws, bias=np.float32([1, 2, 3]))
+    assert same_bits(st_["weight_scale"], p.weight_scale) and same_bits(st_["bias"], p.bias)
+    # A K mismatch names the weight (there is no x here); ``op`` / ``names`` name a caller's arguments.
+    with pytest.raises(ValueError, match=r"w8a8_dynamic_linear: argument 'weight' must be of shape \[N, K\] with K = 9"):
+        dynamic_linear_params(bfloat16, 9, W, ws)
+    with pytest.raises(TypeError, match=r"w8a8_moe: argument 'shared_expert.up_scale'"):
+        dynamic_linear_params(bfloat16, 8, W, ws.astype(np.float16), op="w8a8_moe",
+                              names=("shared_expert.up_weight", "shared_expert.up_scale", "bias"))
+    # quant_matmul's rules on the loaded values: a scale that becomes Inf in bf16 (3.4e38 rounds past
+    # the bf16 max 0x7F7F), N > 65535
+    with pytest.raises(ValueError, match=r"quant_matmul: argument 'scale' must be finite.*Inf at index \(1,\)"):
+        dynamic_linear_params(bfloat16, 8, W, np.float32([1, 3.4e38, 1]))
+    with pytest.raises(ValueError, match=r"quant_matmul: argument 'x2' must be N <= 65535"):
+        dynamic_linear_params(bfloat16, 1, np.ones((65536, 1), np.int8), np.ones(65536, np.float32))
 
 
 # ---------------------------------------------------------------- property

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from w8a8 import ASCEND, bfloat16, quant_matmul, quant_matmul_stages, trans_quant_param
+from w8a8.quant_matmul import quant_matmul_args
 
 # ---------------------------------------------------------------- the reference
 
@@ -422,6 +423,24 @@ def test_legal_shape_variants():
     assert same_bits(y1, y2) and y1.tolist() == [[4.0] * 3] * 4
     y3 = quant_matmul(X1, X2, F32, bias=np.ones((1, 3), np.int32), output_dtype="int32")
     assert y3.tolist() == [[9] * 3] * 4
+
+
+def test_args_normalize_without_copies():
+    # quant_matmul_args: the checks of quant_matmul, whose result backends build on. Row scale / bias
+    # (1, N) become (N,) views of the caller's arrays; the derived facts are the call's.
+    x1 = np.ones((2, 4, 8), np.int8)
+    scale = np.full((1, 3), 0.5, np.float32)
+    bias = np.ones((1, 3), np.int32)
+    a = quant_matmul_args(x1, X2, scale, bias=bias, output_dtype="bfloat16")
+    assert (a.m, a.k, a.n, a.batch, a.out_shape) == (4, 8, 3, (2,), (2, 4, 3))
+    assert a.out == bfloat16 and a.scale.shape == (3,) and a.bias.shape == (3,)
+    assert np.shares_memory(a.scale, scale) and np.shares_memory(a.bias, bias) and a.x1 is x1
+    assert a.int_bias and a.bias_kind == "int32" and not a.packed_scale and a.offset is None
+    b = quant_matmul_args(X1, X2, trans_quant_param(F32), offset=np.zeros(1, np.float32))
+    assert b.out == np.int8 and b.packed_scale and b.bias_kind is None
+    # int4 weights (int32 words) are quant_matmul's A8W4 / A4W4 route, not an int8 call
+    with pytest.raises(TypeError, match="'x2'.*int8"):
+        quant_matmul_args(X1, np.ones((8, 1), np.int32), F32, output_dtype="bfloat16")
 
 
 @pytest.mark.parametrize("arg, kwargs", [

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from w8a8 import ASCEND, anti_quant, bfloat16, dequantize, pack_int4, quantize, unpack_int4
+from w8a8.quantize import anti_quant_args, dequantize_args, quantize_args
 
 
 def rn32(v):
@@ -255,6 +256,48 @@ def test_dequantize_errors():
         dequantize(y, np.ones(3, np.float32), axis=2)      # used to wrap around to axis 0 silently
     with pytest.raises(ValueError, match="'scale'"):
         dequantize(y, np.ones(4, np.float32))
+
+
+def test_args_shape_the_channel_vectors():
+    # quantize_args: scales / zero points as given and reshaped to broadcast along the channel axis.
+    # div_mode=False: every axis but -2 is the last (AscendQuantV3); div_mode=True: an ordinary axis.
+    x = np.ones((2, 3, 8), np.float16)
+    a = quantize_args(x, np.ones(8, np.float16), np.zeros(1, np.float16), axis=0, div_mode=False)
+    assert (a.axis, a.channel_axis, a.scales_b.shape, a.zero_points_b.shape, a.out_name) == (0, 2, (1, 1, 8), (1, 1, 1), "int8")
+    b = quantize_args(x.astype(np.float32), np.ones(3, np.float32), dtype="uint8", axis=-2)
+    assert (b.channel_axis, b.scales_b.shape, b.zero_points_b) == (1, (1, 3, 1), None)
+    # dequantize_args: per row (axis=None) -> [..., 1]; anti_quant_args: int4 words stay packed, n unpacked
+    d = dequantize_args(np.zeros((2, 3, 8), np.int8), np.ones((2, 3), np.float32), np.zeros((2, 3), np.int32), axis=None)
+    assert (d.axis, d.scale_b.shape, d.zero_point_b.shape) == (None, (2, 3, 1), (2, 3, 1))
+    q = anti_quant_args(np.zeros((4, 2), np.int32), np.ones(16, np.float32), src_dtype="int4")
+    assert (q.x.shape, q.n, q.dst) == ((4, 2), 16, np.float16)
+
+
+def test_dequantize_per_row_zero_point_must_have_the_scales_shape():
+    # axis=None: scale and zero_point are per row, of shape y.shape[:-1]. A [4, 3] zero point against
+    # y [3, 16] used to broadcast silently to a [4, 3, 16] result.
+    y = np.arange(48, dtype=np.int8).reshape(3, 16)
+    s = np.array([0.5, 1.0, 2.0], np.float32)
+    with pytest.raises(ValueError, match=r"'zero_point' must be of shape y\.shape\[:-1\] = \(3,\)"):
+        dequantize(y, s, np.arange(12, dtype=np.int32).reshape(4, 3), axis=None)
+    with pytest.raises(ValueError, match="'zero_point'"):
+        dequantize(y, s, np.ones(1, np.float32), axis=None)       # no broadcasting of a size-1 zero point either
+    # the right shape: (y[r] - z[r]) * s[r]; y[1, 0] = 16 -> (16 - 4) * 1 = 12, y[2, 15] = 47 -> (47 + 2) * 2 = 98
+    out = dequantize(y, s, np.array([1, 4, -2], np.int32), axis=None)
+    assert out.shape == (3, 16) and (out[0, 0], out[1, 0], out[2, 15]) == (-0.5, 12.0, 98.0)
+
+
+def test_dequantize_overflow_and_nan_are_ieee_without_warnings():
+    # (y - z) * s in fp32 with no nan_policy: IEEE results, no RuntimeWarning (the suite makes those errors).
+    # 127 * 3e38 overflows fp32 to +Inf; -128 * 3e38 to -Inf; 0 * 3e38 = 0. A zero point of 3e38 makes
+    # y - z = -3e38 (exact after rounding), times 2 -> -Inf. An Inf scale times y = 0 is NaN.
+    y = np.array([[127, -128, 0]], np.int8)
+    out = dequantize(y, np.full(3, 3e38, np.float32))
+    assert out.tolist() == [[np.inf, -np.inf, 0.0]]
+    assert dequantize(y, np.full(3, 2.0, np.float32), np.full(3, 3e38, np.float32)).tolist() == [[-np.inf] * 3]
+    nan = dequantize(y, np.full(3, np.inf, np.float32), output_dtype="bfloat16")
+    # bf16 bits: +Inf 0x7F80, -Inf 0xFF80, and 0 * Inf = the x86 default NaN (sign set) -> 0xFFC0
+    assert nan.view(np.uint16).tolist() == [[0x7F80, 0xFF80, 0xFFC0]]
 
 
 @given(st.integers(0, 2**32 - 1), st.sampled_from([1, 7, 17, 1025]), st.sampled_from([True, False]))

@@ -176,6 +176,18 @@ def test_to_float_rne_to_fp16_and_overflow():
     assert h.view(np.uint16).tolist() == [0x7BFF, 0x7C00, 0xFC00, 0x3C00, 0x3C02]
 
 
+def test_to_float_nan_bits_without_warnings():
+    # NaN -> bf16 / fp16 casts warn "invalid value encountered in cast" in NumPy; to_float silences it on
+    # purpose and keeps the documented bits. fp32 inputs: quiet NaN 0x7FC00000, its negative 0xFFC00000,
+    # the signaling NaN 0x7F800001 (payload 1) and 0x7FC01234 (payload below fp16's 10 kept bits).
+    x = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FC01234], np.uint32).view(np.float32)
+    # bf16 (ml_dtypes): sign | 0x7FC0, payload dropped
+    assert _bf16_bits(to_float(x, bfloat16)) == [0x7FC0, 0xFFC0, 0x7FC0, 0x7FC0]
+    # fp16: sign, 0x7C00, and the top 10 payload bits (0x400000 >> 13 = 0x200); a payload whose top bits
+    # are all 0 (0x000001) becomes 1 so that it stays a NaN: 0x7C01
+    assert to_float(x, np.float16).view(np.uint16).tolist() == [0x7E00, 0xFE00, 0x7C01, 0x7E00]
+
+
 def test_to_float_fp32_is_identity_and_rejects_other_inputs():
     x = np.array([1.1, -2.2], np.float32)
     assert to_float(x, "float32") is x

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from w8a8 import decode_quant_param, fp32_bits_to_int64, trans_quant_param
-from w8a8.trans_quant_param import FLAG, fp19, fp19_round_even, fp19_truncate
+from w8a8 import decode_quant_param, fp32_bits_to_int64, quant_matmul, trans_quant_param
+from w8a8.trans_quant_param import FLAG, fp19, fp19_round_even, fp19_truncate, trans_quant_param_args
 
 FLAG_BIT = 1 << 46
 
@@ -129,6 +129,31 @@ def test_fp32_bits_to_int64_is_the_raw_pattern():
     # read back by the fix-pipe (decode): its FP19 truncation, offset 0
     scale, off = decode_quant_param(r)
     assert np.array_equal(scale, fp19_truncate(s)) and off.tolist() == [0.0] * 3
+
+
+def test_args():
+    a = trans_quant_param_args(np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32), round_mode=True)
+    assert a.round_mode == 1 and a.offset.shape == (2, 3)     # True == 1 is accepted (and means RNE)
+    with pytest.raises(ValueError, match="'offset'"):
+        trans_quant_param_args(np.ones(3, np.float32), np.zeros(2, np.float32))
+
+
+def test_negative_raw_bits_sign_extend_into_the_offset_field():
+    # msModelSlim sign-extends the int32 bit pattern: -1.0 = 0xBF800000 -> 0xFFFF_FFFF_BF80_0000. The
+    # scale decodes right from the low 32 bits, but bits 37..45 are all ones: 0x1FF = -1 as a 9-bit
+    # offset (and bit 46, the flag, reads as set). A non-negative scale has a zero high word: offset 0.
+    s = np.array([-1.0, -0.375, 2.0], np.float32)
+    r = fp32_bits_to_int64(s)
+    assert [int(v) & (2**64 - 1) for v in r] == [0xFFFF_FFFF_BF80_0000, 0xFFFF_FFFF_BEC0_0000, 0x4000_0000]
+    assert all(int(v) >> 46 & 1 for v in r[:2])
+    scale, off = decode_quant_param(r)
+    assert scale.tolist() == [-1.0, -0.375, 2.0]      # exact in FP19 (at most 2 significant bits)
+    assert off.tolist() == [-1.0, -1.0, 0.0]          # meaningless for raw bits, as documented
+    # Where that offset lands: an int8 (requant) quant_matmul without an explicit offset adds the
+    # decoded one. acc = 1 * 10 = 10; -1.0 scale: s9(s9(10 * -1) + s9(-1)) = -11, not -10.
+    x1, x2 = np.array([[1]], np.int8), np.array([[10]], np.int8)
+    assert quant_matmul(x1, x2, r[:1], output_dtype="int8").tolist() == [[-11]]
+    assert quant_matmul(x1, x2, r[2:], output_dtype="int8").tolist() == [[20]]
 
 
 # ---------------------------------------------------------------- shapes and errors

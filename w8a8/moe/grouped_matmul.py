@@ -17,7 +17,7 @@ from .. import _check
 from .. import dtypes as _dt
 from ..intgemm import add_int32, int_matmul
 from ..numerics import ASCEND, Numerics
-from ..quant_matmul import _epilogue
+from ..quant_matmul import epilogue
 from ..rounding import to_float
 from ..trans_quant_param import decode_quant_param, fp19
 from . import _common as C
@@ -218,12 +218,12 @@ def _grouped_matmul(x, w, b, s, o, pt, group_list, group_list_type, act_type, ou
             continue
         if packed:
             deq, off = decode_quant_param(s[g])
-            y[start:stop] = _epilogue(acc, deq, off, None, None, bias_g, _dt.int8, numerics)
+            y[start:stop] = epilogue(acc, deq, off, None, None, bias_g, _dt.int8, numerics)
             continue
         token = pt[start:stop] if pt is not None else None
         deq = s[g].astype(np.float32)
         if numerics.fp19_scale == "always":
             deq = fp19(deq, numerics.fp19_round_mode)
-        v = _epilogue(acc, deq, None, None, token, bias_g, _dt.float32, numerics)
+        v = epilogue(acc, deq, None, None, token, bias_g, _dt.float32, numerics)
         y[start:stop] = to_float(_activate(v, act_type, numerics).astype(np.float32), out)
     return y
