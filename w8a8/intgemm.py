@@ -76,7 +76,7 @@ def int_matmul(a: np.ndarray, b: np.ndarray, *, op: str = "int_matmul") -> np.nd
         else:
             total += part.astype(total.dtype)
     if wide:
-        _check_int32(op, total)
+        check_int32(op, total)
         return total.astype(np.int32)
     return total
 
@@ -121,7 +121,7 @@ def _wide_matmul(op: str, a: np.ndarray, b: np.ndarray, out_shape: tuple, k: int
             total += np.matmul(a64[..., start:stop], b64[..., start:stop, :]).astype(np.int64)
     else:  # products beyond 2^53 (int32 data): exact but slow
         total = np.matmul(a.astype(object), b.astype(object))
-    _check_int32(op, total)
+    check_int32(op, total)
     return total.astype(np.int32)
 
 
@@ -131,7 +131,8 @@ def _absmax(x: np.ndarray) -> int:
     return int(max(abs(int(x.max())), abs(int(x.min()))))
 
 
-def _check_int32(op: str, total: np.ndarray) -> None:
+def check_int32(op: str, total: np.ndarray) -> None:
+    """Raise OverflowError naming the first element of an exact sum that leaves the int32 range."""
     bad = np.asarray((total > _I32_MAX) | (total < -_I32_MAX - 1), dtype=bool)
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -142,5 +143,5 @@ def _check_int32(op: str, total: np.ndarray) -> None:
 def add_int32(op: str, acc: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """``acc + bias`` in int32, raising OverflowError (not wrapping) when a sum leaves int32."""
     wide = acc.astype(np.int64) + bias.astype(np.int64)
-    _check_int32(op, wide)
+    check_int32(op, wide)
     return wide.astype(np.int32)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from w8a8.intgemm import _check_int32
+from w8a8.intgemm import check_int32
 
 from .arith import I32_MAX, I32_MIN, absmax
 from .runtime import gemm_threads
@@ -75,7 +75,7 @@ def _batched(fn, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> to
 def _check_range(op: str, total: torch.Tensor) -> torch.Tensor:
     """int64 exact sums -> int32, or the golden's OverflowError naming the first bad element."""
     if total.numel() and bool(((total > I32_MAX) | (total < I32_MIN)).any()):
-        _check_int32(op, total.numpy())
+        check_int32(op, total.numpy())
     return total.to(torch.int32)
 
 
@@ -94,7 +94,7 @@ def _limb_sum(op: str, parts) -> torch.Tensor:
     bad = (hi != 0) & (hi != -1)
     if bool(bad.any()):
         exact = hi.numpy().astype(object) * (1 << 31) + lo.numpy().astype(object)
-        _check_int32(op, exact)
+        check_int32(op, exact)
     return (hi * (1 << 31) + lo).to(torch.int32)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from w8a8 import dtypes as _dt
 from w8a8.layout import nz_fallback_reason, nz_supported_by_matmul
+from w8a8.quant_matmul import DIM_LIMIT
 from w8a8.trans_quant_param import decode_quant_param
 
 from .issues import Findings
@@ -38,7 +39,6 @@ from .reader import Checkpoint
 from .schemes import Module, Resolution, resolve
 from .validate import validate
 
-_K_LIMIT = 65535
 
 
 @dataclass
@@ -185,11 +185,11 @@ def _dense(res: Resolution, m: Module, read_data: bool) -> ModuleReport:
     cast = "npu_format_cast -> FRACTAL_NZ" if layout == "NZ" else f"kept ND: {reason}"
     report.chain.append(f"{m.scheme_class} -> {m.method}")
     report.chain.append(f"load: weight int8 [N, K] = {_fmt((n, k))} -> transpose -> {_fmt((k, n))} -> {cast}")
-    if n > _K_LIMIT:
-        report.warnings.append(f"N = {n} > {_K_LIMIT}: npu_quant_matmul's last-dim limit (vllm-ascend splits wq_b "
+    if n > DIM_LIMIT:
+        report.warnings.append(f"N = {n} > {DIM_LIMIT}: npu_quant_matmul's last-dim limit (vllm-ascend splits wq_b "
                                "under DSA-CP)")
-    if k > _K_LIMIT and t != "W8A8_DYNAMIC":
-        report.warnings.append(f"K = {k} > {_K_LIMIT}: allowed only with a float scale and pertoken_scale")
+    if k > DIM_LIMIT and t != "W8A8_DYNAMIC":
+        report.warnings.append(f"K = {k} > {DIM_LIMIT}: allowed only with a float scale and pertoken_scale")
     if t == "W8A8_DYNAMIC" or t == "W8A8_MIX":
         scales = [_read(res, p, ".weight_scale", read_data) for p in m.shards]
         if mdt == _dt.bfloat16:

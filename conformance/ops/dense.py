@@ -443,10 +443,11 @@ def _static_linear_build(p):
 
 
 def _static_stage_xq(b, a, k, up):
+    from w8a8.linear import static_activation_params
+
     x = a[0]
-    stages = w8a8.static_linear_stages(*a, **k)  # the load-time parameters, as the golden derives them
-    return b.quantize(x.reshape(-1, x.shape[-1]), stages["input_scale_reciprocal"], stages["input_offset"],
-                      dtype="int8", axis=-1, div_mode=False)
+    recip, offset = static_activation_params(x.dtype, k["input_scale"], k["input_offset"], x.shape[-1])
+    return b.quantize(x.reshape(-1, x.shape[-1]), recip, offset, dtype="int8", axis=-1, div_mode=False)
 
 
 register(OpSpec(
