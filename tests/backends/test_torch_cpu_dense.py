@@ -140,7 +140,7 @@ kinds = st.sampled_from(KINDS)
 def test_available_here():
     assert TC.available() == (True, "")
     assert TC.name == "torch-cpu"
-    assert set(TC.ops()) == set(backends.ops.DENSE_OPS)
+    assert set(backends.ops.DENSE_OPS) <= set(TC.ops())  # the MoE and low-bit ops live in their own test files
 
 
 def test_declares_the_ascend_record():
@@ -164,9 +164,9 @@ def test_other_numerics_are_unsupported():
     assert_bits(TC.call("dynamic_quant", x, numerics=w8a8.ASCEND), w8a8.dynamic_quant(x))
 
 
-def test_moe_ops_are_unsupported():
-    with pytest.raises(backends.Unsupported):
-        TC.call("swiglu", np.ones((2, 4), np.float32))
+def test_an_op_it_does_not_implement_is_unsupported():
+    with pytest.raises(backends.Unsupported, match="does not implement op 'no_such_op'"):
+        TC.call("no_such_op", np.ones((2, 4), np.float32))
 
 
 def test_gemm_path_follows_amx():

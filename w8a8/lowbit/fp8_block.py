@@ -47,21 +47,27 @@ SCALE_FMTS = (None, "ue8m0")
 _F32 = np.float32
 
 
-def _scale(op: str, amax: np.ndarray, scale_fmt, eps) -> np.ndarray:
-    """fp32 scale of blocks with fp32 ``amax`` (module docstring)."""
+def scale_fmt_eps(op: str, scale_fmt, eps) -> np.float32:
+    """Check ``scale_fmt`` and ``eps`` (public: the backends run the same check); the fp32 amax floor
+    (default 1e-10, or 1e-4 for ``"ue8m0"``)."""
     _check.choice(op, "scale_fmt", scale_fmt, SCALE_FMTS)
     if eps is None:
         eps = 1e-4 if scale_fmt == "ue8m0" else 1e-10
     e = np.float32(eps)
     if not (np.isfinite(e) and e > 0):
         _check.fail(op, "eps", "a positive finite float", repr(eps))
+    return e
+
+
+def _scale(amax: np.ndarray, scale_fmt, e: np.float32) -> np.ndarray:
+    """fp32 scale of blocks with fp32 ``amax`` and the checked amax floor ``e`` (module docstring)."""
     a = np.maximum(amax, e).astype(np.float32)
     if scale_fmt == "ue8m0":
         return np.take(E8M0_TABLE, mx_shared_exponent(a, "e4m3", scale_mode="rceil"))
     return (a / _F32(E4M3_MAX)).astype(np.float32)
 
 
-def _quantize_blocks(op: str, x: np.ndarray, rows: int, cols: int, scale_fmt, eps):
+def _quantize_blocks(x: np.ndarray, rows: int, cols: int, scale_fmt, e: np.float32):
     """Blocks of ``rows x cols`` over the last two dims of fp32 ``x [..., R, C]`` (edges partial)."""
     *lead, r, c = x.shape
     rb, cb = -(-r // rows), -(-c // cols)
@@ -69,7 +75,7 @@ def _quantize_blocks(op: str, x: np.ndarray, rows: int, cols: int, scale_fmt, ep
     padded[..., :r, :c] = np.abs(x)
     tiles = padded.reshape(tuple(lead) + (rb, rows, cb, cols))
     amax = tiles.max(axis=(-3, -1), initial=0) if rows * cols else np.zeros(tuple(lead) + (rb, cb), np.float32)
-    s = _scale(op, amax, scale_fmt, eps)
+    s = _scale(amax, scale_fmt, e)
     full = np.repeat(np.repeat(s, rows, axis=-2), cols, axis=-1)[..., :r, :c]
     with np.errstate(over="ignore", invalid="ignore"):
         q = float_to_fp8(np.clip(x / full, _F32(-E4M3_MAX), _F32(E4M3_MAX)), "e4m3")
@@ -92,11 +98,8 @@ def fp8_block_quantize(weight: np.ndarray, *, block_shape=(BLOCK, BLOCK), scale_
     weight_q : ``float8_e4m3fn`` ``[..., N, K]``.
     weight_scale_inv : float32 ``[..., ceil(N/bn), ceil(K/bk)]`` (the dequantization multiplier).
     """
-    op = "fp8_block_quantize"
-    weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
-    _check.finite(op, "weight", weight)
-    bn, bk = _pair(op, "block_shape", block_shape)
-    return _quantize_blocks(op, weight.astype(np.float32), bn, bk, scale_fmt, eps)
+    weight, bn, bk, e = fp8_block_quantize_args(weight, block_shape, scale_fmt, eps)
+    return _quantize_blocks(weight.astype(np.float32), bn, bk, scale_fmt, e)
 
 
 def per_token_group_quant_fp8(x: np.ndarray, group_size: int = BLOCK, *, scale_fmt=None,
@@ -107,12 +110,9 @@ def per_token_group_quant_fp8(x: np.ndarray, group_size: int = BLOCK, *, scale_f
     ``x`` float32 / float16 / bfloat16 ``[..., K]``, finite; a last partial group is allowed.
     Scale and codes as :func:`fp8_block_quantize` (module docstring).
     """
-    op = "per_token_group_quant_fp8"
-    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
-    _check.finite(op, "x", x)
-    g = _check.integer(op, "group_size", group_size, minimum=1)
+    x, g, e = per_token_group_quant_fp8_args(x, group_size, scale_fmt, eps)
     xf = x.astype(np.float32).reshape(x.shape[:-1] + (1, x.shape[-1]))
-    q, s = _quantize_blocks(op, xf, 1, g, scale_fmt, eps)
+    q, s = _quantize_blocks(xf, 1, g, scale_fmt, e)
     return q.reshape(x.shape), s.reshape(x.shape[:-1] + (s.shape[-1],))
 
 
@@ -120,11 +120,7 @@ def fp8_block_dequantize(weight_q: np.ndarray, weight_scale_inv: np.ndarray, *, 
                          output_dtype="bfloat16") -> np.ndarray:
     """``W^ = fp32(W_q) * s[n // bn, k // bk]`` in fp32, then RNE to ``output_dtype`` (DeepSeek
     ``weight_dequant``; bfloat16 by default, float16 or float32)."""
-    op = "fp8_block_dequantize"
-    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), min_ndim=2)
-    bn, bk = _pair(op, "block_shape", block_shape)
-    s = _scales(op, "weight_scale_inv", weight_scale_inv, weight_q.shape[:-2], weight_q.shape[-2:], (bn, bk))
-    out = float_output(op, output_dtype)
+    weight_q, s, bn, bk, out = fp8_block_dequantize_args(weight_q, weight_scale_inv, block_shape, output_dtype)
     *lead, n, k = weight_q.shape
     full = np.repeat(np.repeat(s, bn, axis=-2), bk, axis=-1)[..., :n, :k]
     v = np.take(E4M3_TABLE, weight_q.view(np.uint8)) * full
@@ -146,17 +142,10 @@ def fp8_block_matmul(a_q: np.ndarray, a_scale: np.ndarray, weight_q: np.ndarray,
 
     Formula: module docstring — ``C[m, n] = sum_kb (P_kb * s_a[m, kb]) * s_w[n // 128, kb]`` in fp32.
     """
-    op = "fp8_block_matmul"
-    a_q = _check.array(op, "a_q", a_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
-    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
+    a_q, sa, weight_q, sw, bs, out = fp8_block_matmul_args(a_q, a_scale, weight_q, weight_scale_inv, block_size,
+                                                            output_dtype)
     m, k = a_q.shape
     n = weight_q.shape[0]
-    if weight_q.shape[1] != k:
-        _check.fail(op, "weight_q", f"of shape [N, K={k}] (K of a_q)", _check.describe(weight_q))
-    bs = _check.integer(op, "block_size", block_size, minimum=1)
-    sa = _scales(op, "a_scale", a_scale, (), (m, k), (1, bs))
-    sw = _scales(op, "weight_scale_inv", weight_scale_inv, (), (n, k), (bs, bs))
-    out = float_output(op, output_dtype)
     a = np.take(E4M3_TABLE, a_q.view(np.uint8)).astype(np.float64)
     w = np.take(E4M3_TABLE, weight_q.view(np.uint8)).astype(np.float64)
     sw_rows = np.repeat(sw, bs, axis=0)[:n]  # [N, KB]
@@ -167,6 +156,52 @@ def fp8_block_matmul(a_q: np.ndarray, a_scale: np.ndarray, weight_q: np.ndarray,
             p = (a[:, cols] @ w[:, cols].T).astype(np.float32)
             acc = acc + (p * sa[:, kb:kb + 1]) * sw_rows[None, :, kb]
     return to_float(acc.astype(np.float32), out)
+
+
+# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
+
+def fp8_block_quantize_args(weight, block_shape=(BLOCK, BLOCK), scale_fmt=None, eps=None):
+    """The argument checks of :func:`fp8_block_quantize`, in its order: ``(weight, bn, bk, fp32 eps)``."""
+    op = "fp8_block_quantize"
+    weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
+    _check.finite(op, "weight", weight)
+    bn, bk = _pair(op, "block_shape", block_shape)
+    return weight, bn, bk, scale_fmt_eps(op, scale_fmt, eps)
+
+
+def per_token_group_quant_fp8_args(x, group_size=BLOCK, scale_fmt=None, eps=None):
+    """The argument checks of :func:`per_token_group_quant_fp8`, in its order: ``(x, G, fp32 eps)``."""
+    op = "per_token_group_quant_fp8"
+    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
+    _check.finite(op, "x", x)
+    g = _check.integer(op, "group_size", group_size, minimum=1)
+    return x, g, scale_fmt_eps(op, scale_fmt, eps)
+
+
+def fp8_block_dequantize_args(weight_q, weight_scale_inv, block_shape=(BLOCK, BLOCK), output_dtype="bfloat16"):
+    """The argument checks of :func:`fp8_block_dequantize`, in its order: ``(weight_q, scale, bn, bk,
+    output dtype)``."""
+    op = "fp8_block_dequantize"
+    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), min_ndim=2)
+    bn, bk = _pair(op, "block_shape", block_shape)
+    s = _scales(op, "weight_scale_inv", weight_scale_inv, weight_q.shape[:-2], weight_q.shape[-2:], (bn, bk))
+    return weight_q, s, bn, bk, float_output(op, output_dtype)
+
+
+def fp8_block_matmul_args(a_q, a_scale, weight_q, weight_scale_inv, block_size=BLOCK, output_dtype="bfloat16"):
+    """The argument checks of :func:`fp8_block_matmul`, in its order: ``(a_q, a_scale, weight_q,
+    weight_scale_inv, block size, output dtype)``."""
+    op = "fp8_block_matmul"
+    a_q = _check.array(op, "a_q", a_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
+    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
+    m, k = a_q.shape
+    n = weight_q.shape[0]
+    if weight_q.shape[1] != k:
+        _check.fail(op, "weight_q", f"of shape [N, K={k}] (K of a_q)", _check.describe(weight_q))
+    bs = _check.integer(op, "block_size", block_size, minimum=1)
+    sa = _scales(op, "a_scale", a_scale, (), (m, k), (1, bs))
+    sw = _scales(op, "weight_scale_inv", weight_scale_inv, (), (n, k), (bs, bs))
+    return a_q, sa, weight_q, sw, bs, float_output(op, output_dtype)
 
 
 def _pair(op: str, arg: str, value) -> tuple[int, int]:

@@ -88,15 +88,7 @@ def int4_group_quantize(weight: np.ndarray, group_size: int = 128, *, scheme: st
     Errors: TypeError for dtypes; ValueError for rank < 2, group_size, scheme, NaN/Inf in the
     weight, and a scale that overflows ``scale_dtype``.
     """
-    op = "int4_group_quantize"
-    weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
-    _check.choice(op, "scheme", scheme, SCHEMES)
-    sdt = _dt.resolve(scale_dtype, arg="scale_dtype", op=op)
-    if sdt not in _SCALE_DTYPES:
-        _check.fail(op, "scale_dtype", "float16, bfloat16 or float32", repr(scale_dtype), TypeError)
-    _check.finite(op, "weight", weight)
-    k = weight.shape[-1]
-    g, groups = group_count(op, k, group_size)
+    weight, g, groups, sdt = int4_group_quantize_args(weight, group_size, scheme, scale_dtype)
     w = weight.astype(np.float32).reshape(weight.shape[:-1] + (groups, g))
     one = np.float32(1)
     if scheme == "asym":
@@ -112,9 +104,7 @@ def int4_group_quantize(weight: np.ndarray, group_size: int = 128, *, scheme: st
         s32 = amax / np.float32(7.5 if scheme == "gptq_sym" else 7)
     scale = to_float(s32.astype(np.float32), sdt)
     sf = scale.astype(np.float32)
-    if not np.isfinite(sf).all():
-        pos = tuple(int(i) for i in np.argwhere(~np.isfinite(sf))[0])
-        _check.fail(op, "weight", f"groups whose scale fits {sdt.name}", f"a scale overflow at group {pos}")
+    check_scale_fits(sf, sdt)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = w / sf[..., None]
         if scheme == "asym":
@@ -141,6 +131,50 @@ def int4_group_dequantize(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray
     Formula: ``fp32(q) * fp32(s)`` or ``(fp32(u) - fp32(z)) * fp32(s)`` — the subtraction is exact,
     the product rounds once in fp32 — then one RNE cast to ``output_dtype``.
     """
+    codes, scale, zero, out = int4_group_dequantize_args(codes, scale, zero, output_dtype)
+    k = codes.shape[-1]
+    groups = scale.shape[-1]
+    if codes.dtype == np.int8:
+        v = codes.astype(np.float32)
+    else:
+        v = codes.astype(np.float32) - np.repeat(zero.astype(np.float32), k // max(groups, 1), axis=-1)
+    sf = np.repeat(scale.astype(np.float32), k // max(groups, 1), axis=-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return to_float((v * sf).astype(np.float32), out)
+
+
+# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
+
+def int4_group_quantize_args(weight, group_size=128, scheme="gptq_sym", scale_dtype="float16"):
+    """The argument checks of :func:`int4_group_quantize`, in its order.
+
+    Returns ``(weight, G, K // G, scale dtype)``. The one data-dependent check that needs the
+    op's arithmetic (a scale overflowing ``scale_dtype``) is :func:`check_scale_fits`.
+    """
+    op = "int4_group_quantize"
+    weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
+    _check.choice(op, "scheme", scheme, SCHEMES)
+    sdt = _dt.resolve(scale_dtype, arg="scale_dtype", op=op)
+    if sdt not in _SCALE_DTYPES:
+        _check.fail(op, "scale_dtype", "float16, bfloat16 or float32", repr(scale_dtype), TypeError)
+    _check.finite(op, "weight", weight)
+    g, groups = group_count(op, weight.shape[-1], group_size)
+    return weight, g, groups, sdt
+
+
+def check_scale_fits(scale_f32: np.ndarray, sdt) -> None:
+    """ValueError naming the first group whose scale (read back as fp32) overflowed ``sdt``."""
+    if not np.isfinite(scale_f32).all():
+        pos = tuple(int(i) for i in np.argwhere(~np.isfinite(scale_f32))[0])
+        _check.fail("int4_group_quantize", "weight", f"groups whose scale fits {np.dtype(sdt).name}",
+                    f"a scale overflow at group {pos}")
+
+
+def int4_group_dequantize_args(codes, scale, zero=None, output_dtype="float32"):
+    """The argument checks of :func:`int4_group_dequantize`, in its order.
+
+    Returns ``(codes, scale, zero, output dtype)``; ``zero`` is None for signed codes.
+    """
     op = "int4_group_dequantize"
     codes = _check.array(op, "codes", codes, dtypes=(np.int8, np.uint8), min_ndim=2)
     scale = _check.array(op, "scale", scale, dtypes=_SCALE_DTYPES, min_ndim=2)
@@ -154,7 +188,6 @@ def int4_group_dequantize(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray
         if zero is not None:
             _check.fail(op, "zero", "None for signed (symmetric) int8 codes", _check.describe(zero))
         _range(op, "codes", codes, -8, 7)
-        v = codes.astype(np.float32)
     else:
         if zero is None:
             _check.fail(op, "zero", "a uint8 zero point array for unsigned (asymmetric) codes", "None")
@@ -162,8 +195,4 @@ def int4_group_dequantize(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray
         _check.shape(op, "zero", zero, [scale.shape], f"of the scale's shape {scale.shape}")
         _range(op, "codes", codes, 0, 15)
         _range(op, "zero", zero, 0, 15)
-        v = codes.astype(np.float32) - np.repeat(zero.astype(np.float32), k // max(groups, 1), axis=-1)
-    sf = np.repeat(scale.astype(np.float32), k // max(groups, 1), axis=-1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return to_float((v * sf).astype(np.float32), out)
-
+    return codes, scale, zero, out

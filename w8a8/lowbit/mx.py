@@ -130,14 +130,8 @@ def mx_quantize(x: np.ndarray, *, elem_dtype="e2m1", block_size: int = BLOCK_SIZ
 
     Errors: TypeError for x's dtype; ValueError for rank 0, K % block_size, elem_dtype, scale_mode.
     """
-    op = "mx_quantize"
-    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
-    name = elem_name(op, "elem_dtype", elem_dtype)
-    _check.choice(op, "scale_mode", scale_mode, SCALE_MODES)
-    bs = _block(op, x, block_size)
+    x, name, bs = mx_quantize_args(x, elem_dtype, block_size, scale_mode)
     storage = _ELEMS[name][0]
-    if storage == "fp4" and x.shape[-1] % 2:
-        _check.fail(op, "x", "of even last dimension for MXFP4 (two elements per byte)", _check.describe(x))
     blocks = x.astype(np.float32).reshape(x.shape[:-1] + (x.shape[-1] // bs, bs))
     with np.errstate(invalid="ignore"):
         amax = np.max(np.abs(blocks), axis=-1, initial=0) if bs else np.zeros(blocks.shape[:-1], np.float32)
@@ -158,11 +152,8 @@ def mx_dequantize(data: np.ndarray, scale: np.ndarray, *, elem_dtype="e2m1", blo
     ``data`` and ``scale`` as :func:`mx_quantize` returns them (a ``float8_e8m0fnu`` scale is
     accepted too); byte 255 decodes to NaN for its whole block.
     """
-    op = "mx_dequantize"
-    name = elem_name(op, "elem_dtype", elem_dtype)
-    p = _elements(op, "data", data, name)
-    sf = _scale(op, "scale", scale, p, block_size)
-    out = float_output(op, output_dtype)
+    data, sf, name, out = mx_dequantize_args(data, scale, elem_dtype, block_size, output_dtype)
+    p = _decode(data, name)
     with np.errstate(over="ignore", invalid="ignore"):
         v = _blocks(p, sf) * np.take(E8M0_TABLE, sf)[..., None]
     return to_float(v.reshape(p.shape).astype(np.float32), out)
@@ -186,15 +177,10 @@ def mx_matmul(a_data: np.ndarray, a_scale: np.ndarray, b_data: np.ndarray, b_sca
     float64, accumulated in float64, rounded once to fp32, then RNE to ``output_dtype``. A NaN
     scale makes every output it touches NaN.
     """
-    op = "mx_matmul"
-    a_name = elem_name(op, "elem_dtype", elem_dtype)
-    b_name = a_name if b_elem_dtype is None else elem_name(op, "b_elem_dtype", b_elem_dtype)
-    a = _dequant64(op, "a", a_data, a_scale, a_name, block_size)
-    b = _dequant64(op, "b", b_data, b_scale, b_name, block_size)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
-        _check.fail(op, "b_data", f"a 2-D [N, K] operand with K = {a.shape[-1]} (A is {a.shape})",
-                    _check.describe(b_data))
-    out = float_output(op, output_dtype)
+    a_data, a_scale, b_data, b_scale, a_name, b_name, out = mx_matmul_args(
+        a_data, a_scale, b_data, b_scale, elem_dtype, b_elem_dtype, block_size, output_dtype)
+    a = _dequant64(a_data, a_scale, a_name)
+    b = _dequant64(b_data, b_scale, b_name)
     with np.errstate(over="ignore", invalid="ignore"):
         y = (a @ b.T).astype(np.float32)
     return to_float(y, out)
@@ -225,6 +211,47 @@ def mx_to_gptoss(data: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.nd
     return data.reshape(data.shape[:-1] + (scale.shape[-1], BLOCK_SIZE // 2)), scale
 
 
+# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
+
+def mx_quantize_args(x, elem_dtype="e2m1", block_size=BLOCK_SIZE, scale_mode="floor"):
+    """The argument checks of :func:`mx_quantize`, in its order: ``(x, element name, block size)``."""
+    op = "mx_quantize"
+    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
+    name = elem_name(op, "elem_dtype", elem_dtype)
+    _check.choice(op, "scale_mode", scale_mode, SCALE_MODES)
+    bs = _block(op, x, block_size)
+    if _ELEMS[name][0] == "fp4" and x.shape[-1] % 2:
+        _check.fail(op, "x", "of even last dimension for MXFP4 (two elements per byte)", _check.describe(x))
+    return x, name, bs
+
+
+def mx_dequantize_args(data, scale, elem_dtype="e2m1", block_size=BLOCK_SIZE, output_dtype="float32"):
+    """The argument checks of :func:`mx_dequantize`, in its order: ``(data, scale as uint8, element
+    name, output dtype)``."""
+    op = "mx_dequantize"
+    name = elem_name(op, "elem_dtype", elem_dtype)
+    data, shape = _data(op, "data", data, name)
+    sf = _scale(op, "scale", scale, shape, block_size)
+    return data, sf, name, float_output(op, output_dtype)
+
+
+def mx_matmul_args(a_data, a_scale, b_data, b_scale, elem_dtype="e2m1", b_elem_dtype=None, block_size=BLOCK_SIZE,
+                    output_dtype="float32"):
+    """The argument checks of :func:`mx_matmul`, in its order: ``(a_data, a_scale, b_data, b_scale,
+    a's element name, b's element name, output dtype)``, scales as uint8."""
+    op = "mx_matmul"
+    a_name = elem_name(op, "elem_dtype", elem_dtype)
+    b_name = a_name if b_elem_dtype is None else elem_name(op, "b_elem_dtype", b_elem_dtype)
+    a_data, a_shape = _data(op, "a_data", a_data, a_name)
+    a_scale = _scale(op, "a_scale", a_scale, a_shape, block_size)
+    b_data, b_shape = _data(op, "b_data", b_data, b_name)
+    b_scale = _scale(op, "b_scale", b_scale, b_shape, block_size)
+    if len(a_shape) != 2 or len(b_shape) != 2 or a_shape[1] != b_shape[1]:
+        _check.fail(op, "b_data", f"a 2-D [N, K] operand with K = {a_shape[-1]} (A is {a_shape})",
+                    _check.describe(b_data))
+    return a_data, a_scale, b_data, b_scale, a_name, b_name, float_output(op, output_dtype)
+
+
 def _block(op: str, x: np.ndarray, block_size) -> int:
     bs = _check.integer(op, "block_size", block_size, minimum=1)
     if x.shape[-1] % bs:
@@ -232,30 +259,36 @@ def _block(op: str, x: np.ndarray, block_size) -> int:
     return bs
 
 
-def _elements(op: str, arg: str, data, name: str) -> np.ndarray:
-    """fp32 element values ``[..., K]`` of MX data (packed FP4 bytes or fp8 arrays)."""
-    storage, *_, table = _ELEMS[name]
+def _data(op: str, arg: str, data, name: str) -> tuple[np.ndarray, tuple]:
+    """The checked MX data (packed FP4 bytes or an fp8 array) and its element shape ``[..., K]``."""
+    storage = _ELEMS[name][0]
     if storage == "fp4":
         data = _check.array(op, arg, data, dtypes=(np.uint8,), min_ndim=1)
-        return fp4_to_float(data)
+        return data, data.shape[:-1] + (2 * data.shape[-1],)
     data = _check.array(op, arg, data, dtypes=(storage,), min_ndim=1)
-    return np.take(table, data.view(np.uint8))
+    return data, data.shape
 
 
-def _scale(op: str, arg: str, scale, p: np.ndarray, block_size) -> np.ndarray:
+def _decode(data: np.ndarray, name: str) -> np.ndarray:
+    """fp32 element values ``[..., K]`` of checked MX data."""
+    if _ELEMS[name][0] == "fp4":
+        return fp4_to_float(data)
+    return np.take(_ELEMS[name][4], data.view(np.uint8))
+
+
+def _scale(op: str, arg: str, scale, shape: tuple, block_size) -> np.ndarray:
     scale = _check.array(op, arg, scale, dtypes=(np.uint8, _dt.float8_e8m0fnu), min_ndim=1)
     scale = scale.view(np.uint8)
     bs = _check.integer(op, "block_size", block_size, minimum=1)
-    if scale.shape[:-1] != p.shape[:-1] or scale.shape[-1] * bs != p.shape[-1]:
-        _check.fail(op, arg, f"of shape {p.shape[:-1] + (p.shape[-1] // bs,)} (one per {bs} elements)",
+    if scale.shape[:-1] != shape[:-1] or scale.shape[-1] * bs != shape[-1]:
+        _check.fail(op, arg, f"of shape {shape[:-1] + (shape[-1] // bs,)} (one per {bs} elements)",
                     _check.describe(scale))
     return scale
 
 
-def _dequant64(op, prefix, data, scale, name, block_size) -> np.ndarray:
-    p = _elements(op, f"{prefix}_data", data, name)
-    sf = _scale(op, f"{prefix}_scale", scale, p, block_size)
-    v = _blocks(p.astype(np.float64), sf) * np.take(E8M0_TABLE, sf).astype(np.float64)[..., None]
+def _dequant64(data, scale, name) -> np.ndarray:
+    p = _decode(data, name)
+    v = _blocks(p.astype(np.float64), scale) * np.take(E8M0_TABLE, scale).astype(np.float64)[..., None]
     return v.reshape(p.shape)
 
 

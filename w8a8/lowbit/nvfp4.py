@@ -94,13 +94,8 @@ def nvfp4_quantize(x: np.ndarray, *, per_tensor_scale=None, global_scale=None) -
     Errors: TypeError for dtypes; ValueError for K % 16, NaN/Inf in x, a missing or double
     tensor scale, a non-positive or non-finite one.
     """
-    op = "nvfp4_quantize"
-    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
-    _check.finite(op, "x", x)
-    kind, t = _tensor_scale(op, per_tensor_scale, global_scale)
+    x, kind, t = nvfp4_quantize_args(x, per_tensor_scale, global_scale)
     bs = BLOCK_SIZE
-    if x.shape[-1] % bs:
-        _check.fail(op, "x", f"of last dimension a multiple of {bs} (the NVFP4 block)", _check.describe(x))
     blocks = x.astype(np.float32).reshape(x.shape[:-1] + (x.shape[-1] // bs, bs))
     amax = np.max(np.abs(blocks), axis=-1, initial=0).astype(np.float32)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
@@ -126,10 +121,9 @@ def nvfp4_dequantize(data: np.ndarray, block_scale: np.ndarray, *, per_tensor_sc
 
     ``data`` uint8 ``[..., K/2]``, ``block_scale`` ``float8_e4m3fn`` ``[..., K/16]`` (linear layout).
     """
-    op = "nvfp4_dequantize"
-    q, s = _operand(op, "data", data, "block_scale", block_scale)
-    kind, t = _tensor_scale(op, per_tensor_scale, global_scale)
-    out = float_output(op, output_dtype)
+    data, block_scale, kind, t, out = nvfp4_dequantize_args(data, block_scale, per_tensor_scale, global_scale,
+                                                             output_dtype)
+    q, s = _decode(data, block_scale)
     with np.errstate(over="ignore", invalid="ignore"):
         total = t * s if kind == "per_tensor_scale" else s / t
         v = q.reshape(s.shape + (BLOCK_SIZE,)) * total[..., None]
@@ -150,16 +144,10 @@ def nvfp4_matmul(a_data: np.ndarray, a_block_scale: np.ndarray, b_data: np.ndarr
     Formula: ``acc = sum_k (q_a s_a)(q_b s_b)`` exact in float64 (each factor is exact), rounded
     once to fp32; ``y = cast(acc * fp32(alpha))``.
     """
-    op = "nvfp4_matmul"
-    qa, sa = _operand(op, "a_data", a_data, "a_block_scale", a_block_scale)
-    qb, sb = _operand(op, "b_data", b_data, "b_block_scale", b_block_scale)
-    if qa.ndim != 2 or qb.ndim != 2 or qa.shape[1] != qb.shape[1]:
-        _check.fail(op, "b_data", f"a 2-D [N, K/2] operand with K = {qa.shape[-1]} (A is {qa.shape})",
-                    _check.describe(b_data))
-    al = np.asarray(alpha, dtype=np.float32)
-    if al.size != 1 or not np.isfinite(al).all():
-        _check.fail(op, "alpha", "a finite fp32 scalar (S_a * S_b)", _check.describe(np.asarray(alpha)))
-    out = float_output(op, output_dtype)
+    a_data, a_block_scale, b_data, b_block_scale, al, out = nvfp4_matmul_args(
+        a_data, a_block_scale, b_data, b_block_scale, alpha, output_dtype)
+    qa, sa = _decode(a_data, a_block_scale)
+    qb, sb = _decode(b_data, b_block_scale)
     a = (qa.reshape(sa.shape + (BLOCK_SIZE,)) * sa[..., None].astype(np.float64)).reshape(qa.shape)
     b = (qb.reshape(sb.shape + (BLOCK_SIZE,)) * sb[..., None].astype(np.float64)).reshape(qb.shape)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -176,8 +164,7 @@ def swizzle_block_scales(scale: np.ndarray) -> np.ndarray:
     ``swizzle_blockscale``). So scale ``(r, c)`` lands at flat offset
     ``((r//128 * Sp/4 + c//4) * 32 + r%32) * 16 + (r%128)//32 * 4 + c%4`` of each batch.
     """
-    op = "swizzle_block_scales"
-    scale = _check.array(op, "scale", scale, min_ndim=2)
+    scale = swizzle_block_scales_args(scale)
     *lead, m, s = scale.shape
     mp, sp = -(-m // 128) * 128, -(-s // 4) * 4
     padded = np.zeros(tuple(lead) + (mp, sp), dtype=scale.dtype)
@@ -233,11 +220,59 @@ def _tensor_scale(op: str, per_tensor_scale, global_scale) -> tuple[str, np.floa
 
 
 def _operand(op: str, data_arg: str, data, scale_arg: str, scale) -> tuple[np.ndarray, np.ndarray]:
-    """(fp32 element values ``[..., K]``, fp32 block scales ``[..., K/16]``)."""
+    """The checked ``(data uint8 [..., K/2], block scale float8_e4m3fn [..., K/16])`` of one operand."""
     data = _check.array(op, data_arg, data, dtypes=(np.uint8,), min_ndim=1)
     scale = _check.array(op, scale_arg, scale, dtypes=(_dt.float8_e4m3fn,), min_ndim=1)
     k = data.shape[-1] * 2
     if scale.shape[:-1] != data.shape[:-1] or scale.shape[-1] * BLOCK_SIZE != k:
         _check.fail(op, scale_arg, f"float8_e4m3fn of shape {data.shape[:-1] + (k // BLOCK_SIZE,)} "
                     f"(one per {BLOCK_SIZE} elements, linear layout)", _check.describe(scale))
+    return data, scale
+
+
+def _decode(data: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fp32 element values ``[..., K]``, fp32 block scales ``[..., K/16]``) of a checked operand."""
     return fp4_to_float(data), np.take(E4M3_TABLE, scale.view(np.uint8))
+
+
+# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
+
+def nvfp4_quantize_args(x, per_tensor_scale=None, global_scale=None):
+    """The argument checks of :func:`nvfp4_quantize`, in its order: ``(x, convention, fp32 tensor
+    scale)`` with the convention ``"per_tensor_scale"`` or ``"global_scale"``."""
+    op = "nvfp4_quantize"
+    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
+    _check.finite(op, "x", x)
+    kind, t = _tensor_scale(op, per_tensor_scale, global_scale)
+    if x.shape[-1] % BLOCK_SIZE:
+        _check.fail(op, "x", f"of last dimension a multiple of {BLOCK_SIZE} (the NVFP4 block)", _check.describe(x))
+    return x, kind, t
+
+
+def nvfp4_dequantize_args(data, block_scale, per_tensor_scale=None, global_scale=None, output_dtype="float32"):
+    """The argument checks of :func:`nvfp4_dequantize`, in its order: ``(data, block_scale,
+    convention, fp32 tensor scale, output dtype)``."""
+    op = "nvfp4_dequantize"
+    data, block_scale = _operand(op, "data", data, "block_scale", block_scale)
+    kind, t = _tensor_scale(op, per_tensor_scale, global_scale)
+    return data, block_scale, kind, t, float_output(op, output_dtype)
+
+
+def nvfp4_matmul_args(a_data, a_block_scale, b_data, b_block_scale, alpha, output_dtype="bfloat16"):
+    """The argument checks of :func:`nvfp4_matmul`, in its order: ``(a_data, a_block_scale, b_data,
+    b_block_scale, alpha as a 0-d float32 array, output dtype)``."""
+    op = "nvfp4_matmul"
+    a_data, a_block_scale = _operand(op, "a_data", a_data, "a_block_scale", a_block_scale)
+    b_data, b_block_scale = _operand(op, "b_data", b_data, "b_block_scale", b_block_scale)
+    if a_data.ndim != 2 or b_data.ndim != 2 or a_data.shape[1] != b_data.shape[1]:
+        _check.fail(op, "b_data", f"a 2-D [N, K/2] operand with K = {2 * a_data.shape[-1]} "
+                    f"(A is {a_data.shape[:-1] + (2 * a_data.shape[-1],)})", _check.describe(b_data))
+    al = np.asarray(alpha, dtype=np.float32)
+    if al.size != 1 or not np.isfinite(al).all():
+        _check.fail(op, "alpha", "a finite fp32 scalar (S_a * S_b)", _check.describe(np.asarray(alpha)))
+    return a_data, a_block_scale, b_data, b_block_scale, al.reshape(()), float_output(op, output_dtype)
+
+
+def swizzle_block_scales_args(scale) -> np.ndarray:
+    """The argument check of :func:`swizzle_block_scales`: an array of at least 2 dims."""
+    return _check.array("swizzle_block_scales", "scale", scale, min_ndim=2)

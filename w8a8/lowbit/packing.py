@@ -228,13 +228,19 @@ def convert_weight_to_int4pack(weight: np.ndarray, inner_k_tiles: int = 0) -> np
     "交叠排放" (interleaved); the op-plugin tests it is pinned by (spec/ascend-ops.md §1.3) unpack
     it in order, which the golden follows — **not confirmed** on hardware.
     """
+    return pack_int4(convert_weight_to_int4pack_args(weight, inner_k_tiles))
+
+
+def convert_weight_to_int4pack_args(weight, inner_k_tiles=0) -> np.ndarray:
+    """The argument checks of :func:`convert_weight_to_int4pack` (public: the backends run them
+    before their own packing); returns the weight."""
     op = "convert_weight_to_int4pack"
     weight = _check.array(op, "weight", weight, dtypes=(np.int32,), ndim=2)
     _check.integer(op, "inner_k_tiles", inner_k_tiles, minimum=0)
     if weight.shape[-1] % 8:
         _check.fail(op, "weight", "of last dimension a multiple of 8 (8 int4 per int32)", _check.describe(weight))
     _range(op, "weight", weight, -8, 7)
-    return pack_int4(weight)
+    return weight
 
 
 def pack_int4_msmodelslim(codes: np.ndarray) -> np.ndarray:

@@ -38,6 +38,8 @@ Routing for the lead: ``w8a8.quant_matmul`` should delegate to :func:`quant_matm
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import _check
@@ -95,6 +97,41 @@ def quant_matmul_int4_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, 
     """:func:`quant_matmul_int4` with its stages: ``x1_codes`` / ``x2_codes`` (int8, unpacked,
     ``x2_codes`` as ``[K, N]``), ``acc`` (A4W4: int32 ``[..., M, N]``; A8W4: the per-group int32
     accumulators ``[G, M, N]``), ``scale`` (the fp32 scale used) and ``y``."""
+    p = quant_matmul_int4_args(x1, x2, scale, offset, pertoken_scale, bias, output_dtype, numerics)
+    if p.mode == "a4w4":
+        return _a4w4(p, scale, pertoken_scale, bias, numerics)
+    return _a8w4(p)
+
+
+class QuantMatmulInt4Args(NamedTuple):
+    """The checked arguments of :func:`quant_matmul_int4` (:func:`quant_matmul_int4_args`).
+
+    ``mode``: ``"a4w4"`` (int32 x1) or ``"a8w4"`` (int8 x1). ``x2_layout``: ``"kn8"`` (``[K, N/8]``,
+    packed along N) or ``"k8n"`` (``[K/8, N]``, packed along K; A4W4 only). A4W4 leaves ``scale``,
+    ``pertoken_scale`` and ``bias`` to :func:`w8a8.quant_matmul`'s checks (run on the unpacked
+    codes), so they are None here. A8W4: ``scale`` int64 / uint64 ``[K/256, N]`` or ``(N,)`` /
+    ``(1,)``, ``group`` the K group (256, or K for a per-channel scale), ``pertoken_scale`` float32
+    ``(M,)`` / ``(M, 1)``, ``offset`` float32 ``(N,)``.
+    """
+
+    mode: str
+    x1: np.ndarray
+    x2: np.ndarray
+    x2_layout: str
+    k: int
+    n: int
+    out: np.dtype
+    scale: np.ndarray | None = None
+    group: int = 0
+    pertoken_scale: np.ndarray | None = None
+    offset: np.ndarray | None = None
+
+
+def quant_matmul_int4_args(x1, x2, scale, offset=None, pertoken_scale=None, bias=None, output_dtype=None,
+                            numerics: Numerics = ASCEND) -> QuantMatmulInt4Args:
+    """The argument checks of :func:`quant_matmul_int4`, in its order (public: the backends run them
+    before their own arithmetic). A4W4 continues with :func:`w8a8.quant_matmul`'s checks on the
+    unpacked codes. Returns :class:`QuantMatmulInt4Args`."""
     x1 = _check.array(_OP, "x1", x1, dtypes=(_dt.int32, _dt.int8), min_ndim=2, max_ndim=6)
     x2 = _check.array(_OP, "x2", x2, dtypes=(_dt.int32,), ndim=2)
     if output_dtype is None:
@@ -102,33 +139,35 @@ def quant_matmul_int4_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, 
                     "is not allowed)", "None")
     out = _dt.resolve(output_dtype, arg="output_dtype", op=_OP)
     if x1.dtype == _dt.int32:
-        return _a4w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics)
-    return _a8w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics)
+        return _check_a4w4(x1, x2, offset, pertoken_scale, out)
+    return _check_a8w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics)
 
 
-def _a4w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics):
+def _check_a4w4(x1, x2, offset, pertoken_scale, out) -> QuantMatmulInt4Args:
     k = x1.shape[-1] * 8
-    a = unpack_int4(x1)
-    b = _unpack_weight(x2, k)
+    if x2.shape[0] == k:
+        layout, n = "kn8", x2.shape[1] * 8
+    elif x2.shape[0] * 8 == k:
+        layout, n = "k8n", x2.shape[1]
+    else:
+        _check.fail(_OP, "x2", f"int32 of shape [K, N/8] or [K/8, N] with K = {k} (8 * x1's last dim)",
+                    _check.describe(x2))
     if offset is not None:
         _check.fail(_OP, "offset", "None for int4 x1 (offset exists only with int8 x1)", _check.describe(offset))
     if pertoken_scale is None and out != _dt.float16:
         _check.fail(_OP, "output_dtype", "float16 for int4 x1 without pertoken_scale", repr(out.name), TypeError)
     if out not in (_dt.float16, _dt.bfloat16):
         _check.fail(_OP, "output_dtype", "float16 or bfloat16 for int4 x1", repr(out.name), TypeError)
-    st = quant_matmul_stages(a, b, scale, pertoken_scale=pertoken_scale, bias=bias, output_dtype=out,
-                             numerics=numerics)
-    return {"x1_codes": a, "x2_codes": b, **st}
+    return QuantMatmulInt4Args("a4w4", x1, x2, layout, k, n, out)
 
 
-def _a8w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics):
+def _check_a8w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics) -> QuantMatmulInt4Args:
     if x1.ndim != 2:
         _check.fail(_OP, "x1", "2-D [M, K] for int8 x1 with int4 (int32) x2", _check.describe(x1))
     m, k = x1.shape
     if x2.shape[0] != k:
         _check.fail(_OP, "x2", f"int32 [K={k}, N/8] (packed along N) for int8 x1", _check.describe(x2))
-    w = unpack_int4(x2)
-    n = w.shape[1]
+    n = x2.shape[1] * 8
     if out not in (_dt.float16, _dt.bfloat16):
         _check.fail(_OP, "output_dtype", "float16 or bfloat16 for int8 x1 with int4 x2", repr(out.name), TypeError)
     if bias is not None:
@@ -145,7 +184,6 @@ def _a8w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics):
             _check.fail(_OP, "scale", f"of shape ({n},) or (1,) (per channel), or (K/256, N) (per group)",
                         _check.describe(s))
         group = k
-    sf = decode_quant_param(s)[0].reshape(-1 if s.ndim == 2 else 1, s.shape[-1])
     pt = _check.array(_OP, "pertoken_scale", pertoken_scale, dtypes=(_dt.float32,), min_ndim=1, max_ndim=2) \
         if pertoken_scale is not None else None
     if pt is None or tuple(pt.shape) not in ((m,), (m, 1)):
@@ -158,6 +196,23 @@ def _a8w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics):
     if numerics.nan_policy == "raise":
         _check.finite(_OP, "pertoken_scale", pt)
         _check.finite(_OP, "offset", off)
+    return QuantMatmulInt4Args("a8w4", x1, x2, "kn8", k, n, out, s, group, pt, off)
+
+
+def _a4w4(p: QuantMatmulInt4Args, scale, pertoken_scale, bias, numerics):
+    a = unpack_int4(p.x1)
+    b = unpack_int4(p.x2) if p.x2_layout == "kn8" else np.ascontiguousarray(unpack_int4(np.ascontiguousarray(p.x2.T)).T)
+    st = quant_matmul_stages(a, b, scale, pertoken_scale=pertoken_scale, bias=bias, output_dtype=p.out,
+                             numerics=numerics)
+    return {"x1_codes": a, "x2_codes": b, **st}
+
+
+def _a8w4(p: QuantMatmulInt4Args):
+    x1, s, group, pt, off, out = p.x1, p.scale, p.group, p.pertoken_scale, p.offset, p.out
+    m, k = x1.shape
+    n = p.n
+    w = unpack_int4(p.x2)
+    sf = decode_quant_param(s)[0].reshape(-1 if s.ndim == 2 else 1, s.shape[-1])
     groups = max(k // group, 1) if k else 0
     acc = np.stack([int_matmul(x1[:, g * group:(g + 1) * group], w[g * group:(g + 1) * group], op=_OP)
                     for g in range(groups)]) if groups else np.zeros((0, m, n), np.int32)
@@ -168,15 +223,6 @@ def _a8w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics):
         corr = (off - _y_offset(w, sf, group)).astype(np.float32)
         y = (v + corr) * pt.reshape(m, 1)
     return {"x1_codes": x1, "x2_codes": w, "acc": acc, "scale": sf, "y": to_float(y.astype(np.float32), out)}
-
-
-def _unpack_weight(x2: np.ndarray, k: int) -> np.ndarray:
-    """int4 x2 as int8 codes ``[K, N]``: ``[K, N/8]`` packed along N or ``[K/8, N]`` packed along K."""
-    if x2.shape[0] == k:
-        return unpack_int4(x2)
-    if x2.shape[0] * 8 == k:
-        return np.ascontiguousarray(unpack_int4(np.ascontiguousarray(x2.T)).T)
-    _check.fail(_OP, "x2", f"int32 of shape [K, N/8] or [K/8, N] with K = {k} (8 * x1's last dim)", _check.describe(x2))
 
 
 def _y_offset(w: np.ndarray, sf: np.ndarray, group: int) -> np.ndarray:
@@ -222,6 +268,34 @@ def w4a8_dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: 
                                bias: np.ndarray | None = None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`w4a8_dynamic_linear` with its intermediates: ``x_q``, ``x_scale``, ``weight_packed``
     (int32 ``[K, N/8]``), ``scale`` (int64), ``y_offset``, ``acc`` and ``y``."""
+    x, weight, s32, b = w4a8_dynamic_linear_args(x, weight, weight_scale, bias, numerics)
+    n, k = weight.shape
+    w_kn = np.ascontiguousarray(weight.T)
+    packed = pack_int4(w_kn)
+    scale = trans_quant_param(s32)
+    y_off = a8w4_y_offset(w_kn, scale)
+    x2 = x.reshape(-1, k)
+    x_q, x_scale = dynamic_quant(x2, numerics=numerics)
+    st = quant_matmul_int4_stages(x_q, packed, scale, offset=y_off, pertoken_scale=x_scale.reshape(-1, 1),
+                                  output_dtype=x.dtype, numerics=numerics)
+    y = st["y"]
+    if b is not None:
+        b = b.reshape(n).astype(x.dtype)
+        y = to_float((y.astype(np.float32) + b.astype(np.float32)).astype(np.float32), x.dtype)
+    return {"x_q": x_q, "x_scale": x_scale, "weight_packed": packed, "scale": scale, "y_offset": y_off,
+            "acc": st["acc"], "y": y.reshape(x.shape[:-1] + (n,))}
+
+
+def w4a8_dynamic_linear_args(x, weight, weight_scale, bias=None, numerics: Numerics = ASCEND):
+    """The argument checks of :func:`w4a8_dynamic_linear` (public: the backends run them before their
+    own arithmetic); returns ``(x, weight, s32, bias)`` with ``s32`` the fp32 scale the path packs:
+    ``[N]`` (per channel) or ``[K/256, N]`` (per group).
+
+    The checks of the ops the path calls run here too, in the path's order, on stand-ins of the
+    right shapes and dtypes (no data): ``pack_int4``'s N % 8, ``dynamic_quant``'s finite x,
+    ``quant_matmul_int4``'s per-group K limit; then the bias. Only the offset's finiteness (an
+    ``8 * sum w * s`` beyond the fp32 range) is data-dependent; it is checked where it is computed.
+    """
     op = "w4a8_dynamic_linear"
     x = _check.array(op, "x", x, dtypes=(_dt.bfloat16, _dt.float16), min_ndim=1)
     weight = _check.array(op, "weight", weight, dtypes=(_dt.int8,), ndim=2)
@@ -240,23 +314,25 @@ def w4a8_dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: 
         _check.fail(op, "weight_scale", f"per channel [{n}] / [{n}, 1], or per group of 256 [{n}, K/256]",
                     _check.describe(ws))
     _check.finite(op, "weight_scale", ws)
-    w_kn = np.ascontiguousarray(weight.T)
-    packed = pack_int4(w_kn)
-    scale = trans_quant_param(s32)
-    y_off = a8w4_y_offset(w_kn, scale)
+    if n % 8:
+        pack_int4(np.broadcast_to(np.int8(0), (k, n)))  # pack_int4's own error for the [K, N] weight
     x2 = x.reshape(-1, k)
-    x_q, x_scale = dynamic_quant(x2, numerics=numerics)
-    st = quant_matmul_int4_stages(x_q, packed, scale, offset=y_off, pertoken_scale=x_scale.reshape(-1, 1),
-                                  output_dtype=x.dtype, numerics=numerics)
-    y = st["y"]
+    m = x2.shape[0]
+    if numerics.nan_policy == "raise":
+        _check.finite("dynamic_quant", "x", x2)
+
+    def stand_in(dtype, shape):
+        return np.broadcast_to(np.zeros((), dtype), shape)
+
+    quant_matmul_int4_args(stand_in(np.int8, (m, k)), stand_in(np.int32, (k, n // 8)), stand_in(np.int64, s32.shape),
+                            offset=stand_in(np.float32, (n,)), pertoken_scale=stand_in(np.float32, (m, 1)),
+                            output_dtype=x.dtype, numerics=numerics)
+    b = None
     if bias is not None:
         b = _check.array(op, "bias", bias, dtypes=(_dt.float32, _dt.bfloat16, _dt.float16))
         if b.shape not in ((n,), (1, n)):
             _check.fail(op, "bias", f"of shape [{n}]", _check.describe(b))
-        b = b.reshape(n).astype(x.dtype)
-        y = to_float((y.astype(np.float32) + b.astype(np.float32)).astype(np.float32), x.dtype)
-    return {"x_q": x_q, "x_scale": x_scale, "weight_packed": packed, "scale": scale, "y_offset": y_off,
-            "acc": st["acc"], "y": y.reshape(x.shape[:-1] + (n,))}
+    return x, weight, s32, b
 
 
 def w4a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, *,

@@ -32,6 +32,8 @@ Computation order (the device's is not documented; the golden's choice)::
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import _check
@@ -82,22 +84,20 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
     TypeError for dtypes outside the lists above; ValueError for ranks, shapes, K / N outside
     [1, 65535], the group size, a forbidden combination, NaN/Inf in a float parameter.
     """
-    x = _check.array(_OP, "x", x, dtypes=(_dt.float16, _dt.bfloat16), ndim=2)
-    m, k = x.shape
-    w, n = _weight(x, weight)
-    _check.choice(_OP, "inner_precise", inner_precise, (0, 1))
-    for arg, dim in (("K", k), ("N", n)):
-        if not 1 <= dim <= _DIM_LIMIT:
-            _check.fail(_OP, "weight" if arg == "N" else "x", f"{arg} in [1, {_DIM_LIMIT}]", f"{arg} = {dim}")
-    s = _check.array(_OP, "antiquant_scale", antiquant_scale, dtypes=(x.dtype, _dt.int64), min_ndim=1, max_ndim=2)
-    g = _check.integer(_OP, "antiquant_group_size", antiquant_group_size, minimum=0)
-    if s.dtype == _dt.int64:
-        sf, of = _packed_antiquant(x, weight, s, antiquant_offset, n, m, k)
+    p = weight_quant_batchmatmul_args(x, weight, antiquant_scale, antiquant_offset, quant_scale, quant_offset, bias,
+                                       antiquant_group_size, inner_precise)
+    x = p.x
+    k = x.shape[1]
+    w = _codes(p)
+    if p.packed:
+        sf, _ = decode_quant_param(p.scale)
+        of = None if p.offset is None else p.offset.astype(np.float32)
     else:
-        sf, of = _float_antiquant(x, s, antiquant_offset, g, n, k)
+        sf = _rows(_as_2d(p.scale), p.group, k)
+        of = None if p.offset is None else _rows(_as_2d(p.offset), p.group, k)
     w_hat = _antiquant(w, sf, of, x.dtype, k)
-    qs, qo = _quant_params(quant_scale, quant_offset, n, s.dtype == _dt.int64)
-    b = _bias(x, bias, n)
+    qs, qo = _quant_values(p.quant_scale, p.quant_offset)
+    b = None if p.bias is None else p.bias.astype(np.float32)
     acc = np.matmul(x.astype(np.float64), w_hat.astype(np.float64)).astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         if b is not None:
@@ -107,24 +107,82 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
         return to_int((acc * qs + qo).astype(np.float32), _dt.int8)
 
 
-def _weight(x: np.ndarray, weight) -> tuple[np.ndarray, int]:
-    """The weight as int8/int4 codes ``[K, N]`` (int8 array) and N."""
+class WqbmmArgs(NamedTuple):
+    """The checked arguments of :func:`weight_quant_batchmatmul` (:func:`weight_quant_batchmatmul_args`).
+
+    ``layout``: ``"int8"`` (``[K, N]``), ``"int4_n"`` (int32 ``[K, N/8]``, packed along N) or
+    ``"int4_k"`` (int32 ``[K/8, N]``, packed along K). ``scale`` / ``offset``: the antiquant
+    parameters reshaped to rows ``[R, N or 1]`` (views, no arithmetic): R = 1 (per tensor / per
+    channel) or ceil(K/G) with ``group`` = G (per group); with ``packed`` (an int64 scale) ``scale``
+    is int64 ``[1, N]`` and ``offset`` int32 ``[1, N]``. ``quant_scale``: None, float32 or int64
+    ``[Q]`` (Q = 1 or N); ``quant_offset``: float32 ``[Q]`` or None; ``bias``: ``[B]`` (B = 1 or N)
+    or None.
+    """
+
+    x: np.ndarray
+    weight: np.ndarray
+    layout: str
+    n: int
+    scale: np.ndarray
+    group: int | None
+    offset: np.ndarray | None
+    packed: bool
+    quant_scale: np.ndarray | None
+    quant_offset: np.ndarray | None
+    bias: np.ndarray | None
+
+
+def weight_quant_batchmatmul_args(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
+                                   quant_offset=None, bias=None, antiquant_group_size=0,
+                                   inner_precise=0) -> WqbmmArgs:
+    """The argument checks of :func:`weight_quant_batchmatmul`, in its order (public: the backends
+    run them before their own arithmetic). Returns :class:`WqbmmArgs`."""
+    x = _check.array(_OP, "x", x, dtypes=(_dt.float16, _dt.bfloat16), ndim=2)
+    m, k = x.shape
+    weight, layout, n = _weight(x, weight)
+    _check.choice(_OP, "inner_precise", inner_precise, (0, 1))
+    for arg, dim in (("K", k), ("N", n)):
+        if not 1 <= dim <= _DIM_LIMIT:
+            _check.fail(_OP, "weight" if arg == "N" else "x", f"{arg} in [1, {_DIM_LIMIT}]", f"{arg} = {dim}")
+    s = _check.array(_OP, "antiquant_scale", antiquant_scale, dtypes=(x.dtype, _dt.int64), min_ndim=1, max_ndim=2)
+    g = _check.integer(_OP, "antiquant_group_size", antiquant_group_size, minimum=0)
+    packed = s.dtype == _dt.int64
+    if packed:
+        s, o = _packed_antiquant(x, weight, s, antiquant_offset, n, m, k)
+        group = None
+    else:
+        s, o, group = _float_antiquant(x, s, antiquant_offset, g, n, k)
+    qs, qo = _quant_params(quant_scale, quant_offset, n, packed)
+    return WqbmmArgs(x, weight, layout, n, s, group, o, packed, qs, qo, _bias(x, bias, n))
+
+
+def _weight(x: np.ndarray, weight) -> tuple[np.ndarray, str, int]:
+    """The checked weight, its layout and N."""
     weight = _check.array(_OP, "weight", weight, dtypes=(_dt.int8, _dt.int32), ndim=2)
     k = x.shape[1]
     if weight.dtype == _dt.int8:
         if weight.shape[0] != k:
             _check.fail(_OP, "weight", f"of shape [K={k}, N] (K of x)", _check.describe(weight))
-        return weight, weight.shape[1]
+        return weight, "int8", weight.shape[1]
     if weight.shape[0] == k:  # [K, N/8], packed along N
-        return unpack_int4(weight), weight.shape[1] * 8
+        return weight, "int4_n", weight.shape[1] * 8
     if weight.shape[0] * 8 == k:  # [K/8, N], packed along K (a transposed [N, K/8])
-        return np.ascontiguousarray(unpack_int4(np.ascontiguousarray(weight.T)).T), weight.shape[1]
+        return weight, "int4_k", weight.shape[1]
     _check.fail(_OP, "weight", f"int32-packed int4 of shape [K, N/8] or [K/8, N] with K = {k} (K of x)",
                 _check.describe(weight))
 
 
+def _codes(p: WqbmmArgs) -> np.ndarray:
+    """The weight as int8/int4 codes ``[K, N]`` (int8 array)."""
+    if p.layout == "int8":
+        return p.weight
+    if p.layout == "int4_n":
+        return unpack_int4(p.weight)
+    return np.ascontiguousarray(unpack_int4(np.ascontiguousarray(p.weight.T)).T)
+
+
 def _float_antiquant(x, s, offset, g, n, k):
-    """Per-tensor / per-channel / per-group fp32 scale and offset, broadcastable to ``[K, N]`` rows."""
+    """Per-tensor / per-channel / per-group scale and offset as rows ``[R, N or 1]``, and the group."""
     shape = tuple(s.shape)
     if shape in ((1,), (1, 1), (n,), (1, n)):  # per tensor, per channel
         rows = None
@@ -141,19 +199,23 @@ def _float_antiquant(x, s, offset, g, n, k):
         _check.fail(_OP, "antiquant_scale", f"of shape (1,), (1, 1), ({n},), (1, {n}) or (ceil(K/G), {n})",
                     _check.describe(s))
     _check.finite(_OP, "antiquant_scale", s)
-    sf = _rows(_as_2d(s), rows, k)
-    of = None
+    o = None
     if offset is not None:
         o = _check.array(_OP, "antiquant_offset", offset, dtypes=(x.dtype,))
         _check.shape(_OP, "antiquant_offset", o, [s.shape], f"of antiquant_scale's shape {s.shape}")
         _check.finite(_OP, "antiquant_offset", o)
-        of = _rows(_as_2d(o), rows, k)
-    return sf, of
+        o = _row_view(o)
+    return _row_view(s), o, rows
+
+
+def _row_view(v: np.ndarray) -> np.ndarray:
+    """A 1-D ``(n,)`` parameter as the row ``[1, n]``; 2-D kept (a view)."""
+    return v.reshape(1, -1) if v.ndim == 1 else v
 
 
 def _as_2d(v: np.ndarray) -> np.ndarray:
-    """A 1-D ``(n,)`` parameter as the row ``[1, n]``; 2-D kept; float32."""
-    return v.astype(np.float32).reshape(1, -1) if v.ndim == 1 else v.astype(np.float32)
+    """A row parameter ``[R, n]`` (:func:`_row_view`) as float32."""
+    return v.astype(np.float32)
 
 
 def _rows(v: np.ndarray, group: int | None, k: int) -> np.ndarray:
@@ -162,7 +224,9 @@ def _rows(v: np.ndarray, group: int | None, k: int) -> np.ndarray:
 
 
 def _packed_antiquant(x, weight, s, offset, n, m, k):
-    """The int64 antiquant scale path: fp16 x, int8 weight (not int4), per-channel, int32 offset."""
+    """The int64 antiquant scale path: fp16 x, int8 weight (not int4), per-channel, int32 offset.
+
+    Returns the scale as int64 ``[1, N]`` and the offset as int32 ``[1, N]`` (or None)."""
     if x.dtype != _dt.float16:
         _check.fail(_OP, "antiquant_scale", "float16 or bfloat16 (x's dtype); int64 only with float16 x",
                     _check.describe(s), TypeError)
@@ -173,13 +237,12 @@ def _packed_antiquant(x, weight, s, offset, n, m, k):
     if not 1 <= m <= 96 or k % 64 or n % 64:
         _check.fail(_OP, "x", "M in [1, 96] and K, N multiples of 64 with an int64 antiquant_scale",
                     f"M={m}, K={k}, N={n}")
-    value, _ = decode_quant_param(s.reshape(1, n))
-    of = None
+    o = None
     if offset is not None:
         o = _check.array(_OP, "antiquant_offset", offset, dtypes=(_dt.int32,))
         _check.shape(_OP, "antiquant_offset", o, [s.shape], f"of antiquant_scale's shape {s.shape}")
-        of = o.reshape(1, n).astype(np.float32)
-    return value, of
+        o = o.reshape(1, n)
+    return s.reshape(1, n), o
 
 
 def _antiquant(w: np.ndarray, sf: np.ndarray, of: np.ndarray | None, dtype, k: int) -> np.ndarray:
@@ -191,6 +254,7 @@ def _antiquant(w: np.ndarray, sf: np.ndarray, of: np.ndarray | None, dtype, k: i
 
 
 def _quant_params(quant_scale, quant_offset, n, packed_antiquant):
+    """The checked requant parameters, 1-D (views): ``(quant_scale, quant_offset)``."""
     if quant_scale is None:
         if quant_offset is not None:
             _check.fail(_OP, "quant_offset", "None without quant_scale", _check.describe(quant_offset))
@@ -204,10 +268,9 @@ def _quant_params(quant_scale, quant_offset, n, packed_antiquant):
         if quant_offset is not None:
             _check.fail(_OP, "quant_offset", "None with an int64 quant_scale (its offset is in the packed bits)",
                         _check.describe(quant_offset))
-        value, offset = decode_quant_param(qs.reshape(-1))
-        return value, offset
+        return qs.reshape(-1), None
     _check.finite(_OP, "quant_scale", qs)
-    qo = np.zeros(1, np.float32)
+    qo = None
     if quant_offset is not None:
         o = _check.array(_OP, "quant_offset", quant_offset, dtypes=(_dt.float32,))
         _check.shape(_OP, "quant_offset", o, [qs.shape], f"of quant_scale's shape {qs.shape}")
@@ -216,7 +279,18 @@ def _quant_params(quant_scale, quant_offset, n, packed_antiquant):
     return qs.reshape(-1), qo
 
 
+def _quant_values(qs, qo):
+    """fp32 ``(quant_scale, quant_offset)`` of the checked requant parameters (None without them):
+    an int64 scale decoded to its FP19 value and packed offset; a missing offset is 0."""
+    if qs is None:
+        return None, None
+    if qs.dtype == _dt.int64:
+        return decode_quant_param(qs)
+    return qs, (np.zeros(1, np.float32) if qo is None else qo)
+
+
 def _bias(x, bias, n):
+    """The checked bias, 1-D (a view), or None."""
     if bias is None:
         return None
     want = _dt.float32 if x.dtype == _dt.bfloat16 else _dt.float16
@@ -226,4 +300,4 @@ def _bias(x, bias, n):
     if tuple(b.shape) not in ((n,), (1, n), (1,), (1, 1)):
         _check.fail(_OP, "bias", f"of shape ({n},), (1, {n}) or (1,)", _check.describe(b))
     _check.finite(_OP, "bias", b)
-    return b.reshape(-1).astype(np.float32)
+    return b.reshape(-1)
