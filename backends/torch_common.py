@@ -58,7 +58,7 @@ def to_torch(array: np.ndarray, device: str | None = None):
 
     array = np.ascontiguousarray(array)
     dtype = array.dtype
-    if dtype.kind == "V" or dtype == _dt.uint64:  # ml_dtypes / uint64: through an integer view
+    if _via_int_view(dtype):  # ml_dtypes / uint64: through an integer view
         raw = torch.from_numpy(array.view(_VIEW_AS[dtype.itemsize]))
         tensor = raw.view(torch_dtype(dtype))
     else:
@@ -75,10 +75,16 @@ def from_torch(tensor) -> np.ndarray:
         t = t.cpu()
     t = t.contiguous()
     dtype = numpy_dtype(t.dtype)
-    if dtype.kind == "V" or dtype == _dt.uint64:
+    if _via_int_view(dtype):
         int_dtype = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
         return t.view(int_dtype).numpy().view(dtype)
     return t.numpy()
+
+
+def _via_int_view(dtype: np.dtype) -> bool:
+    """ml_dtypes types (bf16 and the fp8/fp4 family; float8_e5m2 reports kind 'f') and uint64 have no
+    direct torch.from_numpy conversion: they cross as an integer view of the same width."""
+    return dtype.type.__module__.startswith("ml_dtypes") or dtype == _dt.uint64
 
 
 def is_tensor(value) -> bool:

@@ -115,23 +115,6 @@ def decode_elements(data: torch.Tensor, name: str) -> torch.Tensor:
     return lookup(tables().fp8[name], data.view(torch.uint8))
 
 
-def widen(t: torch.Tensor) -> torch.Tensor:
-    """float32 of a float tensor with NumPy's bits: an fp16 NaN keeps its payload shifted left by 13.
-
-    torch's fp16 -> fp32 cast writes every NaN as ``0x7FFFFFFF`` in its scalar path and quiets
-    signalling NaNs in its vector path; NumPy (and so the golden) shifts the payload unchanged. bf16
-    and fp32 widen exactly in torch already. Only inputs that may hold NaN need this.
-    """
-    v = t.to(torch.float32)
-    if t.dtype == torch.float16:
-        nan = torch.isnan(v)
-        if bool(nan.any()):
-            h = torch.bitwise_and(t.view(torch.int16).to(torch.int64), 0xFFFF)
-            bits = ((h & 0x8000) << 16) | 0x7F800000 | ((h & 0x3FF) << 13)
-            v = torch.where(nan, bits.to(torch.int32).view(torch.float32), v)
-    return v
-
-
 # -- encode ------------------------------------------------------------------------------------------
 
 def encode_e2m1(x: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ from w8a8.lowbit.int4_group import check_scale_fits
 from ..torch_common import numpy_dtype
 from .arith import const, decode_quant_param, fp19, pack_int4, to_float, to_int, unpack_int4
 from .gemm import int_matmul
-from .lowbit_codec import widen
+from .arith import widen
 from .qmatmul import quant_matmul as _dense_quant_matmul
 from .quant import dynamic_quant
 from .runtime import gemm_threads

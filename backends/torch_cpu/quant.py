@@ -13,7 +13,7 @@ import torch
 
 from w8a8 import _check
 
-from .arith import any_nonfinite, const, f32, pack_int4, to_float, to_int, unpack_int4
+from .arith import any_nonfinite, const, f32, pack_int4, to_float, to_int, unpack_int4, widen
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -120,9 +120,9 @@ def dequantize(y: torch.Tensor, scale: torch.Tensor, zero_point=None, *, output_
     v = y.to(torch.float32)
     zf = None
     if zero_point is not None:
-        zf = zero_point.to(torch.float32)
+        zf = widen(zero_point)
         v = torch.sub(v, zf)  # may broadcast to a larger shape, as NumPy does
-    sf = scale.to(torch.float32)
+    sf = widen(scale)  # an fp16 NaN keeps NumPy's payload bits
     v.mul_(sf)
     return to_float(v, output_dtype, may_nan=any_nonfinite(sf, zf))
 
@@ -133,8 +133,8 @@ def anti_quant(x: torch.Tensor, scale: torch.Tensor, *, offset=None, dst_dtype: 
     v = codes.to(torch.float32)
     of = None
     if offset is not None:
-        of = offset.to(torch.float32)
+        of = widen(offset)
         v.add_(of)
-    sf = scale.to(torch.float32)
+    sf = widen(scale)
     v.mul_(sf)
     return to_float(v, dst_dtype, may_nan=any_nonfinite(sf, of))
