@@ -37,6 +37,15 @@ w8a8_moe_prequantized      the same with init_routing_v2(x_q, scale=x_scale, qua
 Rows the device leaves unwritten (past a group-list total, past the routed rows) are set on the host
 to the golden's fill after the copy back (:class:`~backends.torch_npu.plan.Fixup`).
 
+Argument checks: each lowering calls the golden's public validator of its op first
+(:data:`w8a8.moe.VALIDATORS`: same exceptions and messages as the golden), then refuses what torch_npu
+2.13 cannot take with a :class:`~backends.torch_npu.plan.ConstraintError` naming the documented
+constraint. Three device constraints come before the golden's checks, as this module has always
+raised them: torch_npu's inner-dimension limit of the grouped matmul, and ``swiglu_limit`` / a missing
+``activation_scale`` of ``dequant_swiglu_quant``. Two deliberate differences from the golden's order or
+contract: ``grouped_matmul`` takes a ``[M, 1]`` per-token scale (flattened, as the device takes
+``[M]``), and the MoE layer checks ``shared_input`` before the shared expert's mapping.
+
 Unsupported (raised before any device call): ``swiglu_limit`` (DeepSeek-V4's clamp is not a torch_npu
 argument of ``npu_dequant_swiglu_quant``; its ``swiglu_mode`` variant computes ``gate * sigmoid(alpha *
 gate) * (up + glu_bias)`` with unconfirmed half order), ``norm_type=2`` / ``renorm=1`` gating
@@ -45,21 +54,19 @@ gate) * (up + glu_bias)`` with unconfirmed half order), ``norm_type=2`` / ``reno
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
 from w8a8 import _check
 from w8a8 import dtypes as _dt
-from w8a8.moe import _common as C
-from w8a8.moe.grouped_matmul import _single
-from w8a8.moe.routing import moe_init_routing_v2_valid
+from w8a8.moe import (GatingTopKArgs, dequant_swiglu_quant_args, expert_weights_args, grouped_matmul_args,
+                      moe_finalize_routing_args, moe_gating_top_k_args, moe_gating_top_k_softmax_args,
+                      moe_init_routing_args, moe_init_routing_v2_plan, moe_init_routing_v2_valid, moe_routing_args,
+                      shared_expert_args, swiglu_args)
 
 from ._lower_common import DEFAULT, Options, inner_limit, out_dtype, place_weight, transpose_weight
 from .lowering import dynamic_linear_into
 from .plan import Builder, DType, Plan, T, describe, reject
 
-_FLOATS = C.FLOATS
 _DOCS = "torch_npu 2.13.0 docs"
 
 
@@ -78,42 +85,22 @@ def gating_softmax_into(b: Builder, op: str, x: T, finished: T | None, k: int):
 
 def lower_moe_gating_top_k_softmax(x, finished=None, k=1, *, options: Options = DEFAULT) -> Plan:
     op = "moe_gating_top_k_softmax"
-    x = _check.array(op, "x", x, dtypes=_FLOATS, min_ndim=2, max_ndim=3)
-    k = _check.integer(op, "k", k, minimum=1, maximum=min(x.shape[-1], 1024))
-    fin = _check.optional(op, "finished", finished, dtypes=(np.bool_,))
-    if fin is not None:
-        _check.shape(op, "finished", fin, [x.shape[:-1]], f"of shape x.shape[:-1] = {tuple(x.shape[:-1])}")
-    _finite(op, ("x", x))
+    a = moe_gating_top_k_softmax_args(x, finished, k)   # the golden's checks
     b = Builder(op)
-    outs = gating_softmax_into(b, op, b.input("x", x), b.optional("finished", fin, "activation"), k)
+    outs = gating_softmax_into(b, op, b.input("x", a.x), b.optional("finished", a.finished, "activation"), a.k)
     return b.build(outs)
 
 
-def _gating_options(op: str, e: int, k, k_group, group_count, group_select_mode, renorm, norm_type, hashed: bool):
-    """The npu_moe_gating_top_k ranges (golden's and the 2.13 doc's); returns the checked ints."""
-    if not 1 <= e <= 2048:
-        _check.fail(op, "x", "of last dimension (experts) in [1, 2048]", f"E = {e}")
-    group_count = _check.integer(op, "group_count", group_count, minimum=1)
-    if e % group_count:
-        _check.fail(op, "group_count", f"a divisor of the expert count {e}", str(group_count))
-    per_group = e // group_count
-    if -(-per_group // 32) * 32 * group_count > 2048:
-        _check.fail(op, "group_count", "such that ceil32(E / group_count) * group_count <= 2048",
-                    f"{group_count} (E = {e})")
-    k_group = _check.integer(op, "k_group", k_group, minimum=1, maximum=group_count)
-    group_select_mode = _check.choice(op, "group_select_mode", group_select_mode, (0, 1))
-    renorm = _check.choice(op, "renorm", renorm, (0, 1))
-    norm_type = _check.choice(op, "norm_type", norm_type, (0, 1, 2))
-    k = _check.integer(op, "k", k, minimum=1, maximum=min(64, e) if hashed else per_group * k_group)
-    if renorm != 0:
-        reject(op, "renorm", "0", str(renorm), f"{_DOCS}: npu_moe_gating_top_k renorm 'currently only 0'")
-    if norm_type == 2:
+def _gating_rejects(op: str, g: GatingTopKArgs) -> None:
+    """What torch_npu 2.13's npu_moe_gating_top_k refuses among the golden's valid options."""
+    if g.renorm != 0:
+        reject(op, "renorm", "0", str(g.renorm), f"{_DOCS}: npu_moe_gating_top_k renorm 'currently only 0'")
+    if g.norm_type == 2:
         reject(op, "norm_type", "0 (softmax) or 1 (sigmoid)", "2 (sqrt-softplus)",
                f"{_DOCS}: npu_moe_gating_top_k norm_type is 0 or 1 (2 needs aclnnMoeGatingTopKV2)")
-    if per_group <= 2:
-        reject(op, "group_count", "such that E / group_count > 2", f"{group_count} (E = {e})",
+    if g.per_group <= 2:
+        reject(op, "group_count", "such that E / group_count > 2", f"{g.group_count} (E = {g.x.shape[1]})",
                f"{_DOCS}: npu_moe_gating_top_k group_count; spec §7.4")
-    return k, k_group, group_count, group_select_mode, norm_type
 
 
 def gating_top_k_into(b: Builder, op: str, x: T, k: int, bias: T | None, *, input_ids=None, tid2eid=None,
@@ -134,42 +121,21 @@ def lower_moe_gating_top_k(x, k, *, bias=None, input_ids=None, tid2eid=None, k_g
                            group_select_mode=0, renorm=0, norm_type=0, out_flag=False, routed_scaling_factor=1.0,
                            eps=1e-20, options: Options = DEFAULT) -> Plan:
     op = "moe_gating_top_k"
-    x = _check.array(op, "x", x, dtypes=_FLOATS, ndim=2)
-    n, e = x.shape
-    hashed = input_ids is not None or tid2eid is not None
-    if hashed and (input_ids is None or tid2eid is None):
-        _check.fail(op, "input_ids" if input_ids is None else "tid2eid",
-                    "given together with the other hash-mode argument (input_ids and tid2eid)", "None")
-    k, k_group, group_count, group_select_mode, norm_type = _gating_options(
-        op, e, k, k_group, group_count, group_select_mode, renorm, norm_type, hashed)
-    bb = _check.optional(op, "bias", bias, dtypes=(x.dtype,), ndim=1)
-    if bb is not None and bb.shape[0] != e:
-        _check.fail(op, "bias", f"of shape [E] = [{e}]", describe(bb))
-    if not isinstance(out_flag, (bool, np.bool_)):
-        _check.fail(op, "out_flag", "a bool", describe(out_flag), TypeError)
-    _finite(op, ("x", x), ("bias", bb))
+    a = moe_gating_top_k_args(x, k, bias=bias, input_ids=input_ids, tid2eid=tid2eid, k_group=k_group,
+                              group_count=group_count, group_select_mode=group_select_mode, renorm=renorm,
+                              norm_type=norm_type, out_flag=out_flag, routed_scaling_factor=routed_scaling_factor,
+                              eps=eps)   # the golden's checks
+    _gating_rejects(op, a)
     b = Builder(op)
     ids = tab = None
-    if hashed:
-        if not (k_group == group_count or group_count == e):
-            _check.fail(op, "k_group", "equal to group_count (or group_count == E) in hash mode", str(k_group))
-        ia = _check.array(op, "input_ids", input_ids, dtypes=(_dt.int32, _dt.int64), ndim=1)
-        ta = _check.array(op, "tid2eid", tid2eid, dtypes=(_dt.int32, _dt.int64), ndim=2)
-        if ia.shape[0] != n:
-            _check.fail(op, "input_ids", f"of shape [N] = [{n}]", describe(ia))
-        if ta.shape[1] != k:
-            _check.fail(op, "tid2eid", f"of shape [num_keys, k] = [*, {k}]", describe(ta))
-        if ia.size and (ia.min() < 0 or ia.max() >= ta.shape[0]):
-            _check.fail(op, "input_ids", f"in [0, {ta.shape[0]}) (rows of tid2eid)", f"{ia.tolist()[:16]}")
-        if ta.size and (ta.min() < 0 or ta.max() >= e):
-            _check.fail(op, "tid2eid", f"expert ids in [0, {e})", f"values in [{ta.min()}, {ta.max()}]")
-        ids, tab = b.input("input_ids", ia), b.input("tid2eid", ta, "param")
-    if not out_flag:
+    if a.hashed:
+        ids, tab = b.input("input_ids", a.input_ids), b.input("tid2eid", a.tid2eid, "param")
+    if not a.out_flag:
         b.decide("out_flag=False: the device does not write norm_out (undefined); the golden returns the scores "
                  "there — compare norm_out only with out_flag=True")
-    outs = gating_top_k_into(b, op, b.input("x", x), k, b.optional("bias", bb), input_ids=ids, tid2eid=tab,
-                             k_group=k_group, group_count=group_count, group_select_mode=group_select_mode,
-                             norm_type=norm_type, out_flag=out_flag, routed_scaling_factor=routed_scaling_factor,
+    outs = gating_top_k_into(b, op, b.input("x", a.x), a.k, b.optional("bias", a.bias), input_ids=ids, tid2eid=tab,
+                             k_group=a.k_group, group_count=a.group_count, group_select_mode=a.group_select_mode,
+                             norm_type=a.norm_type, out_flag=a.out_flag, routed_scaling_factor=routed_scaling_factor,
                              eps=eps)
     return b.build(outs)
 
@@ -177,21 +143,11 @@ def lower_moe_gating_top_k(x, k, *, bias=None, input_ids=None, tid2eid=None, k_g
 # -- routing ------------------------------------------------------------------------------------------------
 def lower_moe_init_routing(x, row_idx, expert_idx, active_num, *, options: Options = DEFAULT) -> Plan:
     op = "moe_init_routing"
-    x = _check.array(op, "x", x, dtypes=_FLOATS, ndim=2)
-    n = x.shape[0]
-    row_idx = _check.array(op, "row_idx", row_idx, dtypes=(_dt.int32,), ndim=2)
-    expert_idx = _check.array(op, "expert_idx", expert_idx, dtypes=(_dt.int32,), ndim=2)
-    if row_idx.shape[0] != n:
-        _check.fail(op, "row_idx", f"of shape [N, K] with N = {n} (rows of x)", describe(row_idx))
-    _check.shape(op, "expert_idx", expert_idx, [row_idx.shape], f"of row_idx's shape {tuple(row_idx.shape)}")
-    active_num = _check.integer(op, "active_num", active_num, minimum=0)
-    nk = row_idx.size
-    if nk and not np.array_equal(np.sort(row_idx.reshape(-1).astype(np.int64)), np.arange(nk)):
-        _check.fail(op, "row_idx", f"a permutation of 0 .. N*K-1 = 0 .. {nk - 1}",
-                    f"{row_idx.reshape(-1).tolist()[:16]}")
+    a = moe_init_routing_args(x, row_idx, expert_idx, active_num)   # the golden's checks
+    x, row_idx, expert_idx, active_num = a.x, a.row_idx, a.expert_idx, a.active_num
     if x.size >= 1 << 24:
         reject(op, "x", "of fewer than 2^24 elements", describe(x), f"{_DOCS}: npu_moe_init_routing x")
-    _finite(op, ("x", x))
+    _finite(op, ("x", x))   # the golden computes through NaN/Inf (it only gathers); the device is not specified
     b = Builder(op)
     outs = b.call("torch_npu.npu_moe_init_routing",
                   (b.input("x", x), b.input("row_idx", row_idx), b.input("expert_idx", expert_idx), active_num),
@@ -233,7 +189,8 @@ def lower_moe_init_routing_v2(x, expert_idx, *, scale=None, offset=None, active_
                 expert_num=expert_num, drop_pad_mode=drop_pad_mode, expert_tokens_num_type=expert_tokens_num_type,
                 expert_tokens_num_flag=expert_tokens_num_flag, quant_mode=quant_mode,
                 active_expert_range=active_expert_range, row_idx_type=row_idx_type)
-    # The golden's own validity masks check every argument as the golden does (and say what is defined).
+    p = moe_init_routing_v2_plan(x, expert_idx, **args)   # the golden's checks
+    # The golden's validity masks: what the device defines (the rest is fixed up on the host).
     x_mask, idx_mask, count_mask, scale_mask = moe_init_routing_v2_valid(x, expert_idx, **args)
     source = f"{_DOCS}: npu_moe_init_routing_v2"
     if quant_mode not in (-1, 1):
@@ -243,21 +200,19 @@ def lower_moe_init_routing_v2(x, expert_idx, *, scale=None, offset=None, active_
         reject(op, "drop_pad_mode", "0 (dropless)", str(drop_pad_mode), source + " 'currently only 0'")
     if expert_num <= 0 or (expert_tokens_num_type == 2 and expert_num > 5120):
         reject(op, "expert_num", "in (0, 10240] ((0, 5120] for key-value counts)", str(expert_num), source)
-    ids = np.asarray(expert_idx)
+    ids = p.expert_idx
     if ids.size and (ids.min() < 0 or ids.max() > expert_num):
         reject(op, "expert_idx", f"expert ids in [0, expert_num = {expert_num}]",
                f"values in [{ids.min()}, {ids.max()}]", source + " 'expert ids must not exceed the expert count'")
-    _finite(op, ("x", x), ("scale", scale), ("offset", offset))
-    start, end = (0, expert_num) if active_expert_range is None or len(active_expert_range) == 0 \
-        else (int(active_expert_range[0]), int(active_expert_range[1]))
+    start, end = p.start, p.end
     b = Builder(op)
     if active_expert_range is None or len(active_expert_range) == 0:
         b.decide(f"active_expert_range passed explicitly as [0, {expert_num}] (the adapter's empty-range default "
                  "caches the first call's expert_num; spec §7.6)")
     tokens_type = 1 if expert_tokens_num_type == 0 else expert_tokens_num_type
     ex, row, counts, sc = routing_v2_into(
-        b, op, b.input("x", x), b.input("expert_idx", ids), scale=b.optional("scale", scale),
-        offset=b.optional("offset", offset), active_num=active_num, expert_capacity=expert_capacity,
+        b, op, b.input("x", p.x), b.input("expert_idx", ids), scale=b.optional("scale", p.scale),
+        offset=b.optional("offset", p.offset), active_num=active_num, expert_capacity=expert_capacity,
         expert_num=expert_num, tokens_type=tokens_type, row_idx_type=row_idx_type, quant_mode=quant_mode,
         expert_range=(start, end))
     if not expert_tokens_num_flag:
@@ -281,45 +236,10 @@ def lower_moe_init_routing_v2(x, expert_idx, *, scale=None, offset=None, active_
 
 
 # -- grouped matmul -------------------------------------------------------------------------------------------
-_GMM_OUT = {None: _dt.int32, _dt.bfloat16: _dt.bfloat16, _dt.float32: _dt.float16, _dt.int64: _dt.int8,
-            _dt.uint64: _dt.int8}
-_ACTS = (0, 1, 2, 4, 5)
-
-
-def check_grouped(op: str, m: int, k: int, e: int, n: int, scale, per_token: bool, bias, out, act_type,
-                  group_list, group_list_type: int) -> tuple:
-    """The single-tensor int8 GMM table (spec §5.3) and the group list; returns the checked ``(scale, bias)``
-    and the row total of the group list."""
-    inner_limit(op, "x", k, "K (the last dim of x)")
-    inner_limit(op, "weight", n, "N (the last dim of weight [E, K, N])")
-    s = None if scale is None else _check.array(op, "scale", scale, dtypes=tuple(d for d in _GMM_OUT if d), ndim=2)
-    if s is not None:
-        _check.shape(op, "scale", s, [(e, n)], f"of shape [E, N] = [{e}, {n}]")
-    expected = _GMM_OUT[None if s is None else s.dtype]
-    if out != expected:
-        what = "None" if s is None else _dt.name(s.dtype)
-        _check.fail(op, "output_dtype", f"{_dt.name(expected)} for a {what} scale (spec §5.3: bf16 scale -> bf16, "
-                    "fp32 scale -> fp16, int64 -> int8, no scale -> int32; fp32 scale with bf16 output is rejected "
-                    "by the device)", _dt.name(out), TypeError)
-    if per_token and out not in (_dt.bfloat16, _dt.float16):
-        _check.fail(op, "per_token_scale", "None unless scale is bf16 or fp32 (per-token dequant)", "a per-token scale")
-    act_type = _check.integer(op, "act_type", act_type)
-    if act_type not in _ACTS:
-        _check.fail(op, "act_type", "0 (none), 1 (relu), 2 (gelu_tanh), 4 (fast_gelu) or 5 (silu); 3 is not "
-                    "supported by the device", str(act_type))
-    if act_type and not per_token:
-        _check.fail(op, "act_type", "0 without per_token_scale (the device applies activations in the per-token "
-                    "case only)", str(act_type))
-    bb = _check.optional(op, "bias", bias, dtypes=(_dt.int32,), ndim=2)
-    if bb is not None:
-        _check.shape(op, "bias", bb, [(e, n)], f"of shape [E, N] = [{e}, {n}]")
-    segs = C.segments(op, group_list, group_list_type, m, e)
-    if group_list_type == 1 and len(segs) == 1:
-        reject(op, "group_list", "of length > 1 with group_list_type=1", "a single count",
-               f"{_DOCS}: npu_grouped_matmul 'group_list_type 1: non-negative, length must not be 1'")
-    total = max((stop for _, _, stop in segs), default=0)
-    _finite(op, ("scale", s if s is not None and s.dtype not in (_dt.int64, _dt.uint64) else None))
-    return s, bb, total
+def _last_dim(value) -> int:
+    """The last dim of an array argument (or of the one element of a list); 0 for anything else."""
+    arr = value[0] if isinstance(value, (list, tuple)) and len(value) == 1 else value
+    return arr.shape[-1] if isinstance(arr, np.ndarray) and arr.ndim else 0
 
 
 def grouped_call(b: Builder, x: T, w: T, *, scale: T | None, per_token: T | None, bias: T | None, group_list: T,
@@ -341,60 +261,45 @@ def lower_grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_t
                          group_list_type=0, act_type=0, output_dtype=None, split_item=3, group_type=0,
                          options: Options = DEFAULT) -> Plan:
     op = "grouped_matmul"
-    xa, as_list = _single("x", x)
-    wa, _ = _single("weight", weight)
-    ba, _ = _single("bias", bias, optional=True)
-    sa, _ = _single("scale", scale, optional=True)
-    pa, _ = _single("per_token_scale", per_token_scale, optional=True)
-    oa, _ = _single("offset", offset, optional=True)
-    _check.choice(op, "split_item", split_item, (2, 3))
-    _check.choice(op, "group_type", group_type, (0,))
-    group_list_type = _check.choice(op, "group_list_type", group_list_type, (0, 1, 2))
-    xa = _check.array(op, "x", xa, dtypes=(_dt.int8,), ndim=2)
-    wa = _check.array(op, "weight", wa, dtypes=(_dt.int8,), ndim=3)
-    m, k = xa.shape
-    e, wk, n = wa.shape
-    if wk != k:
-        _check.fail(op, "weight", f"of shape [E, K, N] with K = {k} (columns of x)", describe(wa))
-    if oa is not None:
-        _check.fail(op, "offset", "None (the quantized grouped matmul has no offset)", describe(oa))
-    out = _dt.resolve("int8" if output_dtype is None else output_dtype, arg="output_dtype", op=op)
-    if out not in (_dt.int8, _dt.bfloat16, _dt.float16, _dt.int32):
-        _check.fail(op, "output_dtype", "None, int8, bfloat16, float16 or int32", repr(output_dtype), TypeError)
-    pt = _check.optional(op, "per_token_scale", pa, dtypes=(_dt.float32,), min_ndim=1, max_ndim=2)
-    if pt is not None:
-        if pt.shape not in ((m,), (m, 1)):
-            _check.fail(op, "per_token_scale", f"of shape [M] = [{m}]", describe(pt))
-        _finite(op, ("per_token_scale", pt))
-    s, bb, total = check_grouped(op, m, k, e, n, sa, pt is not None, ba, out, act_type, group_list, group_list_type)
+    # torch_npu's "every tensor's last dim < 65536" (the golden's own limit, reported as the device's).
+    inner_limit(op, "x", _last_dim(x), "K (the last dim of x)")
+    inner_limit(op, "weight", _last_dim(weight), "N (the last dim of weight [E, K, N])")
+    pt_in = per_token_scale[0] if isinstance(per_token_scale, (list, tuple)) and len(per_token_scale) == 1 \
+        else per_token_scale
+    column = isinstance(pt_in, np.ndarray) and pt_in.ndim == 2 and pt_in.shape[1] == 1
+    a = grouped_matmul_args(x, weight, bias=bias, scale=scale, offset=offset,
+                            per_token_scale=pt_in.reshape(-1) if column else per_token_scale, group_list=group_list,
+                            group_list_type=group_list_type, act_type=act_type, output_dtype=output_dtype,
+                            split_item=split_item, group_type=group_type)   # the golden's checks
+    if a.group_list_type == 1 and len(a.segments) == 1:
+        reject(op, "group_list", "of length > 1 with group_list_type=1", "a single count",
+               f"{_DOCS}: npu_grouped_matmul 'group_list_type 1: non-negative, length must not be 1'")
+    m, k = a.x.shape
+    n, out, s, total = a.weight.shape[2], a.out, a.scale, a.total
     b = Builder(op)
     nd_only = "the per-channel int8-output combination takes ND weights (spec §5.3)" if out == _dt.int8 else None
-    w = place_weight(b, b.input("weight", wa, "weight"), (k, n), _dt.int8, options, op=op, arg="weight",
+    w = place_weight(b, b.input("weight", a.weight, "weight"), (k, n), _dt.int8, options, op=op, arg="weight",
                      nd_only=nd_only)
     if s is not None and s.dtype == _dt.uint64:
         s = s.view(np.int64)
         b.decide("scale uint64 passed as its int64 view (same bits)")
     ptt = None
-    if pt is not None:
-        ptt = b.input("per_token_scale", pt.reshape(m), source="flattened to 1-D [M]" if pt.ndim == 2 else "")
-        if pt.ndim == 2:
+    if a.per_token_scale is not None:
+        ptt = b.input("per_token_scale", a.per_token_scale, source="flattened to 1-D [M]" if column else "")
+        if column:
             b.decide("per_token_scale [M, 1] flattened to 1-D (the device takes [M])")
-    gl = b.input("group_list", np.asarray(group_list, np.int64), "param")
-    y = grouped_call(b, b.input("x", xa), w, scale=b.optional("scale", s), per_token=ptt, bias=b.optional("bias", bb),
-                     group_list=gl, group_list_type=group_list_type, act_type=act_type, out=out,
-                     split_item=split_item)
+    gl = b.input("group_list", group_list, "param")
+    y = grouped_call(b, b.input("x", a.x), w, scale=b.optional("scale", s), per_token=ptt,
+                     bias=b.optional("bias", a.bias), group_list=gl, group_list_type=a.group_list_type,
+                     act_type=a.act_type, out=out, split_item=split_item)
     b.fixup(y, total, m, "rows past the group-list total are not written by the device (spec §5.2)")
-    return b.build(y, container="list" if as_list else "single")
+    return b.build(y, container="list" if a.as_list else "single")
 
 
 # -- activation -------------------------------------------------------------------------------------------------
 def lower_swiglu(x, dim=-1, *, options: Options = DEFAULT) -> Plan:
     op = "swiglu"
-    x = _check.array(op, "x", x, dtypes=_FLOATS, min_ndim=1, max_ndim=8)
-    dim = _check.integer(op, "dim", dim, minimum=-x.ndim, maximum=x.ndim - 1)
-    if x.shape[dim] % 2:
-        _check.fail(op, "x", f"of even size along dim {dim}", describe(x))
-    _finite(op, ("x", x))
+    x, dim = swiglu_args(x, dim)   # the golden's checks
     b = Builder(op)
     return b.build(b.call("torch_npu.npu_swiglu", (b.input("x", x),), {"dim": dim}, out="y"))
 
@@ -410,77 +315,30 @@ def lower_dequant_swiglu_quant(x, *, weight_scale=None, activation_scale=None, b
                                swiglu_limit=None, options: Options = DEFAULT) -> Plan:
     op = "dequant_swiglu_quant"
     source = f"{_DOCS}: npu_dequant_swiglu_quant"
-    x = _check.array(op, "x", x, dtypes=(_dt.int32, _dt.float16, _dt.bfloat16), ndim=2)
-    t, h2 = x.shape
-    if h2 % 2:
-        _check.fail(op, "x", "of even last dimension [T, 2H]", describe(x))
-    h = h2 // 2
-    quant_mode = _check.choice(op, "quant_mode", quant_mode, (0, 1))
-    if not isinstance(activate_left, (bool, np.bool_)):
-        _check.fail(op, "activate_left", "a bool", describe(activate_left), TypeError)
+    # What the device cannot take at all is refused before the golden's checks (which it would pass).
     if swiglu_limit is not None:
         reject(op, "swiglu_limit", "None", repr(swiglu_limit), "DeepSeek-V4's clamp is not a torch_npu argument; "
                "swiglu_mode=1/2 computes gate * sigmoid(alpha * gate) * (up + glu_bias) with an unconfirmed half "
                "order (spec §7.2)")
-    is_int = x.dtype == _dt.int32
-    ws = _check.optional(op, "weight_scale", weight_scale, dtypes=(_dt.float32,), min_ndim=1, max_ndim=2)
-    act = _check.optional(op, "activation_scale", activation_scale, dtypes=(_dt.float32,), min_ndim=1, max_ndim=2)
-    bb = _check.optional(op, "bias", bias, dtypes=(_dt.int32,), min_ndim=1, max_ndim=2)
-    for arg, value in (("weight_scale", ws), ("activation_scale", act), ("bias", bb)):
-        if value is not None and not is_int:
-            _check.fail(op, arg, "None for float x (only an int32 x is dequantized)", describe(value))
-    if is_int and ws is None:
-        _check.fail(op, "weight_scale", "a float32 dequant scale for int32 x", "None")
-    if is_int and act is None:
+    if isinstance(x, np.ndarray) and x.dtype == _dt.int32 and activation_scale is None:
         reject(op, "activation_scale", "the float32 [T] per-token scale for int32 x", "None",
                source + " 'required when x is int32'")
-    gi = _check.optional(op, "group_index", group_index, dtypes=(_dt.int64,), ndim=1)
-    groups = None if gi is None else gi.shape[0]
-    total = t
-    if gi is not None:
-        if h % 64 or h > 10496:
-            _check.fail(op, "x", "of half width H a multiple of 64 and <= 10496 with group_index", describe(x))
-        total = max((stop for _, _, stop in C.segments(op, gi, 1, t, groups, arg="group_index")), default=0)
-        if quant_mode != 1:
-            reject(op, "quant_mode", "1 (dynamic) with group_index", str(quant_mode), source)
-        for arg, value in (("bias", bb), ("quant_offset", quant_offset)):
-            if value is not None:
-                _check.fail(op, arg, "None with group_index (the device ignores it there)", describe(value))
-    rows = groups or 1
-    if ws is not None:
-        _check.shape(op, "weight_scale", ws, [(rows, h2)] + ([(h2,)] if gi is None else []),
-                     f"of shape [G, 2H] = [{rows}, {h2}]" + (f" or [{h2}]" if gi is None else ""))
-        ws = ws.reshape(rows, h2)
-    if act is not None:
-        _check.shape(op, "activation_scale", act, [(t,), (t, 1)], f"of shape [T] or [T, 1] with T = {t}")
-        act = act.reshape(t)
-    if bb is not None:
-        _check.shape(op, "bias", bb, [(h2,), (1, h2)], f"of shape [2H] = [{h2}] or [1, {h2}]")
-    qs = _check.optional(op, "quant_scale", quant_scale,
-                         dtypes=(_dt.float32,) if quant_mode == 0 else (_dt.float32, _dt.float16, _dt.bfloat16))
-    qo = _check.optional(op, "quant_offset", quant_offset, dtypes=(_dt.float32,))
-    if quant_mode == 0 and qs is None:
-        _check.fail(op, "quant_scale", "a float32 static scale with quant_mode=0", "None")
-    if quant_mode == 1 and qo is not None:
-        _check.fail(op, "quant_offset", "None with quant_mode=1 (symmetric dynamic quantization)", describe(qo))
-    if qs is not None:
-        scalar = quant_mode == 0 and qs.shape == (1,) and gi is None
-        allowed = [(rows, h)] + ([(h,)] if gi is None else []) + ([(1,)] if scalar else [])
-        _check.shape(op, "quant_scale", qs, allowed, f"of shape [G, H] = [{rows}, {h}]")
-        if not scalar:
-            qs = qs.reshape(rows, h)
-        if qo is not None:
-            if qo.size != qs.size:
-                _check.fail(op, "quant_offset", f"of quant_scale's shape {tuple(qs.shape)}", describe(qo))
-            qo = qo.reshape(qs.shape)
-    _finite(op, ("x", x), ("weight_scale", ws), ("activation_scale", act), ("quant_scale", qs), ("quant_offset", qo))
+    a = dequant_swiglu_quant_args(x, weight_scale=weight_scale, activation_scale=activation_scale, bias=bias,
+                                  quant_scale=quant_scale, quant_offset=quant_offset, group_index=group_index,
+                                  activate_left=activate_left, quant_mode=quant_mode)   # the golden's checks
+    if a.groups is not None and a.quant_mode != 1:
+        reject(op, "quant_mode", "1 (dynamic) with group_index", str(a.quant_mode), source)
+    t, total = a.t, a.total
+    act = None if a.activation_scale is None else a.activation_scale.reshape(t)
+    qs = a.quant_scale.reshape(1) if a.scalar else a.quant_scale   # [G, H], or the [1] scalar as given
+    qo = None if a.quant_offset is None else a.quant_offset.reshape(qs.shape)
     b = Builder(op)
     y, sc = dequant_swiglu_call(
-        b, b.input("x", x), activate_left=activate_left, quant_mode=quant_mode,
-        weight_scale=b.optional("weight_scale", ws), activation_scale=b.optional("activation_scale", act, "activation"),
-        bias=b.optional("bias", bb), quant_scale=b.optional("quant_scale", qs),
-        quant_offset=b.optional("quant_offset", qo),
-        group_index=b.optional("group_index", gi))
+        b, b.input("x", a.x), activate_left=a.activate_left, quant_mode=a.quant_mode,
+        weight_scale=b.optional("weight_scale", a.weight_scale), activation_scale=b.optional("activation_scale", act,
+                                                                                            "activation"),
+        bias=b.optional("bias", a.bias), quant_scale=b.optional("quant_scale", qs),
+        quant_offset=b.optional("quant_offset", qo), group_index=b.optional("group_index", group_index))
     why = "rows past sum(group_index) are not cleared by the device (garbage, possibly Inf/NaN)"
     b.fixup(y, total, t, why)
     b.fixup(sc, total, t, why)
@@ -491,60 +349,21 @@ def lower_dequant_swiglu_quant(x, *, weight_scale=None, activation_scale=None, b
 def lower_moe_finalize_routing(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row,
                                export_for_source_row, *, drop_pad_mode=0, k=1, options: Options = DEFAULT) -> Plan:
     op = "moe_finalize_routing"
-    drop_pad_mode = _check.choice(op, "drop_pad_mode", drop_pad_mode, (0, 1, 2, 3))
-    rows = _check.array(op, "expanded_permuted_rows", expanded_permuted_rows, dtypes=_FLOATS, min_ndim=2, max_ndim=3)
-    if rows.ndim == 3 and drop_pad_mode in (0, 2):
-        _check.fail(op, "expanded_permuted_rows", f"2-D [N*K, H] with drop_pad_mode={drop_pad_mode}", describe(rows))
-    dtype, h = rows.dtype, rows.shape[-1]
-    nrows = rows.size // max(h, 1)
-    idx = _check.array(op, "expanded_src_to_dst_row", expanded_src_to_dst_row, dtypes=(_dt.int32,), ndim=1)
-    sc = _check.optional(op, "scales", scales, dtypes=(dtype, _dt.float32) if dtype == _dt.bfloat16 else (dtype,),
-                         ndim=2)
-    if sc is not None:
-        n, kk = sc.shape
-    else:
-        kk = _check.integer(op, "k", k, minimum=1)
-        if idx.shape[0] % kk:
-            _check.fail(op, "k", f"a divisor of the index length {idx.shape[0]} (scales is None)", str(k))
-        n = idx.shape[0] // kk
-    if idx.shape[0] != n * kk:
-        _check.fail(op, "expanded_src_to_dst_row", f"of shape [N*K] = [{n * kk}]", describe(idx))
-    if drop_pad_mode in (0, 2) and nrows != n * kk:
-        _check.fail(op, "expanded_permuted_rows", f"of shape [N*K, H] = [{n * kk}, {h}]", describe(rows))
-    s1 = _check.optional(op, "skip1", skip1, dtypes=(dtype,), ndim=2)
-    s2 = _check.optional(op, "skip2", skip2, dtypes=(dtype,), ndim=2)
-    if s2 is not None and s1 is None:
-        _check.fail(op, "skip1", "given when skip2 is (CANN: skip2 requires skip1)", "None")
-    if s1 is not None and s2 is None:
+    a = moe_finalize_routing_args(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row,
+                                  export_for_source_row, drop_pad_mode=drop_pad_mode, k=k)   # the golden's checks
+    if a.skip1 is not None and a.skip2 is None:
         reject(op, "skip2", "given when skip1 is", "None",
                f"{_DOCS}: npu_moe_finalize_routing 'when skip2 is None, skip1 must be None too'")
-    for arg, value in (("skip1", s1), ("skip2", s2)):
-        if value is not None:
-            _check.shape(op, arg, value, [(n, h)], f"of shape [N, H] = [{n}, {h}]")
-    bb = _check.optional(op, "bias", bias, dtypes=(dtype,), ndim=2)
-    experts = _check.optional(op, "export_for_source_row", export_for_source_row, dtypes=(_dt.int32,), ndim=2)
-    if bb is not None:
-        if bb.shape[1] != h:
-            _check.fail(op, "bias", f"of shape [E, H] with H = {h}", describe(bb))
-        if experts is None:
-            _check.fail(op, "export_for_source_row", "the [N, K] expert ids when bias is given", "None")
-        if experts.size and (experts.min() < 0 or experts.max() >= bb.shape[0]):
-            _check.fail(op, "export_for_source_row", f"expert ids in [0, E = {bb.shape[0]})",
-                        f"values in [{experts.min()}, {experts.max()}]")
-    if experts is not None:
-        _check.shape(op, "export_for_source_row", experts, [(n, kk)], f"of shape [N, K] = [{n}, {kk}]")
-    lo = -1 if drop_pad_mode in (1, 3) else 0
-    if idx.size and (idx.min() < lo or idx.max() >= nrows):
-        why = " (-1 marks a dropped slot only in drop/pad modes 1 and 3)" if idx.min() == -1 else ""
-        _check.fail(op, "expanded_src_to_dst_row", f"row indices in [{lo}, {nrows}){why}",
-                    f"values in [{idx.min()}, {idx.max()}]")
-    _finite(op, ("expanded_permuted_rows", rows), ("skip1", s1), ("skip2", s2), ("bias", bb), ("scales", sc))
+    experts = a.experts
+    if experts is not None:   # passed to the device, which reads it: checked even without bias
+        _check.shape(op, "export_for_source_row", experts, [(a.n, a.k)], f"of shape [N, K] = [{a.n}, {a.k}]")
     b = Builder(op)
     act = "activation"
-    y = finalize_call(b, b.input("expanded_permuted_rows", rows), b.optional("skip1", s1, act),
-                      b.optional("skip2", s2, act), b.optional("bias", bb), b.optional("scales", sc, act),
-                      b.input("expanded_src_to_dst_row", idx), b.optional("export_for_source_row", experts, act),
-                      drop_pad_mode=drop_pad_mode, k=None if sc is not None else kk)
+    y = finalize_call(b, b.input("expanded_permuted_rows", expanded_permuted_rows), b.optional("skip1", a.skip1, act),
+                      b.optional("skip2", a.skip2, act), b.optional("bias", a.bias), b.optional("scales", a.scales, act),
+                      b.input("expanded_src_to_dst_row", expanded_src_to_dst_row),
+                      b.optional("export_for_source_row", experts, act), drop_pad_mode=a.drop_pad_mode,
+                      k=None if a.scales is not None else a.k)
     if drop_pad_mode != 0:
         b.decide(f"drop_pad_mode={drop_pad_mode}: the torch_npu 2.13 doc lists only 0, SGLang and the CANN "
                  "aclnnMoeFinalizeRoutingV2 doc use 1-3 (confirm on the device)")
@@ -562,26 +381,15 @@ def finalize_call(b: Builder, rows: T, skip1, skip2, bias, scales, idx: T, exper
 
 
 # -- the W8A8 MoE serving path ------------------------------------------------------------------------------------
-_SHARED_KEYS = ("gate_weight", "gate_scale", "up_weight", "up_scale", "down_weight", "down_scale")
-
-
 def _expert_weights(b: Builder, op: str, h: int, w13, w13_scale, w2, w2_scale, options: Options):
     """Load: W13 [E, 2I, H] -> [E, H, 2I], W2 [E, H, I] -> [E, I, H] (transpose(1, 2).contiguous(), NZ
     decision), scales [E, out(, 1)] -> bf16 [E, out] on the host (SGLang modular path, serving-paths §5.0)."""
-    w13 = _check.array(op, "w13", w13, dtypes=(_dt.int8,), ndim=3)
-    e, i2, h13 = w13.shape
-    if h13 != h or i2 % 2:
-        _check.fail(op, "w13", f"of shape [E, 2I, H] with H = {h} and an even 2I (gate rows then up rows)",
-                    describe(w13))
-    w2 = _check.array(op, "w2", w2, dtypes=(_dt.int8,), ndim=3)
-    _check.shape(op, "w2", w2, [(e, h, i2 // 2)], f"of shape [E, H, I] = [{e}, {h}, {i2 // 2}]")
+    ew = expert_weights_args(op, h, w13, w13_scale, w2, w2_scale)   # the golden's checks
+    e, i2, w13, w2 = ew.e, 2 * ew.i, ew.w13, ew.w2
     scales = []
-    for arg, value, rows in (("w13_scale", w13_scale, i2), ("w2_scale", w2_scale, h)):
-        value = _check.array(op, arg, value, dtypes=(_dt.float32, _dt.bfloat16))
-        if value.shape not in ((e, rows, 1), (e, rows)):
-            _check.fail(op, arg, f"of shape [E, out, 1] = [{e}, {rows}, 1] or [{e}, {rows}]", describe(value))
-        _finite(op, (arg, value))
-        scales.append(value.reshape(e, rows).astype(_dt.bfloat16))
+    for arg, value in (("w13_scale", ew.w13_scale), ("w2_scale", ew.w2_scale)):
+        _finite(op, (arg, value))   # the golden refuses them at the grouped matmul; the lowering up front
+        scales.append(value.astype(_dt.bfloat16))
     b.decide("w13_scale / w2_scale squeezed and rounded to bf16 on the host at load (SGLang modular path: the "
              "bf16-output grouped matmul takes a bf16 scale; an fp32 one is rejected)")
     placed = []
@@ -598,72 +406,32 @@ def _expert_weights(b: Builder, op: str, h: int, w13, w13_scale, w2, w2_scale, o
 def _route(b: Builder, op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights, scoring_func,
            renormalize, correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor):
     """(ids T int32 [T, k], weights T fp32 [T, k], k): given (host inputs) or from the device gating ops."""
-    if topk_ids is not None or topk_weights is not None:
-        if router_logits is not None:
-            _check.fail(op, "router_logits", "None when topk_ids / topk_weights are given", describe(router_logits))
-        if topk_ids is None or topk_weights is None:
-            _check.fail(op, "topk_ids" if topk_ids is None else "topk_weights",
-                        "given together with the other (topk_ids and topk_weights)", "None")
-        ids = _check.array(op, "topk_ids", topk_ids, dtypes=(_dt.int32, _dt.int64), ndim=2)
-        if ids.shape[0] != t:
-            _check.fail(op, "topk_ids", f"of shape [T, k] with T = {t}", describe(ids))
-        if top_k is not None and ids.shape[1] != top_k:
-            _check.fail(op, "top_k", f"None or topk_ids.shape[1] = {ids.shape[1]}", repr(top_k))
-        wts = _check.array(op, "topk_weights", topk_weights, dtypes=_FLOATS, ndim=2)
-        _check.shape(op, "topk_weights", wts, [ids.shape], f"of topk_ids' shape {tuple(ids.shape)}")
-        _finite(op, ("topk_weights", wts))
-        if ids.size and (ids.min() < 0 or ids.max() >= e):
-            _check.fail(op, "topk_ids", f"expert ids in [0, E = {e})", f"values in [{ids.min()}, {ids.max()}]")
-        return (b.input("topk_ids", ids.astype(np.int32), source="int32"),
-                b.input("topk_weights", wts.astype(np.float32), source="fp32"), ids.shape[1])
-    if router_logits is None:
-        _check.fail(op, "router_logits", "the [T, E] router logits (or pass topk_ids and topk_weights)", "None")
-    logits = _check.array(op, "router_logits", router_logits, dtypes=_FLOATS, ndim=2)
-    _check.shape(op, "router_logits", logits, [(t, e)], f"of shape [T, E] = [{t}, {e}]")
-    if top_k is None:
-        _check.fail(op, "top_k", "an int (experts per token) with router_logits", "None")
-    if scoring_func not in ("softmax", "sigmoid", "sqrtsoftplus"):
-        _check.fail(op, "scoring_func", "one of ('softmax', 'sigmoid', 'sqrtsoftplus')", repr(scoring_func))
-    if not isinstance(renormalize, (bool, np.bool_)):
-        _check.fail(op, "renormalize", "a bool", describe(renormalize), TypeError)
-    _finite(op, ("router_logits", logits))
-    if scoring_func == "softmax":
-        if correction_bias is not None or group_count != 1 or k_group != 1 or routed_scaling_factor != 1.0:
-            _check.fail(op, "scoring_func", "'sigmoid' or 'sqrtsoftplus' for correction_bias / expert groups / "
-                        "routed_scaling_factor (the softmax path is npu_moe_gating_top_k_softmax)", repr(scoring_func))
-        k = _check.integer(op, "top_k", top_k, minimum=1, maximum=min(e, 1024))
-        y, ids, _ = gating_softmax_into(b, op, b.input("router_logits", logits), None, k)
+    r = moe_routing_args(op, t, e, top_k, router_logits, topk_ids, topk_weights, scoring_func, renormalize,
+                         correction_bias, k_group, group_count, group_select_mode,
+                         routed_scaling_factor)   # the golden's checks, the router op's included
+    if r.mode == "ids":
+        return b.input("topk_ids", r.ids, source="int32"), b.input("topk_weights", r.weights, source="fp32"), r.k
+    g = r.gating
+    if r.mode == "softmax":
+        y, ids, _ = gating_softmax_into(b, op, b.input("router_logits", g.x), None, g.k)
         w = b.call("Tensor.to", (y, DType("float32")), out="topk_weights", why="SGLang: weights to fp32")
-        if renormalize:
+        if r.renormalize:
             total = b.call("Tensor.sum", (w, -1), {"keepdim": True}, out="topk_weight_sum")
             w = b.call("torch.div", (w, total), out="topk_weights_renorm",
                        why="SGLang l1_norm as torch ops (fp32 device sum: a tolerance, not bitwise, vs the golden)")
-        return ids, w, k
-    if renormalize:
-        _check.fail(op, "renormalize", f"False with scoring_func={scoring_func!r} (moe_gating_top_k renormalises "
-                    "sigmoid / sqrt-softplus weights itself)", "True")
-    norm_type = 1 if scoring_func == "sigmoid" else 2
-    k, k_group, group_count, group_select_mode, _ = _gating_options(
-        op, e, top_k, k_group, group_count, group_select_mode, 0, norm_type, False)
-    bias = None if correction_bias is None else _check.array(
-        op, "correction_bias", correction_bias, dtypes=_FLOATS, ndim=1).astype(np.float32)
-    if bias is not None and bias.shape != (e,):
-        _check.fail(op, "correction_bias", f"of shape [E] = [{e}]", describe(bias))
+        return ids, w, g.k
+    _gating_rejects(op, g)
     b.decide("router logits and correction bias as fp32 (SGLang: logits.float(), bias.float())")
     y, ids, _ = gating_top_k_into(
-        b, op, b.input("router_logits", logits.astype(np.float32), source="fp32"), k,
-        b.optional("correction_bias", bias), k_group=k_group, group_count=group_count,
-        group_select_mode=group_select_mode, norm_type=norm_type,
-        routed_scaling_factor=C.real(op, "routed_scaling_factor", routed_scaling_factor))
-    return ids, y, k
+        b, op, b.input("router_logits", g.x, source="fp32"), g.k, b.optional("correction_bias", g.bias),
+        k_group=g.k_group, group_count=g.group_count, group_select_mode=g.group_select_mode,
+        norm_type=g.norm_type, routed_scaling_factor=float(routed_scaling_factor))
+    return ids, y, g.k
 
 
 def _shared(b: Builder, op: str, shared_expert, x: T, t: int, h: int, options: Options) -> T:
     """Shared expert: gate / up W8A8_DYNAMIC Linears, ``npu_swiglu`` on ``cat([g, u])``, down Linear."""
-    if not isinstance(shared_expert, Mapping) or set(shared_expert) != set(_SHARED_KEYS):
-        _check.fail(op, "shared_expert", f"a mapping with exactly the keys {_SHARED_KEYS}", describe(shared_expert),
-                    TypeError)
-    se = shared_expert
+    se = shared_expert_args(op, shared_expert, x)   # the golden's structural checks
     g, gi = dynamic_linear_into(b, op, x, h, _dt.bfloat16, se["gate_weight"], se["gate_scale"], None, options,
                                 ("shared_expert.gate_weight", "shared_expert.gate_scale", "bias"))
     u, ui = dynamic_linear_into(b, op, x, h, _dt.bfloat16, se["up_weight"], se["up_scale"], None, options,
@@ -690,6 +458,9 @@ def _moe(op: str, x_arr: np.ndarray, x_scale, shared_input, w13, w13_scale, w2, 
     e, _, w13t, s13, w2t, s2w = _expert_weights(b, op, h, w13, w13_scale, w2, w2_scale, options)
     ids, wts, k = _route(b, op, t, e, top_k, router_logits, topk_ids, topk_weights, scoring_func, renormalize,
                          correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor)
+    moe_init_routing_v2_plan(x_arr, np.zeros((t, k), np.int32), scale=x_scale, active_num=t * k, expert_num=e,
+                             expert_tokens_num_type=1, expert_tokens_num_flag=True, active_expert_range=[0, e],
+                             quant_mode=1 if x_scale is None else -1)   # the golden's checks of the dispatch step
     x = b.input("hidden" if x_scale is None else "x_q", x_arr)
     xs = None if x_scale is None else b.input("x_scale", x_scale)
     x_e, row_idx, counts, s_e = routing_v2_into(

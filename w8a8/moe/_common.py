@@ -89,9 +89,13 @@ def sum_f32(x32: np.ndarray, axis: int = -1, keepdims: bool = True) -> np.ndarra
         return np.sum(np.asarray(x32, np.float64), axis=axis, keepdims=keepdims).astype(np.float32)
 
 
-def segments(op: str, group_list, group_list_type: int, m: int, num_groups: int,
-             arg: str = "group_list") -> list[tuple[int, int, int]]:
+def group_segments(op: str, group_list, group_list_type: int, m: int, num_groups: int,
+                   arg: str = "group_list") -> list[tuple[int, int, int]]:
     """``[(group, start_row, stop_row), ...]`` of a group list, in row order (empty groups included).
+
+    The public validator of every group list of the MoE ops (``grouped_matmul``'s ``group_list``,
+    ``dequant_swiglu_quant``'s ``group_index``): it checks the list (errors name ``op`` and ``arg``)
+    and returns its segments; the row total is the largest ``stop_row`` (0 for no segment).
 
     ``group_list_type`` 0: cumulative row ends ``[G]`` (non-decreasing); 1: counts ``[G]``; 2: pairs
     ``[P, 2]`` = ``(group id, count)`` consumed in order. int64, ``G == num_groups`` for types 0 and 1,
@@ -151,7 +155,7 @@ def valid_rows(group_list: np.ndarray, m: int, *, group_list_type: int = 0) -> n
     groups = gl.shape[0] if gl.ndim >= 1 else 0
     if group_list_type == 2:
         groups = int(gl[:, 0].max()) + 1 if gl.ndim == 2 and gl.shape[0] else 1
-    segs = segments(op, gl, group_list_type, m, groups)
+    segs = group_segments(op, gl, group_list_type, m, groups)
     total = max((stop for _, _, stop in segs), default=0)
     mask = np.zeros(m, dtype=bool)
     mask[:total] = True

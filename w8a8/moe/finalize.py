@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
@@ -11,51 +13,33 @@ from ..rounding import to_float
 from . import _common as C
 
 
-def moe_finalize_routing(expanded_permuted_rows: np.ndarray, skip1: np.ndarray | None, skip2: np.ndarray | None,
-                         bias: np.ndarray | None, scales: np.ndarray | None, expanded_src_to_dst_row: np.ndarray,
-                         export_for_source_row: np.ndarray | None, *, drop_pad_mode: int = 0, k: int = 1,
-                         numerics: Numerics = ASCEND) -> np.ndarray:
-    """Weighted sum of each token's expert rows, mirroring ``torch_npu.npu_moe_finalize_routing``.
+@dataclass(frozen=True)
+class FinalizeArgs:
+    """The checked arguments of :func:`moe_finalize_routing` (see :func:`moe_finalize_routing_args`)."""
 
-    Parameters
-    ----------
-    expanded_permuted_rows : float16 / bfloat16 / float32. Modes 0/2: ``[N*K, H]``; modes 1/3
-        (drop/pad): ``[E, C, H]`` (read as ``E*C`` rows), or ``[R, H]`` (SGLang passes its dropless
-        rows with mode 3 under expert parallelism).
-    skip1, skip2 : optional ``[N, H]`` of the rows' dtype, added to the output (shared-expert
-        outputs, residuals). skip2 requires skip1 (CANN constraint).
-    bias : optional ``[E, H]`` of the rows' dtype: per-expert bias added to each row; requires
-        export_for_source_row.
-    scales : optional ``[N, K]`` routing weights, the rows' dtype (float32 also with bfloat16 rows:
-        the "mixed precision" mode). None: every weight is 1 and K is ``k``.
-    expanded_src_to_dst_row : int32 ``[N*K]``: where (token i, slot j)'s row is.
-        Modes 0/1: entry ``j*N + i`` (column-major: :func:`moe_init_routing` v1 layout);
-        modes 2/3: entry ``i*K + j`` (row-major: :func:`moe_init_routing_v2` ``row_idx_type=0``).
-        Modes 1/3 allow -1 (a dropped slot: a zero row, see below); modes 0/2 do not.
-    export_for_source_row : int32 ``[N, K]`` expert of each slot (only read for ``bias``),
-        in ``[0, E)``.
-    drop_pad_mode : 0, 1, 2 or 3 (above).
-    k : K when scales is None (``aclnnMoeFinalizeRoutingV4``); otherwise K comes from scales.
-    numerics : fields used: ``nan_policy``.
+    rows: np.ndarray                 # the expanded rows as [R, H] (a [E, C, H] input flattened)
+    skip1: np.ndarray | None         # [N, H]
+    skip2: np.ndarray | None         # [N, H] (only with skip1)
+    bias: np.ndarray | None          # [E, H]
+    scales: np.ndarray | None        # [N, K]
+    slots: np.ndarray                # int32 [N, K] view of expanded_src_to_dst_row: row of (token i, slot j), -1 dropped
+    experts: np.ndarray | None       # int32 [N, K] (checked in [0, E) when bias is given)
+    n: int
+    k: int
+    h: int
+    dtype: np.dtype                  # the rows' (and the output's) dtype
+    drop_pad_mode: int
 
-    Returns ``[N, H]`` of the rows' dtype.
 
-    Formula, fp32, in this order (kernel ``moe_finalize_routing_v2_fp_cuth.h``)::
+def moe_finalize_routing_args(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row,
+                              export_for_source_row, *, drop_pad_mode: int = 0, k: int = 1,
+                              numerics: Numerics = ASCEND) -> FinalizeArgs:
+    """The argument checks of :func:`moe_finalize_routing`, in its order, with its errors.
 
-        out = skip1 + skip2                      # (skip1 alone, or nothing when absent)
-        for j in 0 .. K-1:                       # slots in order
-            r = rows[idx(i, j)] (0 if idx == -1) + bias[expert(i, j)]
-            r = r * scales[i, j]
-            out = out + r                        # the first term initialises out when no skip
-        y = cast(out -> dtype, RNE)
-
-    A dropped slot (-1) reads a zero row, but its bias and weight still apply (the kernel zero-fills
-    the row buffer and then adds the bias): with a bias it contributes ``scale * bias[expert]``.
-    All arithmetic is fp32 and rounded once at the end; for fp16 / bf16 rows, whether the device
-    keeps fp32 throughout is not confirmed.
-
-    Errors: TypeError for dtypes; ValueError for shapes, out-of-range or -1 indices where not
-    allowed, missing companions (skip2 without skip1, bias without export_for_source_row).
+    Every implementation of the op (the golden, backends) calls this first; the index layout of
+    ``drop_pad_mode`` is resolved into ``slots`` ``[N, K]``. TypeError for dtypes; ValueError for
+    shapes, out-of-range or -1 indices where not allowed, missing companions, NaN/Inf under
+    ``nan_policy="raise"``.
     """
     op = "moe_finalize_routing"
     C.check_numerics(op, numerics)
@@ -108,15 +92,67 @@ def moe_finalize_routing(expanded_permuted_rows: np.ndarray, skip1: np.ndarray |
                     f"values in [{idx.min()}, {idx.max()}]")
     for arg, value in (("expanded_permuted_rows", rows), ("skip1", s1), ("skip2", s2), ("bias", b), ("scales", sc)):
         C.check_finite(op, arg, value, numerics)
+    slots = idx.reshape(kk, n).T if drop_pad_mode in (0, 1) else idx.reshape(n, kk)
+    return FinalizeArgs(rows=flat_rows, skip1=s1, skip2=s2, bias=b, scales=sc, slots=slots, experts=experts,
+                        n=n, k=kk, h=h, dtype=dtype, drop_pad_mode=drop_pad_mode)
 
-    slot_idx = idx.reshape(kk, n).T if drop_pad_mode in (0, 1) else idx.reshape(n, kk)   # [N, K]
+
+def moe_finalize_routing(expanded_permuted_rows: np.ndarray, skip1: np.ndarray | None, skip2: np.ndarray | None,
+                         bias: np.ndarray | None, scales: np.ndarray | None, expanded_src_to_dst_row: np.ndarray,
+                         export_for_source_row: np.ndarray | None, *, drop_pad_mode: int = 0, k: int = 1,
+                         numerics: Numerics = ASCEND) -> np.ndarray:
+    """Weighted sum of each token's expert rows, mirroring ``torch_npu.npu_moe_finalize_routing``.
+
+    Parameters
+    ----------
+    expanded_permuted_rows : float16 / bfloat16 / float32. Modes 0/2: ``[N*K, H]``; modes 1/3
+        (drop/pad): ``[E, C, H]`` (read as ``E*C`` rows), or ``[R, H]`` (SGLang passes its dropless
+        rows with mode 3 under expert parallelism).
+    skip1, skip2 : optional ``[N, H]`` of the rows' dtype, added to the output (shared-expert
+        outputs, residuals). skip2 requires skip1 (CANN constraint).
+    bias : optional ``[E, H]`` of the rows' dtype: per-expert bias added to each row; requires
+        export_for_source_row.
+    scales : optional ``[N, K]`` routing weights, the rows' dtype (float32 also with bfloat16 rows:
+        the "mixed precision" mode). None: every weight is 1 and K is ``k``.
+    expanded_src_to_dst_row : int32 ``[N*K]``: where (token i, slot j)'s row is.
+        Modes 0/1: entry ``j*N + i`` (column-major: :func:`moe_init_routing` v1 layout);
+        modes 2/3: entry ``i*K + j`` (row-major: :func:`moe_init_routing_v2` ``row_idx_type=0``).
+        Modes 1/3 allow -1 (a dropped slot: a zero row, see below); modes 0/2 do not.
+    export_for_source_row : int32 ``[N, K]`` expert of each slot (only read for ``bias``),
+        in ``[0, E)``.
+    drop_pad_mode : 0, 1, 2 or 3 (above).
+    k : K when scales is None (``aclnnMoeFinalizeRoutingV4``); otherwise K comes from scales.
+    numerics : fields used: ``nan_policy``.
+
+    Returns ``[N, H]`` of the rows' dtype.
+
+    Formula, fp32, in this order (kernel ``moe_finalize_routing_v2_fp_cuth.h``)::
+
+        out = skip1 + skip2                      # (skip1 alone, or nothing when absent)
+        for j in 0 .. K-1:                       # slots in order
+            r = rows[idx(i, j)] (0 if idx == -1) + bias[expert(i, j)]
+            r = r * scales[i, j]
+            out = out + r                        # the first term initialises out when no skip
+        y = cast(out -> dtype, RNE)
+
+    A dropped slot (-1) reads a zero row, but its bias and weight still apply (the kernel zero-fills
+    the row buffer and then adds the bias): with a bias it contributes ``scale * bias[expert]``.
+    All arithmetic is fp32 and rounded once at the end; for fp16 / bf16 rows, whether the device
+    keeps fp32 throughout is not confirmed.
+
+    Errors: TypeError for dtypes; ValueError for shapes, out-of-range or -1 indices where not
+    allowed, missing companions (skip2 without skip1, bias without export_for_source_row).
+    """
+    a = moe_finalize_routing_args(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row,
+                                  export_for_source_row, drop_pad_mode=drop_pad_mode, k=k, numerics=numerics)
+    flat_rows, s1, s2, b, sc, experts, slot_idx = a.rows, a.skip1, a.skip2, a.bias, a.scales, a.experts, a.slots
     out = None
     if s1 is not None:
         out = s1.astype(np.float32)
         if s2 is not None:
             out = out + s2.astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        for j in range(kk):
+        for j in range(a.k):
             col = slot_idx[:, j]
             r = flat_rows[np.maximum(col, 0)].astype(np.float32)
             r[col < 0] = 0
@@ -126,5 +162,5 @@ def moe_finalize_routing(expanded_permuted_rows: np.ndarray, skip1: np.ndarray |
                 r = r * sc[:, j:j + 1].astype(np.float32)
             out = r if out is None else out + r
     if out is None:
-        out = np.zeros((n, h), np.float32)
-    return to_float(out.astype(np.float32), dtype)
+        out = np.zeros((a.n, a.h), np.float32)
+    return to_float(out.astype(np.float32), a.dtype)

@@ -13,6 +13,8 @@ a failure.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
@@ -28,6 +30,117 @@ def _topk_desc(score: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest entries per row, stable: equal scores keep ascending index order."""
     order = np.argsort(-score, axis=-1, kind="stable")
     return order[..., :k]
+
+
+@dataclass(frozen=True)
+class GatingSoftmaxArgs:
+    """The checked arguments of :func:`moe_gating_top_k_softmax` (see :func:`moe_gating_top_k_softmax_args`)."""
+
+    x: np.ndarray                  # [N, E] or [B, S, E], float16 / bfloat16 / float32, finite
+    k: int                         # 1 <= k <= min(E, 1024)
+    finished: np.ndarray | None    # bool of x.shape[:-1]
+
+
+def moe_gating_top_k_softmax_args(x, finished=None, k=1, *, numerics: Numerics = ASCEND) -> GatingSoftmaxArgs:
+    """The argument checks of :func:`moe_gating_top_k_softmax`, in its order, with its errors.
+
+    Every implementation of the op (the golden, backends) calls this first: TypeError for dtypes,
+    ValueError for rank, ``k``, ``finished``'s shape, NaN/Inf in x under ``nan_policy="raise"``.
+    """
+    op = "moe_gating_top_k_softmax"
+    C.check_numerics(op, numerics)
+    x = _check.array(op, "x", x, dtypes=C.FLOATS, min_ndim=2, max_ndim=3)
+    e = x.shape[-1]
+    k = _check.integer(op, "k", k, minimum=1, maximum=min(e, 1024))
+    fin = _check.optional(op, "finished", finished, dtypes=(np.bool_,))
+    if fin is not None:
+        _check.shape(op, "finished", fin, [x.shape[:-1]], f"of shape x.shape[:-1] = {tuple(x.shape[:-1])}")
+    C.check_finite(op, "x", x, numerics)
+    return GatingSoftmaxArgs(x=x, k=k, finished=fin)
+
+
+@dataclass(frozen=True)
+class GatingTopKArgs:
+    """The checked arguments of :func:`moe_gating_top_k` (see :func:`moe_gating_top_k_args`)."""
+
+    x: np.ndarray                      # [N, E], float16 / bfloat16 / float32, finite
+    k: int
+    bias: np.ndarray | None            # [E], x's dtype, finite
+    hashed: bool                       # hash mode: expert_idx = tid2eid[input_ids]
+    input_ids: np.ndarray | None       # [N] int32 / int64, in [0, num_keys)
+    tid2eid: np.ndarray | None         # [num_keys, k] int32 / int64, in [0, E)
+    k_group: int
+    group_count: int
+    per_group: int                     # E / group_count
+    group_select_mode: int             # 0 max, 1 sum of the top two
+    renorm: int
+    norm_type: int                     # 0 softmax, 1 sigmoid, 2 sqrt-softplus
+    out_flag: bool
+    routed_scaling_factor: np.float32
+    eps: np.float32
+
+
+def moe_gating_top_k_args(x, k, *, bias=None, input_ids=None, tid2eid=None, k_group=1, group_count=1,
+                          group_select_mode=0, renorm=0, norm_type=0, out_flag=False, routed_scaling_factor=1.0,
+                          eps=1e-20, numerics: Numerics = ASCEND) -> GatingTopKArgs:
+    """The argument checks of :func:`moe_gating_top_k`, in its order, with its errors.
+
+    Every implementation of the op (the golden, backends) calls this first. TypeError for dtypes;
+    ValueError for shapes and every range of the op's docstring, NaN/Inf under ``nan_policy="raise"``.
+    ``routed_scaling_factor`` and ``eps`` come back as the fp32 values the formula uses.
+    """
+    op = "moe_gating_top_k"
+    C.check_numerics(op, numerics)
+    x = _check.array(op, "x", x, dtypes=C.FLOATS, ndim=2)
+    n, e = x.shape
+    if not 1 <= e <= _MAX_E:
+        _check.fail(op, "x", f"of last dimension (experts) in [1, {_MAX_E}]", _check.describe(x))
+    group_count = _check.integer(op, "group_count", group_count, minimum=1)
+    if e % group_count:
+        _check.fail(op, "group_count", f"a divisor of the expert count {e}", str(group_count))
+    per_group = e // group_count
+    if -(-per_group // 32) * 32 * group_count > _MAX_E:
+        _check.fail(op, "group_count", f"such that ceil32(E / group_count) * group_count <= {_MAX_E}",
+                    f"{group_count} (E = {e})")
+    k_group = _check.integer(op, "k_group", k_group, minimum=1, maximum=group_count)
+    group_select_mode = _check.choice(op, "group_select_mode", group_select_mode, (0, 1))
+    if group_select_mode == 1 and group_count > 1 and per_group < 2:
+        _check.fail(op, "group_count", "at most E / 2 groups with group_select_mode=1 (top-2 sum per group)",
+                    f"{group_count} groups of {per_group} expert")
+    renorm = _check.choice(op, "renorm", renorm, (0, 1))
+    norm_type = _check.choice(op, "norm_type", norm_type, (0, 1, 2))
+    out_flag = C.boolean(op, "out_flag", out_flag)
+    rsf = np.float32(C.real(op, "routed_scaling_factor", routed_scaling_factor))
+    eps32 = np.float32(C.real(op, "eps", eps))
+    hashed = input_ids is not None or tid2eid is not None
+    ids = table = None
+    if hashed:
+        if input_ids is None or tid2eid is None:
+            missing = "input_ids" if input_ids is None else "tid2eid"
+            _check.fail(op, missing, "given together with the other hash-mode argument (input_ids and tid2eid)", "None")
+        k = _check.integer(op, "k", k, minimum=1, maximum=min(64, e))
+        if not (k_group == group_count or group_count == e):
+            _check.fail(op, "k_group", "equal to group_count (or group_count == E) in hash mode", str(k_group))
+        ids = _check.array(op, "input_ids", input_ids, dtypes=(_dt.int32, _dt.int64), ndim=1)
+        table = _check.array(op, "tid2eid", tid2eid, dtypes=(_dt.int32, _dt.int64), ndim=2)
+        if ids.shape[0] != n:
+            _check.fail(op, "input_ids", f"of shape [N] = [{n}]", _check.describe(ids))
+        if table.shape[1] != k:
+            _check.fail(op, "tid2eid", f"of shape [num_keys, k] = [*, {k}]", _check.describe(table))
+        if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+            _check.fail(op, "input_ids", f"in [0, {table.shape[0]}) (rows of tid2eid)", f"{ids.tolist()[:16]}")
+        if table.size and (table.min() < 0 or table.max() >= e):
+            _check.fail(op, "tid2eid", f"expert ids in [0, {e})", f"values in [{table.min()}, {table.max()}]")
+    else:
+        k = _check.integer(op, "k", k, minimum=1, maximum=per_group * k_group)
+    b = _check.optional(op, "bias", bias, dtypes=(x.dtype,), ndim=1)
+    if b is not None and b.shape[0] != e:
+        _check.fail(op, "bias", f"of shape [E] = [{e}]", _check.describe(b))
+    C.check_finite(op, "x", x, numerics)
+    C.check_finite(op, "bias", b, numerics)
+    return GatingTopKArgs(x=x, k=k, bias=b, hashed=hashed, input_ids=ids, tid2eid=table, k_group=k_group,
+                          group_count=group_count, per_group=per_group, group_select_mode=group_select_mode,
+                          renorm=renorm, norm_type=norm_type, out_flag=out_flag, routed_scaling_factor=rsf, eps=eps32)
 
 
 def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, k: int = 1, *,
@@ -62,15 +175,9 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
     Errors: TypeError for dtypes; ValueError for rank, k, finished's shape, NaN/Inf in x under
     ``nan_policy="raise"``.
     """
-    op = "moe_gating_top_k_softmax"
-    C.check_numerics(op, numerics)
-    x = _check.array(op, "x", x, dtypes=C.FLOATS, min_ndim=2, max_ndim=3)
+    a = moe_gating_top_k_softmax_args(x, finished, k, numerics=numerics)
+    x, k, fin = a.x, a.k, a.finished
     e = x.shape[-1]
-    k = _check.integer(op, "k", k, minimum=1, maximum=min(e, 1024))
-    fin = _check.optional(op, "finished", finished, dtypes=(np.bool_,))
-    if fin is not None:
-        _check.shape(op, "finished", fin, [x.shape[:-1]], f"of shape x.shape[:-1] = {tuple(x.shape[:-1])}")
-    C.check_finite(op, "x", x, numerics)
     xf = x.reshape(-1, e).astype(np.float32)
     n = xf.shape[0]
     with np.errstate(invalid="ignore"):
@@ -138,54 +245,13 @@ def moe_gating_top_k(x: np.ndarray, k: int, *, bias: np.ndarray | None = None, i
     Errors: TypeError for dtypes; ValueError for shapes and every range above, NaN/Inf under
     ``nan_policy="raise"``.
     """
-    op = "moe_gating_top_k"
-    C.check_numerics(op, numerics)
-    x = _check.array(op, "x", x, dtypes=C.FLOATS, ndim=2)
+    a = moe_gating_top_k_args(x, k, bias=bias, input_ids=input_ids, tid2eid=tid2eid, k_group=k_group,
+                              group_count=group_count, group_select_mode=group_select_mode, renorm=renorm,
+                              norm_type=norm_type, out_flag=out_flag, routed_scaling_factor=routed_scaling_factor,
+                              eps=eps, numerics=numerics)
+    x, k, b = a.x, a.k, a.bias
     n, e = x.shape
-    if not 1 <= e <= _MAX_E:
-        _check.fail(op, "x", f"of last dimension (experts) in [1, {_MAX_E}]", _check.describe(x))
-    group_count = _check.integer(op, "group_count", group_count, minimum=1)
-    if e % group_count:
-        _check.fail(op, "group_count", f"a divisor of the expert count {e}", str(group_count))
-    per_group = e // group_count
-    if -(-per_group // 32) * 32 * group_count > _MAX_E:
-        _check.fail(op, "group_count", f"such that ceil32(E / group_count) * group_count <= {_MAX_E}",
-                    f"{group_count} (E = {e})")
-    k_group = _check.integer(op, "k_group", k_group, minimum=1, maximum=group_count)
-    group_select_mode = _check.choice(op, "group_select_mode", group_select_mode, (0, 1))
-    if group_select_mode == 1 and group_count > 1 and per_group < 2:
-        _check.fail(op, "group_count", "at most E / 2 groups with group_select_mode=1 (top-2 sum per group)",
-                    f"{group_count} groups of {per_group} expert")
-    renorm = _check.choice(op, "renorm", renorm, (0, 1))
-    norm_type = _check.choice(op, "norm_type", norm_type, (0, 1, 2))
-    C.boolean(op, "out_flag", out_flag)
-    rsf = np.float32(C.real(op, "routed_scaling_factor", routed_scaling_factor))
-    eps32 = np.float32(C.real(op, "eps", eps))
-    hashed = input_ids is not None or tid2eid is not None
-    if hashed:
-        if input_ids is None or tid2eid is None:
-            missing = "input_ids" if input_ids is None else "tid2eid"
-            _check.fail(op, missing, "given together with the other hash-mode argument (input_ids and tid2eid)", "None")
-        k = _check.integer(op, "k", k, minimum=1, maximum=min(64, e))
-        if not (k_group == group_count or group_count == e):
-            _check.fail(op, "k_group", "equal to group_count (or group_count == E) in hash mode", str(k_group))
-        ids = _check.array(op, "input_ids", input_ids, dtypes=(_dt.int32, _dt.int64), ndim=1)
-        table = _check.array(op, "tid2eid", tid2eid, dtypes=(_dt.int32, _dt.int64), ndim=2)
-        if ids.shape[0] != n:
-            _check.fail(op, "input_ids", f"of shape [N] = [{n}]", _check.describe(ids))
-        if table.shape[1] != k:
-            _check.fail(op, "tid2eid", f"of shape [num_keys, k] = [*, {k}]", _check.describe(table))
-        if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
-            _check.fail(op, "input_ids", f"in [0, {table.shape[0]}) (rows of tid2eid)", f"{ids.tolist()[:16]}")
-        if table.size and (table.min() < 0 or table.max() >= e):
-            _check.fail(op, "tid2eid", f"expert ids in [0, {e})", f"values in [{table.min()}, {table.max()}]")
-    else:
-        k = _check.integer(op, "k", k, minimum=1, maximum=per_group * k_group)
-    b = _check.optional(op, "bias", bias, dtypes=(x.dtype,), ndim=1)
-    if b is not None and b.shape[0] != e:
-        _check.fail(op, "bias", f"of shape [E] = [{e}]", _check.describe(b))
-    C.check_finite(op, "x", x, numerics)
-    C.check_finite(op, "bias", b, numerics)
+    norm_type, group_count, per_group = a.norm_type, a.group_count, a.per_group
 
     xf = x.astype(np.float32)
     if norm_type == 0:
@@ -202,26 +268,26 @@ def moe_gating_top_k(x: np.ndarray, k: int, *, bias: np.ndarray | None = None, i
         s = np.sqrt(softplus)
     s = s.astype(np.float32)
 
-    if hashed:
-        idx = table[ids].astype(np.int64)
+    if a.hashed:
+        idx = a.tid2eid[a.input_ids].astype(np.int64)
     else:
         sel = s + b.astype(np.float32) if b is not None else s
         if group_count > 1:
             grouped = sel.reshape(n, group_count, per_group)
-            if group_select_mode == 0:
+            if a.group_select_mode == 0:
                 gscore = grouped.max(axis=-1)
             else:
                 top2 = -np.sort(-grouped, axis=-1)[..., :2]
                 gscore = top2[..., 0] + top2[..., 1]
-            keep = _topk_desc(gscore, k_group)
+            keep = _topk_desc(gscore, a.k_group)
             mask = np.ones((n, group_count), dtype=bool)
             np.put_along_axis(mask, keep, False, axis=-1)
             sel = np.where(mask[..., None], np.float32(-np.inf), grouped).reshape(n, e)
         idx = _topk_desc(sel, k)
     w = np.take_along_axis(s, idx, axis=-1)
-    if norm_type in (1, 2) or renorm == 1:
+    if norm_type in (1, 2) or a.renorm == 1:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            w = w / (C.sum_f32(w) + eps32)
+            w = w / (C.sum_f32(w) + a.eps)
     with np.errstate(over="ignore"):
-        w = (w * rsf).astype(np.float32)
+        w = (w * a.routed_scaling_factor).astype(np.float32)
     return to_float(w, x.dtype), idx.astype(np.int32), s

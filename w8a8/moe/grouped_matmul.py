@@ -11,6 +11,8 @@ in cache-sized column slabs instead of all at once (the same exact products, col
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
@@ -142,19 +144,58 @@ def grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_token_s
     Errors: TypeError for dtypes and combinations outside the table; ValueError for shapes, group
     lists, options; OverflowError if a bias sum leaves int32.
     """
+    a = grouped_matmul_args(x, weight, bias=bias, scale=scale, offset=offset, per_token_scale=per_token_scale,
+                            group_list=group_list, group_list_type=group_list_type, act_type=act_type,
+                            output_dtype=output_dtype, split_item=split_item, group_type=group_type,
+                            numerics=numerics)
+    y = _grouped_matmul(a, numerics)
+    return [y] if a.as_list else y
+
+
+@dataclass(frozen=True)
+class GroupedMatmulArgs:
+    """The checked arguments of :func:`grouped_matmul` (see :func:`grouped_matmul_args`)."""
+
+    x: np.ndarray                        # int8 [M, K]
+    weight: np.ndarray                   # int8 [E, K, N] (any strides)
+    bias: np.ndarray | None              # int32 [E, N]
+    scale: np.ndarray | None             # [E, N] bfloat16 / float32 (finite) / int64 / uint64
+    per_token_scale: np.ndarray | None   # float32 [M], finite
+    out: np.dtype                        # int32, bfloat16, float16 or int8 (fixed by the scale's dtype)
+    act_type: int                        # 0, 1, 2, 4, 5 (non-zero only with per_token_scale)
+    group_list_type: int
+    segments: tuple                      # ((group, start_row, stop_row), ...) in row order, empty ones included
+    total: int                           # rows written: the group-list total (rows past it are unspecified)
+    as_list: bool                        # x came as a one-element list: the result is one too
+
+    @property
+    def packed(self) -> bool:
+        """The scale is the packed int64 / uint64 of trans_quant_param (int8 requant output)."""
+        return self.scale is not None and self.scale.dtype in (_dt.int64, _dt.uint64)
+
+
+def grouped_matmul_args(x, weight, *, bias=None, scale=None, offset=None, per_token_scale=None, group_list,
+                        group_list_type: int = 0, act_type: int = 0, output_dtype=None, split_item: int = 3,
+                        group_type: int = 0, numerics: Numerics = ASCEND) -> GroupedMatmulArgs:
+    """The argument checks of :func:`grouped_matmul`, in its order, with its errors.
+
+    Every implementation of the op (the golden, backends) calls this first. It unwraps the
+    one-element lists, resolves ``output_dtype``, enforces the A2/A3 combination table and parses the
+    group list (:func:`~w8a8.moe.group_segments`). TypeError for dtypes and combinations outside the
+    table; ValueError for shapes, group lists, options, NaN/Inf scales under ``nan_policy="raise"``.
+    """
     xa, as_list = _single("x", x)
     wa, _ = _single("weight", weight)
     ba, _ = _single("bias", bias, optional=True)
     sa, _ = _single("scale", scale, optional=True)
     pa, _ = _single("per_token_scale", per_token_scale, optional=True)
     oa, _ = _single("offset", offset, optional=True)
-    y = _grouped_matmul(xa, wa, ba, sa, oa, pa, group_list, group_list_type, act_type, output_dtype,
-                        split_item, group_type, numerics)
-    return [y] if as_list else y
+    return _checked(xa, wa, ba, sa, oa, pa, group_list, group_list_type, act_type, output_dtype, split_item,
+                    group_type, numerics, as_list)
 
 
-def _grouped_matmul(x, w, b, s, o, pt, group_list, group_list_type, act_type, output_dtype, split_item,
-                    group_type, numerics) -> np.ndarray:
+def _checked(x, w, b, s, o, pt, group_list, group_list_type, act_type, output_dtype, split_item, group_type,
+             numerics, as_list) -> GroupedMatmulArgs:
     C.check_numerics(_OP, numerics)
     _check.choice(_OP, "split_item", split_item, (2, 3))
     _check.choice(_OP, "group_type", group_type, (0,))
@@ -201,12 +242,19 @@ def _grouped_matmul(x, w, b, s, o, pt, group_list, group_list_type, act_type, ou
     for arg, value in (("scale", s), ("per_token_scale", pt)):
         if value is not None and value.dtype != _dt.int64 and value.dtype != _dt.uint64:
             C.check_finite(_OP, arg, value, numerics)
-    segs = C.segments(_OP, group_list, group_list_type, m, e)
+    segs = C.group_segments(_OP, group_list, group_list_type, m, e)
+    return GroupedMatmulArgs(x=x, weight=w, bias=b, scale=s, per_token_scale=pt, out=out, act_type=act_type,
+                             group_list_type=group_list_type, segments=tuple(segs),
+                             total=max((stop for _, _, stop in segs), default=0), as_list=as_list)
 
+
+def _grouped_matmul(a: GroupedMatmulArgs, numerics: Numerics) -> np.ndarray:
+    x, w, b, s, pt, out, act_type = a.x, a.weight, a.bias, a.scale, a.per_token_scale, a.out, a.act_type
+    m, n = x.shape[0], w.shape[2]
     y = np.zeros((m, n), dtype=out)
     int_bias = b is not None and (numerics.int32_bias == "accumulator" or out == _dt.int32)
-    packed = s is not None and s.dtype in (_dt.int64, _dt.uint64)
-    for g, start, stop in segs:
+    packed = a.packed
+    for g, start, stop in a.segments:
         if stop == start:
             continue
         acc = _expert_acc(x[start:stop], w[g])

@@ -18,6 +18,7 @@ converts them at load time (spec §5.0). The NZ cast changes storage only, so it
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,27 +29,40 @@ from ..numerics import ASCEND, Numerics
 from ..rounding import to_float
 from . import _common as C
 from .finalize import moe_finalize_routing
-from .gating import moe_gating_top_k, moe_gating_top_k_softmax
+from .gating import (GatingSoftmaxArgs, GatingTopKArgs, moe_gating_top_k, moe_gating_top_k_args,
+                     moe_gating_top_k_softmax, moe_gating_top_k_softmax_args)
 from .grouped_matmul import grouped_matmul
-from .routing import moe_init_routing_v2
+from .routing import RoutingV2Plan, moe_init_routing_v2, moe_init_routing_v2_plan
 from .swiglu import dequant_swiglu_quant, swiglu
 
 _SHARED_KEYS = ("gate_weight", "gate_scale", "up_weight", "up_scale", "down_weight", "down_scale")
 _SCORING = {"softmax": None, "sigmoid": 1, "sqrtsoftplus": 2}
 
 
+@dataclass(frozen=True)
+class ExpertWeights:
+    """The routed experts' checked weights, in checkpoint layout (see :func:`expert_weights_args`)."""
+
+    w13: np.ndarray          # int8 [E, 2I, H]: gate rows [0, I), up rows [I, 2I)
+    w13_scale: np.ndarray    # float32 / bfloat16 [E, 2I] (a view of the [E, 2I, 1] checkpoint scale)
+    w2: np.ndarray           # int8 [E, H, I]
+    w2_scale: np.ndarray     # float32 / bfloat16 [E, H]
+    e: int
+    i: int
+
+
 def _expert_scale(op: str, arg: str, value, e: int, rows: int) -> np.ndarray:
-    """Checkpoint scale ``[E, out, 1]`` (or ``[E, out]``) -> squeeze -> bf16 ``[E, out]`` (SGLang, spec §5.0)."""
+    """Checkpoint scale ``[E, out, 1]`` (or ``[E, out]``), float32 or bfloat16 -> an ``[E, out]`` view."""
     value = _check.array(op, arg, value, dtypes=(_dt.float32, _dt.bfloat16))
     if value.shape not in ((e, rows, 1), (e, rows)):
         _check.fail(op, arg, f"of shape [E, out, 1] = [{e}, {rows}, 1] or [{e}, {rows}]", _check.describe(value))
-    value = value.reshape(e, rows)
-    return value if value.dtype == _dt.bfloat16 else to_float(value.astype(np.float32), _dt.bfloat16)
+    return value.reshape(e, rows)
 
 
-def _load_experts(op: str, h: int, w13, w13_scale, w2, w2_scale):
-    """Checkpoint layout -> serving layout: ``W13 [E, 2I, H] -> [E, H, 2I]``, ``W2 [E, H, I] -> [E, I, H]``
-    (transposed views), fp32 ``[E, out, 1]`` scales -> bf16 ``[E, out]``."""
+def expert_weights_args(op: str, h: int, w13, w13_scale, w2, w2_scale) -> ExpertWeights:
+    """The checks of the routed experts' weights of the MoE layer (``op`` names the entry point; ``h``
+    is the hidden size): int8 ``w13 [E, 2I, H]`` with an even 2I, ``w2 [E, H, I]``, scales ``[E, out, 1]``
+    or ``[E, out]`` float32 / bfloat16. TypeError for dtypes, ValueError for shapes."""
     w13 = _check.array(op, "w13", w13, dtypes=(_dt.int8,), ndim=3)
     e, i2, h13 = w13.shape
     if h13 != h or i2 % 2:
@@ -58,12 +72,43 @@ def _load_experts(op: str, h: int, w13, w13_scale, w2, w2_scale):
     _check.shape(op, "w2", w2, [(e, h, i2 // 2)], f"of shape [E, H, I] = [{e}, {h}, {i2 // 2}]")
     s13 = _expert_scale(op, "w13_scale", w13_scale, e, i2)
     s2 = _expert_scale(op, "w2_scale", w2_scale, e, h)
-    return w13.transpose(0, 2, 1), s13, w2.transpose(0, 2, 1), s2
+    return ExpertWeights(w13=w13, w13_scale=s13, w2=w2, w2_scale=s2, e=e, i=i2 // 2)
 
 
-def _route(op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights, scoring_func, renormalize,
-           correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor, numerics):
-    """``(topk_ids int32 [T, k], topk_weights fp32 [T, k])`` — given, or from the router logits."""
+def _bf16_scale(value: np.ndarray) -> np.ndarray:
+    """SGLang's load of an expert scale: ``[E, out]`` -> bf16 (RNE; a bf16 scale is kept)."""
+    return value if value.dtype == _dt.bfloat16 else to_float(value.astype(np.float32), _dt.bfloat16)
+
+
+def _load_experts(w: ExpertWeights):
+    """Checkpoint layout -> serving layout: ``W13 [E, 2I, H] -> [E, H, 2I]``, ``W2 [E, H, I] -> [E, I, H]``
+    (transposed views), fp32 ``[E, out]`` scales -> bf16 ``[E, out]``."""
+    return w.w13.transpose(0, 2, 1), _bf16_scale(w.w13_scale), w.w2.transpose(0, 2, 1), _bf16_scale(w.w2_scale)
+
+
+@dataclass(frozen=True)
+class MoeRouting:
+    """How the MoE layer routes (see :func:`moe_routing_args`).
+
+    ``mode`` ``"ids"``: the given ``ids`` (int32 ``[T, k]``) and ``weights`` (fp32 ``[T, k]``);
+    ``"softmax"``: :func:`moe_gating_top_k_softmax` on the logits (``gating``), then the fp32 L1
+    ``renormalize`` if asked; ``"top_k"``: :func:`moe_gating_top_k` on the fp32 logits (``gating``).
+    """
+
+    mode: str
+    k: int
+    ids: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    renormalize: bool = False
+    gating: GatingSoftmaxArgs | GatingTopKArgs | None = None
+
+
+def moe_routing_args(op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights, scoring_func,
+                     renormalize, correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor,
+                     numerics: Numerics = ASCEND) -> MoeRouting:
+    """The routing checks of the MoE layer (``op`` names the entry point; ``t`` tokens, ``e`` experts),
+    including the router op's own checks (:func:`moe_gating_top_k_softmax_args` /
+    :func:`moe_gating_top_k_args`) on exactly the arguments the layer passes it."""
     if topk_ids is not None or topk_weights is not None:
         if router_logits is not None:
             _check.fail(op, "router_logits", "None when topk_ids / topk_weights are given", _check.describe(router_logits))
@@ -80,7 +125,7 @@ def _route(op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights
         C.check_finite(op, "topk_weights", wts, numerics)
         if ids.size and (ids.min() < 0 or ids.max() >= e):
             _check.fail(op, "topk_ids", f"expert ids in [0, E = {e})", f"values in [{ids.min()}, {ids.max()}]")
-        return ids.astype(np.int32), wts.astype(np.float32)
+        return MoeRouting(mode="ids", k=ids.shape[1], ids=ids.astype(np.int32), weights=wts.astype(np.float32))
     if router_logits is None:
         _check.fail(op, "router_logits", "the [T, E] router logits (or pass topk_ids and topk_weights)", "None")
     logits = _check.array(op, "router_logits", router_logits, dtypes=C.FLOATS, ndim=2)
@@ -94,33 +139,49 @@ def _route(op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights
         if correction_bias is not None or group_count != 1 or k_group != 1 or routed_scaling_factor != 1.0:
             _check.fail(op, "scoring_func", "'sigmoid' or 'sqrtsoftplus' for correction_bias / expert groups / "
                         "routed_scaling_factor (the softmax path is npu_moe_gating_top_k_softmax)", repr(scoring_func))
-        y, ids, _ = moe_gating_top_k_softmax(logits, k=top_k, numerics=numerics)
-        w = y.astype(np.float32)
-        if renormalize:  # SGLang's l1_norm, in fp32
-            with np.errstate(divide="ignore", invalid="ignore"):
-                w = (w / C.sum_f32(w)).astype(np.float32)
-        return ids, w
+        g = moe_gating_top_k_softmax_args(logits, None, top_k, numerics=numerics)
+        return MoeRouting(mode="softmax", k=g.k, renormalize=renormalize, gating=g)
     if renormalize:
         _check.fail(op, "renormalize", f"False with scoring_func={scoring_func!r} (moe_gating_top_k renormalises "
                     "sigmoid / sqrt-softplus weights itself)", "True")
     # SGLang: npu_moe_gating_top_k(logits.float(), k, bias=bias.float(), ...), sigmoid or sqrt-softplus.
     bias = None if correction_bias is None else _check.array(
         op, "correction_bias", correction_bias, dtypes=C.FLOATS, ndim=1).astype(np.float32)
-    y, ids, _ = moe_gating_top_k(logits.astype(np.float32), top_k, bias=bias, k_group=k_group,
-                                 group_count=group_count, group_select_mode=group_select_mode,
-                                 norm_type=_SCORING[scoring_func], routed_scaling_factor=routed_scaling_factor,
-                                 numerics=numerics)
+    g = moe_gating_top_k_args(logits.astype(np.float32), top_k, bias=bias, k_group=k_group, group_count=group_count,
+                              group_select_mode=group_select_mode, norm_type=_SCORING[scoring_func],
+                              routed_scaling_factor=routed_scaling_factor, numerics=numerics)
+    return MoeRouting(mode="top_k", k=g.k, gating=g)
+
+
+def _route(r: MoeRouting, numerics: Numerics):
+    """``(topk_ids int32 [T, k], topk_weights fp32 [T, k])`` — given, or from the router op."""
+    if r.mode == "ids":
+        return r.ids, r.weights
+    g = r.gating
+    if r.mode == "softmax":
+        y, ids, _ = moe_gating_top_k_softmax(g.x, k=g.k, numerics=numerics)
+        w = y.astype(np.float32)
+        if r.renormalize:  # SGLang's l1_norm, in fp32
+            with np.errstate(divide="ignore", invalid="ignore"):
+                w = (w / C.sum_f32(w)).astype(np.float32)
+        return ids, w
+    y, ids, _ = moe_gating_top_k(g.x, g.k, bias=g.bias, k_group=g.k_group, group_count=g.group_count,
+                                 group_select_mode=g.group_select_mode, norm_type=g.norm_type,
+                                 routed_scaling_factor=float(g.routed_scaling_factor), numerics=numerics)
     return ids, y
 
 
-def _check_shared(op: str, shared_expert, shared_input) -> None:
+def shared_expert_args(op: str, shared_expert, shared_input):
+    """The structural checks of the shared expert (a mapping with exactly the six checkpoint keys, and
+    an input to run on). Its weights are checked by :func:`w8a8.w8a8_dynamic_linear` when it runs."""
     if shared_expert is None:
-        return
+        return None
     if not isinstance(shared_expert, Mapping) or set(shared_expert) != set(_SHARED_KEYS):
         _check.fail(op, "shared_expert", f"a mapping with exactly the keys {_SHARED_KEYS} (checkpoint layout: "
                     "weights int8 [out, in], scales float32 [out, 1])", _check.describe(shared_expert), TypeError)
     if shared_input is None:
         _check.fail(op, "shared_input", "the bf16 hidden states [T, H] the shared expert runs on", "None")
+    return shared_expert
 
 
 def _shared(op: str, shared_expert, x: np.ndarray, numerics: Numerics) -> np.ndarray:
@@ -133,26 +194,69 @@ def _shared(op: str, shared_expert, x: np.ndarray, numerics: Numerics) -> np.nda
     return w8a8_dynamic_linear(a, shared_expert["down_weight"], shared_expert["down_scale"], numerics=numerics)
 
 
-def _forward(op, hidden_or_q, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
-             topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count, group_select_mode,
-             routed_scaling_factor, swiglu_limit, shared_expert, numerics) -> dict:
+@dataclass(frozen=True)
+class MoeArgs:
+    """The checked arguments of the MoE layer (see :func:`w8a8_moe_args`, :func:`w8a8_moe_prequantized_args`).
+
+    ``routing_plan`` is :func:`moe_init_routing_v2_plan` of the dispatch step, checked on stand-in ids of
+    the routing's shape ``[T, k]`` (its checks do not read the id values). Checks the layer makes later,
+    on intermediate values, stay in the ops it runs (``swiglu_limit`` in ``dequant_swiglu_quant``, the
+    shared expert's weights in ``w8a8_dynamic_linear``, NaN/Inf of intermediates).
+    """
+
+    op: str                              # "w8a8_moe" or "w8a8_moe_prequantized"
+    x: np.ndarray                        # bf16 hidden [T, H], or the int8 dispatched x_q [T, H]
+    x_scale: np.ndarray | None           # float32 [T] (pre-quantized entry point)
+    shared_input: np.ndarray | None      # what the shared expert runs on (hidden for w8a8_moe)
+    experts: ExpertWeights
+    routing: MoeRouting
+    routing_plan: RoutingV2Plan
+    swiglu_limit: object
+    shared_expert: Mapping | None
+
+    @property
+    def t(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def h(self) -> int:
+        return self.x.shape[1]
+
+
+def _layer_args(op, x, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
+                topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count, group_select_mode,
+                routed_scaling_factor, swiglu_limit, shared_expert, numerics) -> MoeArgs:
     C.check_numerics(op, numerics)
-    _check_shared(op, shared_expert, shared_input)
-    t, h = hidden_or_q.shape
-    w13_kn, s13, w2_kn, s2w = _load_experts(op, h, w13, w13_scale, w2, w2_scale)
-    e = w13_kn.shape[0]
-    ids, wts = _route(op, t, e, top_k, router_logits, topk_ids, topk_weights, scoring_func, renormalize,
-                      correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor, numerics)
-    k = ids.shape[1]
-    routing = dict(active_num=t * k, expert_num=e, expert_tokens_num_type=1, expert_tokens_num_flag=True,
-                   active_expert_range=[0, e], numerics=numerics)
-    if x_scale is None:
-        x_e, row_idx, counts, s_e = moe_init_routing_v2(hidden_or_q, ids, quant_mode=1, **routing)
+    shared_expert_args(op, shared_expert, shared_input)
+    t, h = x.shape
+    experts = expert_weights_args(op, h, w13, w13_scale, w2, w2_scale)
+    routing = moe_routing_args(op, t, experts.e, top_k, router_logits, topk_ids, topk_weights, scoring_func,
+                               renormalize, correction_bias, k_group, group_count, group_select_mode,
+                               routed_scaling_factor, numerics)
+    plan = moe_init_routing_v2_plan(x, np.zeros((t, routing.k), np.int32), scale=x_scale,
+                                    quant_mode=1 if x_scale is None else -1,
+                                    **_dispatch_options(t, routing.k, experts.e), numerics=numerics)
+    return MoeArgs(op=op, x=x, x_scale=x_scale, shared_input=shared_input, experts=experts, routing=routing,
+                   routing_plan=plan, swiglu_limit=swiglu_limit, shared_expert=shared_expert)
+
+
+def _dispatch_options(t: int, k: int, e: int) -> dict:
+    """The ``moe_init_routing_v2`` options of the dispatch step (SGLang ascend_tp, spec/serving-paths.md §5.2)."""
+    return dict(active_num=t * k, expert_num=e, expert_tokens_num_type=1, expert_tokens_num_flag=True,
+                active_expert_range=[0, e])
+
+
+def _forward(a: MoeArgs, numerics: Numerics) -> dict:
+    w13_kn, s13, w2_kn, s2w = _load_experts(a.experts)
+    ids, wts = _route(a.routing, numerics)
+    routing = dict(_dispatch_options(a.t, ids.shape[1], a.experts.e), numerics=numerics)
+    if a.x_scale is None:
+        x_e, row_idx, counts, s_e = moe_init_routing_v2(a.x, ids, quant_mode=1, **routing)
     else:
-        x_e, row_idx, counts, s_e = moe_init_routing_v2(hidden_or_q, ids, scale=x_scale, quant_mode=-1, **routing)
+        x_e, row_idx, counts, s_e = moe_init_routing_v2(a.x, ids, scale=a.x_scale, quant_mode=-1, **routing)
     gmm1 = grouped_matmul(x_e, w13_kn, scale=s13, per_token_scale=s_e, group_list=counts, group_list_type=1,
                           output_dtype=_dt.bfloat16, split_item=2, group_type=0, numerics=numerics)
-    a_q, a_s = dequant_swiglu_quant(gmm1, quant_mode=1, activate_left=True, swiglu_limit=swiglu_limit,
+    a_q, a_s = dequant_swiglu_quant(gmm1, quant_mode=1, activate_left=True, swiglu_limit=a.swiglu_limit,
                                     numerics=numerics)
     gmm2 = grouped_matmul(a_q, w2_kn, scale=s2w, per_token_scale=a_s, group_list=counts, group_list_type=1,
                           output_dtype=_dt.bfloat16, split_item=2, group_type=0, numerics=numerics)
@@ -161,14 +265,50 @@ def _forward(op, hidden_or_q, x_scale, shared_input, w13, w13_scale, w2, w2_scal
                                   numerics=numerics)
     shared = None
     y = routed
-    if shared_expert is not None:
-        shared = _shared(op, shared_expert, shared_input, numerics)
+    if a.shared_expert is not None:
+        shared = _shared(a.op, a.shared_expert, a.shared_input, numerics)
         if shared.shape != routed.shape:
-            _check.fail(op, "shared_expert", f"a down projection to [T, H] = {routed.shape}", f"{shared.shape}")
+            _check.fail(a.op, "shared_expert", f"a down projection to [T, H] = {routed.shape}", f"{shared.shape}")
         y = to_float(routed.astype(np.float32) + shared.astype(np.float32), _dt.bfloat16)
     return {"topk_ids": ids, "topk_weights": wts, "expanded_x": x_e, "expanded_scale": s_e,
             "expanded_row_idx": row_idx, "expert_tokens": counts, "w13_scale": s13, "w2_scale": s2w,
             "gmm1": gmm1, "act_q": a_q, "act_scale": a_s, "gmm2": gmm2, "routed": routed, "shared": shared, "y": y}
+
+
+def w8a8_moe_args(hidden, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None, topk_ids=None,
+                  topk_weights=None, scoring_func="softmax", renormalize=False, correction_bias=None, k_group=1,
+                  group_count=1, group_select_mode=0, routed_scaling_factor=1.0, swiglu_limit=None,
+                  shared_expert=None, numerics: Numerics = ASCEND) -> MoeArgs:
+    """The argument checks of :func:`w8a8_moe` made before it computes anything, in its order, with its
+    errors: hidden, the shared expert's structure, the experts' weights, the routing (with the router
+    op's checks) and the dispatch step's routing options. TypeError for dtypes, ValueError otherwise."""
+    op = "w8a8_moe"
+    C.check_numerics(op, numerics)
+    hidden = _check.array(op, "hidden", hidden, dtypes=(_dt.bfloat16,), ndim=2)
+    C.check_finite(op, "hidden", hidden, numerics)
+    return _layer_args(op, hidden, None, hidden, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
+                       topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
+                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics)
+
+
+def w8a8_moe_prequantized_args(x_q, x_scale, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None,
+                               topk_ids=None, topk_weights=None, scoring_func="softmax", renormalize=False,
+                               correction_bias=None, k_group=1, group_count=1, group_select_mode=0,
+                               routed_scaling_factor=1.0, swiglu_limit=None, shared_expert=None, shared_input=None,
+                               numerics: Numerics = ASCEND) -> MoeArgs:
+    """The argument checks of :func:`w8a8_moe_prequantized` made before it computes anything (as
+    :func:`w8a8_moe_args`, on ``x_q``, ``x_scale`` and ``shared_input``)."""
+    op = "w8a8_moe_prequantized"
+    x_q = _check.array(op, "x_q", x_q, dtypes=(_dt.int8,), ndim=2)
+    x_scale = _check.array(op, "x_scale", x_scale, dtypes=(_dt.float32,), ndim=1)
+    if x_scale.shape[0] != x_q.shape[0]:
+        _check.fail(op, "x_scale", f"of shape [T] = [{x_q.shape[0]}] (one scale per token)", _check.describe(x_scale))
+    if shared_input is not None:
+        shared_input = _check.array(op, "shared_input", shared_input, dtypes=(_dt.bfloat16,), ndim=2)
+        _check.shape(op, "shared_input", shared_input, [x_q.shape], f"of x_q's shape {tuple(x_q.shape)}")
+    return _layer_args(op, x_q, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
+                       topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
+                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics)
 
 
 def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.ndarray,
@@ -184,13 +324,12 @@ def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, 
     ``expert_tokens`` (int64 counts [E]), ``w13_scale`` / ``w2_scale`` (as loaded, bf16),
     ``gmm1`` (bf16 [M, 2I]), ``act_q`` (int8 [M, I]), ``act_scale`` (fp32 [M]), ``gmm2``
     (bf16 [M, H]), ``routed`` (bf16 [T, H]), ``shared`` (bf16 [T, H] or None) and ``y``."""
-    op = "w8a8_moe"
-    C.check_numerics(op, numerics)
-    hidden = _check.array(op, "hidden", hidden, dtypes=(_dt.bfloat16,), ndim=2)
-    C.check_finite(op, "hidden", hidden, numerics)
-    return _forward(op, hidden, None, hidden, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
-                    topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
-                    group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics)
+    a = w8a8_moe_args(hidden, w13, w13_scale, w2, w2_scale, top_k=top_k, router_logits=router_logits,
+                      topk_ids=topk_ids, topk_weights=topk_weights, scoring_func=scoring_func, renormalize=renormalize,
+                      correction_bias=correction_bias, k_group=k_group, group_count=group_count,
+                      group_select_mode=group_select_mode, routed_scaling_factor=routed_scaling_factor,
+                      swiglu_limit=swiglu_limit, shared_expert=shared_expert, numerics=numerics)
+    return _forward(a, numerics)
 
 
 def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.ndarray, w2_scale: np.ndarray, *,
@@ -253,17 +392,13 @@ def w8a8_moe_prequantized_stages(x_q: np.ndarray, x_scale: np.ndarray, w13: np.n
                                  shared_expert: Mapping | None = None, shared_input: np.ndarray | None = None,
                                  numerics: Numerics = ASCEND) -> dict:
     """:func:`w8a8_moe_prequantized` with the intermediates of :func:`w8a8_moe_stages`."""
-    op = "w8a8_moe_prequantized"
-    x_q = _check.array(op, "x_q", x_q, dtypes=(_dt.int8,), ndim=2)
-    x_scale = _check.array(op, "x_scale", x_scale, dtypes=(_dt.float32,), ndim=1)
-    if x_scale.shape[0] != x_q.shape[0]:
-        _check.fail(op, "x_scale", f"of shape [T] = [{x_q.shape[0]}] (one scale per token)", _check.describe(x_scale))
-    if shared_input is not None:
-        shared_input = _check.array(op, "shared_input", shared_input, dtypes=(_dt.bfloat16,), ndim=2)
-        _check.shape(op, "shared_input", shared_input, [x_q.shape], f"of x_q's shape {tuple(x_q.shape)}")
-    return _forward(op, x_q, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
-                    topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
-                    group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics)
+    a = w8a8_moe_prequantized_args(
+        x_q, x_scale, w13, w13_scale, w2, w2_scale, top_k=top_k, router_logits=router_logits, topk_ids=topk_ids,
+        topk_weights=topk_weights, scoring_func=scoring_func, renormalize=renormalize,
+        correction_bias=correction_bias, k_group=k_group, group_count=group_count,
+        group_select_mode=group_select_mode, routed_scaling_factor=routed_scaling_factor,
+        swiglu_limit=swiglu_limit, shared_expert=shared_expert, shared_input=shared_input, numerics=numerics)
+    return _forward(a, numerics)
 
 
 def w8a8_moe_prequantized(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray,

@@ -16,6 +16,8 @@ quantize-then-gather equals gather-then-quantize bit for bit (without smooth sca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
@@ -28,6 +30,37 @@ from . import _common as C
 _X_DTYPES = C.FLOATS
 _V2_X_DTYPES = C.FLOATS + (_dt.int8,)
 _MAX_EXPERT = 10240
+
+
+@dataclass(frozen=True)
+class InitRoutingArgs:
+    """The checked arguments of :func:`moe_init_routing` (see :func:`moe_init_routing_args`)."""
+
+    x: np.ndarray            # [N, H] float16 / bfloat16 / float32
+    row_idx: np.ndarray      # [N, K] int32, a permutation of 0 .. N*K-1
+    expert_idx: np.ndarray   # [N, K] int32
+    active_num: int          # >= 0
+
+
+def moe_init_routing_args(x, row_idx, expert_idx, active_num) -> InitRoutingArgs:
+    """The argument checks of :func:`moe_init_routing` (v1), in its order, with its errors.
+
+    TypeError for dtypes; ValueError for shapes, a ``row_idx`` that is not a permutation of
+    ``0 .. N*K-1``, a negative ``active_num``.
+    """
+    op = "moe_init_routing"
+    x = _check.array(op, "x", x, dtypes=_X_DTYPES, ndim=2)
+    n = x.shape[0]
+    row_idx = _check.array(op, "row_idx", row_idx, dtypes=(_dt.int32,), ndim=2)
+    expert_idx = _check.array(op, "expert_idx", expert_idx, dtypes=(_dt.int32,), ndim=2)
+    if row_idx.shape[0] != n:
+        _check.fail(op, "row_idx", f"of shape [N, K] with N = {n} (rows of x)", _check.describe(row_idx))
+    _check.shape(op, "expert_idx", expert_idx, [row_idx.shape], f"of row_idx's shape {tuple(row_idx.shape)}")
+    active_num = _check.integer(op, "active_num", active_num, minimum=0)
+    nk = row_idx.size
+    if nk and not np.array_equal(np.sort(row_idx.reshape(-1).astype(np.int64)), np.arange(nk)):
+        _check.fail(op, "row_idx", f"a permutation of 0 .. N*K-1 = 0 .. {nk - 1}", f"{row_idx.reshape(-1).tolist()[:16]}")
+    return InitRoutingArgs(x=x, row_idx=row_idx, expert_idx=expert_idx, active_num=active_num)
 
 
 def moe_init_routing(x: np.ndarray, row_idx: np.ndarray, expert_idx: np.ndarray,
@@ -59,19 +92,10 @@ def moe_init_routing(x: np.ndarray, row_idx: np.ndarray, expert_idx: np.ndarray,
     Errors: TypeError for dtypes; ValueError for shapes, a row_idx that is not a permutation,
     a negative active_num.
     """
-    op = "moe_init_routing"
-    x = _check.array(op, "x", x, dtypes=_X_DTYPES, ndim=2)
-    n = x.shape[0]
-    row_idx = _check.array(op, "row_idx", row_idx, dtypes=(_dt.int32,), ndim=2)
-    expert_idx = _check.array(op, "expert_idx", expert_idx, dtypes=(_dt.int32,), ndim=2)
-    if row_idx.shape[0] != n:
-        _check.fail(op, "row_idx", f"of shape [N, K] with N = {n} (rows of x)", _check.describe(row_idx))
-    _check.shape(op, "expert_idx", expert_idx, [row_idx.shape], f"of row_idx's shape {tuple(row_idx.shape)}")
-    active_num = _check.integer(op, "active_num", active_num, minimum=0)
-    nk = row_idx.size
+    a = moe_init_routing_args(x, row_idx, expert_idx, active_num)
+    x, row_idx, expert_idx, active_num = a.x, a.row_idx, a.expert_idx, a.active_num
+    n, nk = x.shape[0], row_idx.size
     flat_rows = row_idx.reshape(-1).astype(np.int64)
-    if nk and not np.array_equal(np.sort(flat_rows), np.arange(nk)):
-        _check.fail(op, "row_idx", f"a permutation of 0 .. N*K-1 = 0 .. {nk - 1}", f"{row_idx.reshape(-1).tolist()[:16]}")
     flat_experts = expert_idx.reshape(-1)
     order = np.argsort(flat_experts, kind="stable")
     dst_to_src = flat_rows[order]
@@ -129,11 +153,18 @@ def dispatch_quant(hidden: np.ndarray, *, numerics: Numerics = ASCEND) -> tuple[
     ``moe_init_routing_v2(h, ..., quant_mode=1)`` give the same int8 rows and scales. Whether the
     Ascend DeepEP kernel uses this very formula is not confirmed (spec/serving-paths.md §5.4, §8.3).
     """
+    hidden = dispatch_quant_args(hidden, numerics=numerics)
+    return _routing_quant(hidden.astype(np.float32), numerics)
+
+
+def dispatch_quant_args(hidden, *, numerics: Numerics = ASCEND) -> np.ndarray:
+    """The argument checks of :func:`dispatch_quant` (TypeError for the dtype, ValueError for the rank
+    and NaN/Inf under ``nan_policy="raise"``); returns ``hidden``."""
     op = "dispatch_quant"
     C.check_numerics(op, numerics)
     hidden = _check.array(op, "hidden", hidden, dtypes=_X_DTYPES, ndim=2)
     C.check_finite(op, "hidden", hidden, numerics)
-    return _routing_quant(hidden.astype(np.float32), numerics)
+    return hidden
 
 
 def _expert_range(op: str, active_expert_range, expert_num: int) -> tuple[int, int]:
@@ -156,28 +187,131 @@ def _expert_range(op: str, active_expert_range, expert_num: int) -> tuple[int, i
     return start, end
 
 
-class _Plan:
-    """The index work of routing v2 (shared by the op and its validity masks)."""
+def _routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode, expert_tokens_num_type,
+                        expert_tokens_num_flag, active_expert_range, row_idx_type) -> dict:
+    """The option checks of routing v2 (shared by the op and its validity masks); the checked options."""
+    expert_idx = _check.array(op, "expert_idx", expert_idx, dtypes=(_dt.int32,), ndim=2)
+    drop_pad = _check.choice(op, "drop_pad_mode", drop_pad_mode, (0, 1)) == 1
+    count_type = _check.choice(op, "expert_tokens_num_type", expert_tokens_num_type, (0, 1, 2))
+    count_flag = C.boolean(op, "expert_tokens_num_flag", expert_tokens_num_flag)
+    row_idx_type = _check.choice(op, "row_idx_type", row_idx_type, (0, 1))
+    active_num = _check.integer(op, "active_num", active_num, minimum=-1)
+    expert_capacity = _check.integer(op, "expert_capacity", expert_capacity, minimum=-1)
+    expert_num = _check.integer(op, "expert_num", expert_num, minimum=-1, maximum=_MAX_EXPERT)
+    if expert_num == 0:
+        _check.fail(op, "expert_num", "> 0 (or -1: unused)", "0")
+    start, end = _expert_range(op, active_expert_range, expert_num)
+    if count_flag and count_type == 2 and expert_num <= 0:
+        _check.fail(op, "expert_num", "> 0 with expert_tokens_num_type=2 (the key-value output is [expert_num, 2])",
+                    str(expert_num))
+    n, k = expert_idx.shape
+    if drop_pad:
+        if row_idx_type != 0:
+            _check.fail(op, "row_idx_type", "0 (gather indices) with drop_pad_mode=1", str(row_idx_type))
+        if expert_capacity <= 0:
+            _check.fail(op, "expert_capacity", "> 0 with drop_pad_mode=1", str(expert_capacity))
+        if expert_num <= 0:
+            _check.fail(op, "expert_num", "> 0 with drop_pad_mode=1 (the output is [expert_num, C, H])",
+                        str(expert_num))
+        rows = expert_num * expert_capacity
+    else:
+        rows = n * k if active_num <= 0 else min(active_num, n * k)
+    return dict(expert_idx=expert_idx, n=n, k=k, drop_pad=drop_pad, count_type=count_type, count_flag=count_flag,
+                row_idx_type=row_idx_type, active_num=active_num, capacity=expert_capacity, expert_num=expert_num,
+                start=start, end=end, rows=rows)
 
-    def __init__(self, op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
-                 expert_tokens_num_type, expert_tokens_num_flag, active_expert_range, row_idx_type):
-        expert_idx = _check.array(op, "expert_idx", expert_idx, dtypes=(_dt.int32,), ndim=2)
-        self.n, self.k = expert_idx.shape
-        self.drop_pad = _check.choice(op, "drop_pad_mode", drop_pad_mode, (0, 1)) == 1
-        self.count_type = _check.choice(op, "expert_tokens_num_type", expert_tokens_num_type, (0, 1, 2))
-        self.count_flag = C.boolean(op, "expert_tokens_num_flag", expert_tokens_num_flag)
-        self.row_idx_type = _check.choice(op, "row_idx_type", row_idx_type, (0, 1))
-        active_num = _check.integer(op, "active_num", active_num, minimum=-1)
-        expert_capacity = _check.integer(op, "expert_capacity", expert_capacity, minimum=-1)
-        self.expert_num = _check.integer(op, "expert_num", expert_num, minimum=-1, maximum=_MAX_EXPERT)
-        if self.expert_num == 0:
-            _check.fail(op, "expert_num", "> 0 (or -1: unused)", "0")
-        self.start, self.end = _expert_range(op, active_expert_range, self.expert_num)
-        if self.count_flag and self.count_type == 2 and self.expert_num <= 0:
-            _check.fail(op, "expert_num", "> 0 with expert_tokens_num_type=2 (the key-value output is [expert_num, 2])",
-                        str(self.expert_num))
+
+@dataclass(frozen=True)
+class RoutingV2Plan:
+    """The checked arguments of :func:`moe_init_routing_v2` and the geometry of its outputs
+    (see :func:`moe_init_routing_v2_plan`). No routing is done here: the sort is the op's work."""
+
+    x: np.ndarray                 # [N, H]
+    expert_idx: np.ndarray        # [N, K] int32
+    n: int
+    k: int
+    h: int
+    quant_mode: int               # -1 none, 0 static, 1 dynamic
+    scale: np.ndarray | None      # float32: [N] (quant_mode -1), [1] (0), [end - start, H] or [1, H] (1)
+    offset: np.ndarray | None     # float32 [1], quant_mode 0 only
+    drop_pad: bool
+    capacity: int                 # expert_capacity (-1 or > 0; > 0 with drop_pad)
+    expert_num: int               # -1 or > 0
+    start: int                    # active_expert_range [start, end)
+    end: int
+    count_type: int               # expert_tokens_num_type
+    count_flag: bool              # expert_tokens_num_flag
+    row_idx_type: int
+    active_num: int
+    rows: int                     # rows of expanded_x / expanded_scale (expert_num * C with drop/pad)
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        """dtype of ``expanded_x``: x's, or int8 when quantizing."""
+        return self.x.dtype if self.quant_mode == -1 else np.dtype(_dt.int8)
+
+    @property
+    def count_shape(self) -> tuple[int, ...]:
+        """Shape of ``expert_token_cumsum_or_count``."""
+        if not self.count_flag:
+            return (0,)
+        return (self.expert_num, 2) if self.count_type == 2 else (self.end - self.start,)
+
+
+def moe_init_routing_v2_plan(x, expert_idx, *, scale=None, offset=None, active_num=-1, expert_capacity=-1,
+                             expert_num=-1, drop_pad_mode=0, expert_tokens_num_type=0, expert_tokens_num_flag=False,
+                             quant_mode=-1, active_expert_range=None, row_idx_type=0,
+                             numerics: Numerics = ASCEND) -> RoutingV2Plan:
+    """The argument checks of :func:`moe_init_routing_v2`, in its order, with its errors, and the
+    checked options (the active range resolved, the output row count).
+
+    Every implementation of the op (the golden, backends) calls this first. TypeError for dtypes;
+    ValueError for shapes, ranges, options that do not combine, NaN/Inf under ``nan_policy="raise"``.
+    """
+    op = "moe_init_routing_v2"
+    C.check_numerics(op, numerics)
+    x = _check.array(op, "x", x, dtypes=_V2_X_DTYPES, ndim=2)
+    quant_mode = _check.choice(op, "quant_mode", quant_mode, (-1, 0, 1))
+    opts = _routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
+                               expert_tokens_num_type, expert_tokens_num_flag, active_expert_range, row_idx_type)
+    n, h = x.shape
+    if opts["n"] != n:
+        _check.fail(op, "expert_idx", f"of shape [N, K] with N = {n} (rows of x)", _check.describe(expert_idx))
+    if x.dtype == _dt.int8 and quant_mode != -1:
+        _check.fail(op, "x", "float16, bfloat16 or float32 when quantizing (an int8 x needs quant_mode=-1)",
+                    _check.describe(x), TypeError)
+    s = _check.optional(op, "scale", scale, dtypes=(_dt.float32,))
+    o = _check.optional(op, "offset", offset, dtypes=(_dt.float32,))
+    if o is not None and quant_mode != 0:
+        _check.fail(op, "offset", "None unless quant_mode=0 (static)", _check.describe(o))
+    if quant_mode == -1 and s is not None:
+        _check.shape(op, "scale", s, [(n,)], f"of shape [N] = [{n}] (a per-token scale) with quant_mode=-1")
+    elif quant_mode == 0:
+        if s is None:
+            _check.fail(op, "scale", "a float32 [1] static scale with quant_mode=0", "None")
+        _check.shape(op, "scale", s, [(1,)], "of shape [1] with quant_mode=0")
+        if o is not None:
+            _check.shape(op, "offset", o, [(1,)], "of shape [1] with quant_mode=0")
+    elif quant_mode == 1 and s is not None:
+        width = opts["end"] - opts["start"]
+        _check.shape(op, "scale", s, [(width, h), (1, h)],
+                     f"of shape [end - start, H] = [{width}, {h}] or [1, {h}] (smooth scale)")
+    C.check_finite(op, "x", x, numerics)
+    for arg, value in (("scale", s), ("offset", o)):
+        C.check_finite(op, arg, value, numerics)
+    return RoutingV2Plan(x=x, h=h, quant_mode=quant_mode, scale=s, offset=o, **opts)
+
+
+class _Routing:
+    """The index work of routing v2 (shared by the op and its validity masks), on checked options."""
+
+    def __init__(self, opts):
+        self.n, self.k, self.drop_pad = opts["n"], opts["k"], opts["drop_pad"]
+        self.count_type, self.count_flag, self.row_idx_type = opts["count_type"], opts["count_flag"], opts["row_idx_type"]
+        self.expert_num, self.start, self.end, self.rows = opts["expert_num"], opts["start"], opts["end"], opts["rows"]
+        self.capacity = opts["capacity"]
         nk = self.n * self.k
-        flat = expert_idx.reshape(-1).astype(np.int64)
+        flat = opts["expert_idx"].reshape(-1).astype(np.int64)
         active = (flat >= self.start) & (flat < self.end)
         # Ids below the range go to the very end, ids at or above it after the active ones.
         key = np.where(flat < self.start, np.int64(1) << 40, flat)
@@ -188,24 +322,14 @@ class _Plan:
         self.active = active
         src = self.order[:self.available]
         if self.drop_pad:
-            if self.row_idx_type != 0:
-                _check.fail(op, "row_idx_type", "0 (gather indices) with drop_pad_mode=1", str(row_idx_type))
-            if expert_capacity <= 0:
-                _check.fail(op, "expert_capacity", "> 0 with drop_pad_mode=1", str(expert_capacity))
-            if self.expert_num <= 0:
-                _check.fail(op, "expert_num", "> 0 with drop_pad_mode=1 (the output is [expert_num, C, H])",
-                            str(self.expert_num))
-            self.capacity = expert_capacity
             se = self.sorted_experts
             rank = np.arange(self.available) - np.searchsorted(se, se, side="left")
-            keep = rank < expert_capacity
+            keep = rank < self.capacity
             self.src = src[keep]                                  # flat (t*K + j) ids that got a slot
-            self.dst = (se[keep] * expert_capacity + rank[keep])   # their slot in [expert_num * C]
-            self.rows = self.expert_num * expert_capacity
+            self.dst = (se[keep] * self.capacity + rank[keep])    # their slot in [expert_num * C]
             self.valid_rows = np.zeros(self.rows, dtype=bool)
             self.valid_rows[self.dst] = True
         else:
-            self.rows = nk if active_num <= 0 else min(active_num, nk)
             valid = min(self.rows, self.available)
             self.src = src[:valid]
             self.dst = np.arange(valid)
@@ -310,39 +434,16 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
     Errors: TypeError for dtypes; ValueError for shapes, ranges, options that do not combine.
     """
     op = "moe_init_routing_v2"
-    C.check_numerics(op, numerics)
-    x = _check.array(op, "x", x, dtypes=_V2_X_DTYPES, ndim=2)
-    quant_mode = _check.choice(op, "quant_mode", quant_mode, (-1, 0, 1))
-    plan = _Plan(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode, expert_tokens_num_type,
-                 expert_tokens_num_flag, active_expert_range, row_idx_type)
-    n, h = x.shape
-    if expert_idx.shape[0] != n:
-        _check.fail(op, "expert_idx", f"of shape [N, K] with N = {n} (rows of x)", _check.describe(expert_idx))
-    if x.dtype == _dt.int8 and quant_mode != -1:
-        _check.fail(op, "x", "float16, bfloat16 or float32 when quantizing (an int8 x needs quant_mode=-1)",
-                    _check.describe(x), TypeError)
-    s = _check.optional(op, "scale", scale, dtypes=(_dt.float32,))
-    o = _check.optional(op, "offset", offset, dtypes=(_dt.float32,))
-    if o is not None and quant_mode != 0:
-        _check.fail(op, "offset", "None unless quant_mode=0 (static)", _check.describe(o))
-    if quant_mode == -1 and s is not None:
-        _check.shape(op, "scale", s, [(n,)], f"of shape [N] = [{n}] (a per-token scale) with quant_mode=-1")
-    elif quant_mode == 0:
-        if s is None:
-            _check.fail(op, "scale", "a float32 [1] static scale with quant_mode=0", "None")
-        _check.shape(op, "scale", s, [(1,)], "of shape [1] with quant_mode=0")
-        if o is not None:
-            _check.shape(op, "offset", o, [(1,)], "of shape [1] with quant_mode=0")
-    elif quant_mode == 1 and s is not None:
-        _check.shape(op, "scale", s, [(plan.end - plan.start, h), (1, h)],
-                     f"of shape [end - start, H] = [{plan.end - plan.start}, {h}] or [1, {h}] (smooth scale)")
-    C.check_finite(op, "x", x, numerics)
-    for arg, value in (("scale", s), ("offset", o)):
-        C.check_finite(op, arg, value, numerics)
+    p = moe_init_routing_v2_plan(x, expert_idx, scale=scale, offset=offset, active_num=active_num,
+                                 expert_capacity=expert_capacity, expert_num=expert_num, drop_pad_mode=drop_pad_mode,
+                                 expert_tokens_num_type=expert_tokens_num_type,
+                                 expert_tokens_num_flag=expert_tokens_num_flag, quant_mode=quant_mode,
+                                 active_expert_range=active_expert_range, row_idx_type=row_idx_type, numerics=numerics)
+    x, s, o, h, quant_mode = p.x, p.scale, p.offset, p.h, p.quant_mode
+    plan = _Routing(vars(p))
 
     tokens = plan.src // max(plan.k, 1)
-    out_dtype = x.dtype if quant_mode == -1 else _dt.int8
-    expanded_x = np.zeros((plan.rows, h), dtype=out_dtype)
+    expanded_x = np.zeros((plan.rows, h), dtype=p.out_dtype)
     expanded_scale = np.zeros(plan.rows if quant_mode != 0 else 0, dtype=np.float32)
     if quant_mode == -1:
         expanded_x[plan.dst] = x[tokens]
@@ -400,8 +501,9 @@ def moe_init_routing_v2_valid(x: np.ndarray, expert_idx: np.ndarray, *, scale: n
     op = "moe_init_routing_v2_valid"
     x = _check.array(op, "x", x, dtypes=_V2_X_DTYPES, ndim=2)
     quant_mode = _check.choice(op, "quant_mode", quant_mode, (-1, 0, 1))
-    plan = _Plan(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode, expert_tokens_num_type,
-                 expert_tokens_num_flag, active_expert_range, row_idx_type)
+    plan = _Routing(_routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
+                                        expert_tokens_num_type, expert_tokens_num_flag, active_expert_range,
+                                        row_idx_type))
     h = x.shape[1]
     rows = plan.valid_rows if not plan.drop_pad else np.ones(plan.rows, bool)  # padded slots are zeros
     x_mask = np.broadcast_to(rows[:, None], (plan.rows, h))

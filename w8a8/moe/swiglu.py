@@ -11,6 +11,8 @@ before ``silu(gate) * up`` — the clamp vllm-ascend's fused ``grouped_matmul_sw
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
@@ -34,6 +36,23 @@ def _clamped_swiglu(gate: np.ndarray, up: np.ndarray, limit: float | None, numer
         return C.silu(gate, numerics) * up
 
 
+def swiglu_args(x, dim=-1, *, numerics: Numerics = ASCEND) -> tuple[np.ndarray, int]:
+    """The argument checks of :func:`swiglu`, in its order, with its errors; returns ``(x, dim)``.
+
+    TypeError for the dtype; ValueError for rank, dim, an odd split size, NaN/Inf under
+    ``nan_policy="raise"``.
+    """
+    op = "swiglu"
+    C.check_numerics(op, numerics)
+    x = _check.array(op, "x", x, dtypes=C.FLOATS, min_ndim=1, max_ndim=8)
+    dim = _check.integer(op, "dim", dim, minimum=-x.ndim, maximum=x.ndim - 1)
+    size = x.shape[dim]
+    if size % 2:
+        _check.fail(op, "x", f"of even size along dim {dim}", _check.describe(x))
+    C.check_finite(op, "x", x, numerics)
+    return x, dim
+
+
 def swiglu(x: np.ndarray, dim: int = -1, *, numerics: Numerics = ASCEND) -> np.ndarray:
     """``silu(A) * B`` with A the first half of ``dim``, mirroring ``torch_npu.npu_swiglu``.
 
@@ -51,28 +70,127 @@ def swiglu(x: np.ndarray, dim: int = -1, *, numerics: Numerics = ASCEND) -> np.n
     Errors: TypeError for the dtype; ValueError for rank, dim, an odd split size, NaN/Inf under
     ``nan_policy="raise"``.
     """
-    op = "swiglu"
-    C.check_numerics(op, numerics)
-    x = _check.array(op, "x", x, dtypes=C.FLOATS, min_ndim=1, max_ndim=8)
-    dim = _check.integer(op, "dim", dim, minimum=-x.ndim, maximum=x.ndim - 1)
-    size = x.shape[dim]
-    if size % 2:
-        _check.fail(op, "x", f"of even size along dim {dim}", _check.describe(x))
-    C.check_finite(op, "x", x, numerics)
+    x, dim = swiglu_args(x, dim, numerics=numerics)
     a, b = np.split(x.astype(np.float32), 2, axis=dim)
     return to_float(_clamped_swiglu(a, b, None, numerics).astype(np.float32), x.dtype)
 
 
 def _per_group(op: str, arg: str, value: np.ndarray, groups: int | None, width: int, allow_scalar: bool = False):
     """A per-group parameter ``[G, width]`` (with group_index) or ``[width]`` / ``[1, width]`` (without);
-    returned as fp32 ``[G or 1, width]`` (``[1, 1]`` for an allowed scalar)."""
+    returned as a ``[G or 1, width]`` view (``[1, 1]`` for an allowed scalar), dtype unchanged."""
     if groups is not None:
         _check.shape(op, arg, value, [(groups, width)], f"of shape [G, {width}] = [{groups}, {width}] (with group_index)")
-        return value.astype(np.float32)
+        return value
     shapes = [(width,), (1, width)] + ([(1,)] if allow_scalar else [])
     _check.shape(op, arg, value, shapes, f"of shape [{width}] or [1, {width}]" + (" or [1]" if allow_scalar else "")
                  + " (without group_index)")
-    return value.astype(np.float32).reshape(1, -1)
+    return value.reshape(1, -1)
+
+
+@dataclass(frozen=True)
+class DequantSwigluArgs:
+    """The checked arguments of :func:`dequant_swiglu_quant` (see :func:`dequant_swiglu_quant_args`).
+
+    Per-group parameters come back as ``[G or 1, width]`` views of the caller's arrays (dtype unchanged;
+    ``[1, 1]`` for a scalar static ``quant_scale``), row 0 applying to every row without group_index.
+    """
+
+    x: np.ndarray                          # int32 / float16 / bfloat16 [T, 2H]
+    t: int
+    h: int                                 # half width H
+    quant_mode: int                        # 0 static, 1 dynamic
+    activate_left: bool
+    swiglu_limit: float | None
+    groups: int | None                     # G (with group_index), else None
+    segments: tuple                        # ((group, start, stop), ...); ((0, 0, T),) without group_index
+    total: int                             # rows written (sum of group_index, or T)
+    weight_scale: np.ndarray | None        # float32 [G or 1, 2H]
+    activation_scale: np.ndarray | None    # float32 [T, 1]
+    bias: np.ndarray | None                # int32 [2H]
+    quant_scale: np.ndarray | None         # [G or 1, H] ([1, 1]: scalar static); float32, fp16 / bf16 dynamic
+    quant_offset: np.ndarray | None        # float32, quant_scale's normalized shape (static only)
+    scalar: bool                           # a [1] static quant_scale without group_index (multiply by 1/s)
+
+    @property
+    def is_int(self) -> bool:
+        return self.x.dtype == _dt.int32
+
+
+def dequant_swiglu_quant_args(x, *, weight_scale=None, activation_scale=None, bias=None, quant_scale=None,
+                              quant_offset=None, group_index=None, activate_left=False, quant_mode=0,
+                              swiglu_limit=None, numerics: Numerics = ASCEND) -> DequantSwigluArgs:
+    """The argument checks of :func:`dequant_swiglu_quant`, in its order, with its errors.
+
+    Every implementation of the op (the golden, backends) calls this first. TypeError for dtypes;
+    ValueError for shapes, combinations, ``swiglu_limit <= 0``, the group index, NaN/Inf under
+    ``nan_policy="raise"``.
+    """
+    op = "dequant_swiglu_quant"
+    C.check_numerics(op, numerics)
+    x = _check.array(op, "x", x, dtypes=(_dt.int32, _dt.float16, _dt.bfloat16), ndim=2)
+    t, h2 = x.shape
+    if h2 % 2:
+        _check.fail(op, "x", "of even last dimension [T, 2H]", _check.describe(x))
+    h = h2 // 2
+    quant_mode = _check.choice(op, "quant_mode", quant_mode, (0, 1))
+    activate_left = C.boolean(op, "activate_left", activate_left)
+    limit = None
+    if swiglu_limit is not None:
+        limit = C.real(op, "swiglu_limit", swiglu_limit)
+        if limit <= 0:
+            _check.fail(op, "swiglu_limit", "> 0 (DeepSeek-V4 uses 10.0) or None", repr(swiglu_limit))
+    groups = None
+    gi = _check.optional(op, "group_index", group_index, dtypes=(_dt.int64,), ndim=1)
+    if gi is not None:
+        groups = gi.shape[0]
+        if h % 64 or h > _H_LIMIT:
+            _check.fail(op, "x", f"of half width H a multiple of 64 and <= {_H_LIMIT} with group_index",
+                        _check.describe(x))
+    segs = C.group_segments(op, gi, 1, t, groups, arg="group_index") if gi is not None else [(0, 0, t)]
+    is_int = x.dtype == _dt.int32
+    ws = _check.optional(op, "weight_scale", weight_scale, dtypes=(_dt.float32,))
+    act = _check.optional(op, "activation_scale", activation_scale, dtypes=(_dt.float32,))
+    b = _check.optional(op, "bias", bias, dtypes=(_dt.int32,))
+    if is_int and ws is None:
+        _check.fail(op, "weight_scale", "a float32 dequant scale for int32 x", "None")
+    for arg, value in (("weight_scale", ws), ("activation_scale", act), ("bias", b)):
+        if value is not None and not is_int:
+            _check.fail(op, arg, "None for float x (only an int32 x is dequantized)", _check.describe(value))
+    if ws is not None:
+        ws = _per_group(op, "weight_scale", ws, groups, h2)
+    if act is not None:
+        _check.shape(op, "activation_scale", act, [(t,), (t, 1)], f"of shape [T] or [T, 1] with T = {t}")
+        act = act.reshape(t, 1)
+    if b is not None:
+        if gi is not None:
+            _check.fail(op, "bias", "None with group_index", _check.describe(b))
+        _check.shape(op, "bias", b, [(h2,), (1, h2)], f"of shape [2H] = [{h2}] or [1, {h2}]")
+        b = b.reshape(h2)
+    qs_dtypes = (_dt.float32,) if quant_mode == 0 else (_dt.float32, _dt.float16, _dt.bfloat16)
+    qs = _check.optional(op, "quant_scale", quant_scale, dtypes=qs_dtypes)
+    qo = _check.optional(op, "quant_offset", quant_offset, dtypes=(_dt.float32,))
+    scalar = False
+    qs_g = qo_g = None
+    if quant_mode == 0:
+        if qs is None:
+            _check.fail(op, "quant_scale", "a float32 static scale with quant_mode=0", "None")
+        scalar = qs.shape == (1,) and gi is None
+        qs_g = _per_group(op, "quant_scale", qs, groups, h, allow_scalar=True)
+        if qo is not None:
+            _check.shape(op, "quant_offset", qo, [qs.shape], f"of quant_scale's shape {tuple(qs.shape)}")
+            qo_g = qo.reshape(qs_g.shape)
+    else:
+        if qo is not None:
+            _check.fail(op, "quant_offset", "None with quant_mode=1 (symmetric dynamic quantization)",
+                        _check.describe(qo))
+        qs_g = _per_group(op, "quant_scale", qs, groups, h) if qs is not None else None
+    for arg, value in (("x", x), ("weight_scale", ws), ("activation_scale", act), ("quant_scale", qs),
+                       ("quant_offset", qo)):
+        C.check_finite(op, arg, value, numerics)
+    return DequantSwigluArgs(x=x, t=t, h=h, quant_mode=quant_mode, activate_left=activate_left, swiglu_limit=limit,
+                             groups=groups, segments=tuple(segs), total=max((stop for _, _, stop in segs), default=0),
+                             weight_scale=ws, activation_scale=act, bias=b, quant_scale=qs_g, quant_offset=qo_g,
+                             scalar=scalar)
 
 
 def dequant_swiglu_quant(x: np.ndarray, *, weight_scale: np.ndarray | None = None,
@@ -127,73 +245,23 @@ def dequant_swiglu_quant(x: np.ndarray, *, weight_scale: np.ndarray | None = Non
     Errors: TypeError for dtypes; ValueError for shapes, combinations, ``swiglu_limit <= 0``,
     NaN/Inf under ``nan_policy="raise"``; OverflowError when ``x + bias`` leaves int32.
     """
+    a = dequant_swiglu_quant_args(x, weight_scale=weight_scale, activation_scale=activation_scale, bias=bias,
+                                  quant_scale=quant_scale, quant_offset=quant_offset, group_index=group_index,
+                                  activate_left=activate_left, quant_mode=quant_mode, swiglu_limit=swiglu_limit,
+                                  numerics=numerics)
     op = "dequant_swiglu_quant"
-    C.check_numerics(op, numerics)
-    x = _check.array(op, "x", x, dtypes=(_dt.int32, _dt.float16, _dt.bfloat16), ndim=2)
-    t, h2 = x.shape
-    if h2 % 2:
-        _check.fail(op, "x", "of even last dimension [T, 2H]", _check.describe(x))
-    h = h2 // 2
-    quant_mode = _check.choice(op, "quant_mode", quant_mode, (0, 1))
-    activate_left = C.boolean(op, "activate_left", activate_left)
-    limit = None
-    if swiglu_limit is not None:
-        limit = C.real(op, "swiglu_limit", swiglu_limit)
-        if limit <= 0:
-            _check.fail(op, "swiglu_limit", "> 0 (DeepSeek-V4 uses 10.0) or None", repr(swiglu_limit))
-    groups = None
-    gi = _check.optional(op, "group_index", group_index, dtypes=(_dt.int64,), ndim=1)
-    if gi is not None:
-        groups = gi.shape[0]
-        if h % 64 or h > _H_LIMIT:
-            _check.fail(op, "x", f"of half width H a multiple of 64 and <= {_H_LIMIT} with group_index",
-                        _check.describe(x))
-    segs = C.segments(op, gi, 1, t, groups, arg="group_index") if gi is not None else [(0, 0, t)]
-    is_int = x.dtype == _dt.int32
-    ws = _check.optional(op, "weight_scale", weight_scale, dtypes=(_dt.float32,))
-    act = _check.optional(op, "activation_scale", activation_scale, dtypes=(_dt.float32,))
-    b = _check.optional(op, "bias", bias, dtypes=(_dt.int32,))
-    if is_int and ws is None:
-        _check.fail(op, "weight_scale", "a float32 dequant scale for int32 x", "None")
-    for arg, value in (("weight_scale", ws), ("activation_scale", act), ("bias", b)):
-        if value is not None and not is_int:
-            _check.fail(op, arg, "None for float x (only an int32 x is dequantized)", _check.describe(value))
-    if ws is not None:
-        ws = _per_group(op, "weight_scale", ws, groups, h2)
-    if act is not None:
-        _check.shape(op, "activation_scale", act, [(t,), (t, 1)], f"of shape [T] or [T, 1] with T = {t}")
-        act = act.reshape(t, 1)
-    if b is not None:
-        if gi is not None:
-            _check.fail(op, "bias", "None with group_index", _check.describe(b))
-        _check.shape(op, "bias", b, [(h2,), (1, h2)], f"of shape [2H] = [{h2}] or [1, {h2}]")
-        b = b.reshape(h2)
-    qs_dtypes = (_dt.float32,) if quant_mode == 0 else (_dt.float32, _dt.float16, _dt.bfloat16)
-    qs = _check.optional(op, "quant_scale", quant_scale, dtypes=qs_dtypes)
-    qo = _check.optional(op, "quant_offset", quant_offset, dtypes=(_dt.float32,))
-    if quant_mode == 0:
-        if qs is None:
-            _check.fail(op, "quant_scale", "a float32 static scale with quant_mode=0", "None")
-        scalar = qs.shape == (1,) and gi is None
-        qs_f = _per_group(op, "quant_scale", qs, groups, h, allow_scalar=True)
-        if qo is not None:
-            _check.shape(op, "quant_offset", qo, [qs.shape], f"of quant_scale's shape {tuple(qs.shape)}")
-            qo_f = qo.astype(np.float32).reshape(qs_f.shape)
-        else:
-            qo_f = np.zeros_like(qs_f)
-    else:
-        if qo is not None:
-            _check.fail(op, "quant_offset", "None with quant_mode=1 (symmetric dynamic quantization)",
-                        _check.describe(qo))
-        qs_f = _per_group(op, "quant_scale", qs, groups, h) if qs is not None else None
-    for arg, value in (("x", x), ("weight_scale", ws), ("activation_scale", act), ("quant_scale", qs),
-                       ("quant_offset", qo)):
-        C.check_finite(op, arg, value, numerics)
+    x, t, h, groups, b, act = a.x, a.t, a.h, a.groups, a.bias, a.activation_scale
+    is_int, activate_left, limit, scalar = a.is_int, a.activate_left, a.swiglu_limit, a.scalar
+    ws = None if a.weight_scale is None else a.weight_scale.astype(np.float32)
+    qs_f = None if a.quant_scale is None else a.quant_scale.astype(np.float32)
+    qo_f = None
+    if a.quant_mode == 0:
+        qo_f = np.zeros_like(qs_f) if a.quant_offset is None else a.quant_offset.astype(np.float32)
 
     y = np.zeros((t, h), np.int8)
     scale = np.zeros(t, np.float32)
     nan_code = 0 if numerics.zero_row == "zero" else -128
-    for g, start, stop in segs:
+    for g, start, stop in a.segments:
         if stop == start:
             continue
         rows = slice(start, stop)
@@ -210,7 +278,7 @@ def dequant_swiglu_quant(x: np.ndarray, *, weight_scale: np.ndarray | None = Non
         gate, up = (v[:, :h], v[:, h:]) if activate_left else (v[:, h:], v[:, :h])
         o = _clamped_swiglu(gate, up, limit, numerics).astype(np.float32)
         gsel = 0 if groups is None else g
-        if quant_mode == 1:
+        if a.quant_mode == 1:
             if qs_f is not None:
                 with np.errstate(over="ignore", invalid="ignore"):
                     o = o * qs_f[gsel]
