@@ -152,7 +152,8 @@ def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures:
             continue
         p = pre.get(out.name)
         comp = compare(out.name, out.kind, _unpacked(ref[out.name], p), _unpacked(got[out.name], p),
-                       tolerance=tols[out.name], pre_round=p, mask=masks.get(out.name))
+                       tolerance=tols[out.name], pre_round=p, mask=masks.get(out.name),
+                       mistrust_degenerate=spec.mistrust_degenerate)
         comparisons[out.name] = comp.as_dict()
     verdicts = [c["verdict"] for c in comparisons.values()]
     if expected:

@@ -56,6 +56,7 @@ class OpSpec:
     mask: Callable[[tuple, dict], dict[str, np.ndarray]] | None = None
     description: str = ""
     dtypes_of: Callable[[dict], dict] = field(default=lambda params: {})
+    mistrust_degenerate: bool = True  # False for pure data movement (see conformance.compare.compare)
 
     def as_outputs(self, result) -> dict[str, np.ndarray]:
         """Name the arrays an op returned (a single array or a tuple, in ``outputs`` order)."""

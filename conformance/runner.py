@@ -25,7 +25,7 @@ from .compare import Tolerance
 from .evaluate import case_id, repro_command
 from .results import ResultsFile
 
-PROFILE_CASES = {"dev": 8, "ci": 30, "thorough": 300}
+PROFILE_CASES = {"dev": 8, "ci": 100, "thorough": 1000}
 DEFAULT_PROFILE = "ci"
 
 

@@ -24,7 +24,7 @@ def add_arguments(parser) -> None:
                              "'package.module:Class'. Default: every available backend except the golden itself")
     parser.add_argument("--op", action="append", metavar="OP", help="op to test (repeatable; default: all)")
     parser.add_argument("--profile", choices=("dev", "ci", "thorough"), default="ci",
-                        help="how many drawn cases per op: dev 8, ci 30 (default), thorough 300")
+                        help="how many drawn cases per op: dev 8, ci 100 (default), thorough 1000")
     parser.add_argument("--seed", type=int, default=0, help="seed of the case draw (default 0)")
     parser.add_argument("--out", default="w8a8-conformance", metavar="DIR",
                         help="folder for results.jsonl, report.md, report.xml, summary.json, report.html "

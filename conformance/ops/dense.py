@@ -380,7 +380,8 @@ def _nz_tensor(p):
 
 register(OpSpec(
     name="format_cast_nz", family="dense", params=_nz_params, build=lambda p: ((_nz_tensor(p),), {}),
-    outputs=_out(("w_nz", "scale")), description="ND -> FRACTAL_NZ storage (npu_format_cast 29)"))
+    outputs=_out(("w_nz", "scale")), description="ND -> FRACTAL_NZ storage (npu_format_cast 29)",
+    mistrust_degenerate=False))
 
 register(OpSpec(
     name="nz_to_nd", family="dense", params=_nz_params,

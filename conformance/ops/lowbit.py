@@ -273,7 +273,7 @@ register(OpSpec(
     name="swizzle_block_scales", family="lowbit", params=_swizzle_params,
     build=lambda p: ((rng_for(p["seed"]).uniform(0.01, 400, size=(p["rows"], p["cols"])).astype(np.float32)
                       .astype(w8a8.dtypes.float8_e4m3fn),), {}),
-    outputs=_out(("swizzled", "scale")), description="the 128x4 block-scale swizzle"))
+    outputs=_out(("swizzled", "scale")), description="the 128x4 block-scale swizzle", mistrust_degenerate=False))
 
 
 # ---------------------------------------------------------------------------------------------
