@@ -92,8 +92,8 @@ def sweep(backend_a, backend_b, ops: list[str], samples: int, seed: int = 0, on_
             masks = spec.mask(args, kwargs) if spec.mask else {}
             for out in spec.outputs:
                 ref, act = b[out.name], a[out.name]
-                if ref.shape != act.shape or ref.dtype != act.dtype:
-                    continue
+                if ref is None or act is None or ref.shape != act.shape or ref.dtype != act.dtype:
+                    continue  # an optional output absent on a side, or mismatched: conformance's business
                 mask = masks.get(out.name)
                 if mask is not None:
                     m = np.broadcast_to(mask, ref.shape)
