@@ -19,8 +19,11 @@ static volatile int sink;
 #if defined(__AVX512F__)
 static void *fp64_worker(void *arg) {
     (void)arg;
-    __m512d a0 = _mm512_set1_pd(1.0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    __m512d a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+    /* distinct starting values: identical chains would be merged into one by the compiler (CSE) */
+    __m512d a0 = _mm512_set1_pd(1.00), a1 = _mm512_set1_pd(1.01), a2 = _mm512_set1_pd(1.02), a3 = _mm512_set1_pd(1.03);
+    __m512d a4 = _mm512_set1_pd(1.04), a5 = _mm512_set1_pd(1.05), a6 = _mm512_set1_pd(1.06), a7 = _mm512_set1_pd(1.07);
+    __m512d a8 = _mm512_set1_pd(1.08), a9 = _mm512_set1_pd(1.09), a10 = _mm512_set1_pd(1.10), a11 = _mm512_set1_pd(1.11);
+    __m512d a12 = _mm512_set1_pd(1.12), a13 = _mm512_set1_pd(1.13), a14 = _mm512_set1_pd(1.14), a15 = _mm512_set1_pd(1.15);
     const __m512d m = _mm512_set1_pd(0.9999999), c = _mm512_set1_pd(1e-9);
     for (long i = 0; i < ITERS; i++) {
         a0 = _mm512_fmadd_pd(a0, m, c); a1 = _mm512_fmadd_pd(a1, m, c); a2 = _mm512_fmadd_pd(a2, m, c);
@@ -43,8 +46,11 @@ static void *fp64_worker(void *arg) {
 #if defined(__AVX512VNNI__)
 static void *int8_worker(void *arg) {
     (void)arg;
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    __m512i a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+    /* distinct starting values: identical chains would be merged into one by the compiler (CSE) */
+    __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2), a3 = _mm512_set1_epi32(3);
+    __m512i a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5), a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7);
+    __m512i a8 = _mm512_set1_epi32(8), a9 = _mm512_set1_epi32(9), a10 = _mm512_set1_epi32(10), a11 = _mm512_set1_epi32(11);
+    __m512i a12 = _mm512_set1_epi32(12), a13 = _mm512_set1_epi32(13), a14 = _mm512_set1_epi32(14), a15 = _mm512_set1_epi32(15);
     const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
     for (long i = 0; i < ITERS; i++) {
         a0 = _mm512_dpbusd_epi32(a0, u, s); a1 = _mm512_dpbusd_epi32(a1, u, s); a2 = _mm512_dpbusd_epi32(a2, u, s);
@@ -77,6 +83,7 @@ static void *amx_worker(void *arg) {
     _tile_loadconfig(&cfg);
     static int8_t buf[16 * 64] __attribute__((aligned(64)));
     _tile_loadd(4, buf, 64); _tile_loadd(5, buf, 64); _tile_loadd(6, buf, 64); _tile_loadd(7, buf, 64);
+    /* tile instructions are not subject to CSE: four independent accumulators keep the unit busy */
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
     for (long i = 0; i < ITERS / 4; i++) {
         _tile_dpbssd(0, 4, 5); _tile_dpbssd(1, 4, 6); _tile_dpbssd(2, 7, 5); _tile_dpbssd(3, 7, 6);
