@@ -63,6 +63,7 @@ class Backend:
     description: str = ""
     device: str = "cpu"
     numerics: Numerics = ASCEND
+    compute: str = "int8"  # what its GEMMs run on: "int8" (int8 units) or "fp32" (float BLAS); bench's peak
 
     # -- identity -----------------------------------------------------------------------------
     def available(self) -> tuple[bool, str]:

@@ -19,6 +19,7 @@ class NumpyBackend(Backend):
     name = "numpy"
     description = "the golden: pure NumPy + ml_dtypes, exact where the device is exact"
     device = "cpu"
+    compute = "fp32"  # exact integer GEMMs through float32 BLAS (w8a8.intgemm)
 
     def __init__(self, numerics: Numerics = ASCEND, name: str | None = None):
         self.numerics = numerics
