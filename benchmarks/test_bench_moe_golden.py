@@ -46,19 +46,17 @@ _MEDIANS: dict[tuple, float] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report(request):
+def _report(bench_report):
     from threadpoolctl import threadpool_limits
+
+    bench_report(_write_summary)
     with threadpool_limits(THREADS, user_api="blas"):
         yield
-    rep = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if rep is None or capture is None or not _MEDIANS:
-        return
-    with capture.global_and_fixture_disabled():   # teardown output is captured otherwise
-        _write_summary(rep)
 
 
 def _write_summary(rep):
+    if not _MEDIANS:
+        return
     rep.section(f"w8a8 MoE golden (medians, this run, {THREADS} BLAS thread(s))")
     for e, t in CONFIGS:
         moe, dense = _MEDIANS.get((e, t, "moe")), _MEDIANS.get((e, t, "dense"))

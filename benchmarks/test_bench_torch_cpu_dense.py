@@ -27,13 +27,13 @@ machine torchao's many 2-thread elementwise kernels slow down far more (220 ms) 
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np
 import pytest
 
 import backends
+from conformance.bench.timing import round_robin
 from w8a8 import bfloat16, w8a8_dynamic_linear
 
 torch = pytest.importorskip("torch")
@@ -154,13 +154,7 @@ def test_interleaved_ratios(benchmark, operands, torch_cpu_run, bf16_run):
     ao, _ = _torchao_linear(operands)
     if ao is not None:
         candidates["torchao"] = ao
-    times: dict[str, list[float]] = {name: [] for name in candidates}
-
-    def one_round():
-        for name, fn in candidates.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
+    one_round, times = round_robin(candidates)
 
     benchmark.group = GROUP + "-interleaved"
     benchmark.pedantic(one_round, rounds=7, iterations=1, warmup_rounds=1)

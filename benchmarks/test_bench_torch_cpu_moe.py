@@ -48,6 +48,7 @@ import numpy as np
 import pytest
 
 import backends
+from conformance.bench.timing import round_robin
 import w8a8
 from w8a8 import bfloat16
 
@@ -169,13 +170,7 @@ def test_dense_int8_gemm_equal_flops(benchmark, layer, dense_gemm):
 def test_interleaved_ratio(benchmark, layer, moe_default, dense_gemm):
     """Round-robin medians (more robust to a shared machine's drift than the sequential runs)."""
     candidates = {"moe": moe_default[0].run, "dense": dense_gemm}
-    times: dict[str, list[float]] = {name: [] for name in candidates}
-
-    def one_round():
-        for name, fn in candidates.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
+    one_round, times = round_robin(candidates)
 
     benchmark.group = f"torch-cpu-moe-E{layer['e']}-T{layer['t']}-interleaved"
     benchmark.pedantic(one_round, **ROUNDS)
@@ -187,17 +182,13 @@ def test_interleaved_ratio(benchmark, layer, moe_default, dense_gemm):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report(request):
-    yield
-    rep = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if rep is None or capture is None or not _MEDIANS:
-        return
-    with capture.global_and_fixture_disabled():   # teardown output is captured otherwise
-        _write_summary(rep)
+def _report(bench_report):
+    bench_report(_write_summary)
 
 
 def _write_summary(rep):
+    if not _MEDIANS:
+        return
     rep.section("torch-cpu MoE (medians, this run)")
     for e, t in CONFIGS:
         dense = _MEDIANS.get((e, t, "dense"))

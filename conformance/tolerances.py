@@ -68,6 +68,15 @@ class Entry:
         return Tolerance(ulp=int(self.ulp), tie_off_by_one=bool(self.tie_off_by_one), tie_eps=float(self.tie_eps),
                          mismatch_rate=float(self.mismatch_rate), atol=float(self.atol), rtol=float(self.rtol))
 
+    def describe(self) -> str:
+        """The tolerance in words: ``bitwise``, ``+-1 at ties`` or ``<= n ULP`` (+ rate, atol / rtol)."""
+        text = "+-1 at ties" if self.tie_off_by_one else ("bitwise" if self.ulp == 0 else f"<= {self.ulp} ULP")
+        if self.mismatch_rate:
+            text += f", {self.mismatch_rate:g} of elements beyond"
+        if self.atol or self.rtol:
+            text += f", or atol {self.atol:g} + rtol {self.rtol:g}"
+        return text
+
     def key(self) -> tuple[str, str, str, str]:
         return self.backend, self.op, self.output, self.dtype
 

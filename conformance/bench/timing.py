@@ -116,3 +116,18 @@ def time_call(prepared, *, warmup: int = 1, min_rounds: int = 3, max_rounds: int
     return {"stats": stats(data), "data": data, "peak_memory_bytes": int(mem.peak),
             "transfer_in_s": prepared.transfer_in_s, "load_s": prepared.load_s, "transfer_out_s": transfer_out,
             "result": result}
+
+
+def round_robin(candidates: dict) -> tuple:
+    """``(one_round, times)``: ``one_round()`` calls every candidate once, in order, appending each
+    call's seconds to ``times[name]``. Interleaving the candidates round after round keeps a shared
+    machine's drift out of their ratios (pass ``one_round`` to ``benchmark.pedantic``)."""
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+
+    def one_round() -> None:
+        for name, fn in candidates.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+
+    return one_round, times

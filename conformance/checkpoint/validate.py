@@ -133,7 +133,6 @@ def check_linear(res: Resolution, prefix: str, findings: Findings, *, read_data:
 
 
 def _check_values(res: Resolution, prefix: str, t: str, tensors: dict[str, str], findings: Findings) -> None:
-    where = res.native_prefix(prefix)
     get = res.tensor
     if t in ("W8A8_DYNAMIC", "W8A8_MIX") or (t == "W8A8" and ".weight_scale" in tensors):
         if ".weight_offset" in tensors:

@@ -71,10 +71,8 @@ def run(args) -> int:
     for col in ("op", "output", "dtype", "cases", "worst", "p99", "recommended", "bound"):
         table.add_column(col, overflow="fold")
     for e in entries:
-        rec = ("bitwise" if e.ulp == 0 and not e.tie_off_by_one else
-               f"+-1 at ties" if e.tie_off_by_one else f"<= {e.ulp} ULP")
-        table.add_row(e.op, e.output, e.dtype, str(e.samples), str(e.max_observed), f"{e.extra['p99']:g}", rec,
-                      e.bound)
+        table.add_row(e.op, e.output, e.dtype, str(e.samples), str(e.max_observed), f"{e.extra['p99']:g}",
+                      e.describe(), e.bound)
     Console().print(table)
     if args.write:
         path = Path(args.write)

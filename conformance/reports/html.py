@@ -99,10 +99,8 @@ def render_tune(stats: dict, entries: list, meta: dict) -> str:
     """The tuning page: the recommendation table with provenance, distance histograms, error vs K."""
     rows = []
     for e in entries:
-        rec = "bitwise" if e.ulp == 0 and not e.tie_off_by_one else ("+-1 at ties" if e.tie_off_by_one
-                                                                      else f"&lt;= {e.ulp} ULP")
         rows.append(f"<tr><td><code>{_e(e.op)}</code></td><td>{_e(e.output)}</td><td>{_e(e.dtype)}</td>"
-                    f"<td>{e.samples}</td><td>{e.max_observed}</td><td>{rec}</td><td>{_e(e.bound)}</td>"
+                    f"<td>{e.samples}</td><td>{e.max_observed}</td><td>{_e(e.describe())}</td><td>{_e(e.bound)}</td>"
                     f"<td>{_e(e.notes)}</td></tr>")
     hist = plots.png_base64(plots.distance_histograms(stats))
     vsk = plots.png_base64(plots.error_vs_k(stats))

@@ -22,6 +22,8 @@ from hypothesis import given, strategies as st
 import backends
 import w8a8
 from backends.numpy_backend import NumpyBackend
+from backends.testing import BitwiseChecker, outcome  # noqa: F401 (outcome: used by some tests)
+from backends.testing import assert_bits as _assert_bits
 from backends.torch_cpu import TorchCpuBackend
 
 torch = pytest.importorskip("torch")
@@ -33,63 +35,15 @@ TC = backends.get("torch-cpu")
 GOLDEN = NumpyBackend(numerics=TC.numerics)
 
 
-# -- comparison helpers ------------------------------------------------------------------------------
+# -- comparison helpers (backends.testing) ---------------------------------------------------------
 
-def outcome(backend, op, args, kwargs):
-    """``("ok", result)`` or ``("raise", type, message)``.
-
-    The golden runs under ``np.errstate(all="ignore")``: a few golden paths let an fp32 overflow
-    warn (the suite turns those RuntimeWarnings into errors); the comparison is about the values.
-    """
-    try:
-        with np.errstate(all="ignore"):
-            return ("ok", backend.call(op, *args, **kwargs))
-    except (ValueError, TypeError, OverflowError) as exc:
-        return ("raise", type(exc), str(exc))
+CHECK = BitwiseChecker(TC)
+check_same = CHECK.same
+check_raises = CHECK.raises
 
 
 def assert_bits(got, want, what="result"):
-    """Same dtype, shape and bytes (tuples elementwise)."""
-    if isinstance(want, tuple):
-        assert isinstance(got, tuple) and len(got) == len(want), what
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert_bits(g, w, f"{what}[{i}]")
-        return
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != golden {want.dtype}"
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != golden {want.shape}"
-    gb = np.ascontiguousarray(got).view(np.uint8)
-    wb = np.ascontiguousarray(want).view(np.uint8)
-    if not np.array_equal(gb, wb):
-        g, w = np.ascontiguousarray(got).reshape(-1), np.ascontiguousarray(want).reshape(-1)
-        raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
-        bad = np.flatnonzero(g.view(raw) != w.view(raw))
-        i = bad[0]
-        pytest.fail(f"{what}: {bad.size} of {g.size} elements differ; first at flat index {i}: "
-                    f"torch-cpu {g[i]!r} (0x{int(g.view(raw)[i]):x}) vs golden {w[i]!r} (0x{int(w.view(raw)[i]):x})")
-
-
-def check_same(op, *args, **kwargs):
-    """torch-cpu and the golden give the same bits, or raise the same exception with the same message."""
-    want = outcome(GOLDEN, op, args, kwargs)
-    got = outcome(TC, op, args, kwargs)
-    if want[0] == "raise":
-        assert got[0] == "raise", f"{op}: the golden raised {want[1].__name__}: {want[2]}; torch-cpu returned"
-        assert got[1:] == want[1:], f"{op}: torch-cpu raised {got[1].__name__}: {got[2]}\n golden {want[1].__name__}: {want[2]}"
-        return None
-    assert got[0] == "ok", f"{op}: torch-cpu raised {got[1].__name__}: {got[2]}; the golden returned"
-    assert_bits(got[1], want[1], op)
-    return got[1]
-
-
-def check_raises(exc, match, op, *args, **kwargs):
-    """The golden raises ``exc`` (message matching ``match``), and torch-cpu raises it identically."""
-    with pytest.raises(exc, match=match):
-        GOLDEN.call(op, *args, **kwargs)
-    with pytest.raises(exc, match=match):
-        TC.call(op, *args, **kwargs)
-    check_same(op, *args, **kwargs)
-
+    _assert_bits(got, want, what, "torch-cpu")
 
 # -- value generators ----------------------------------------------------------------------------------
 

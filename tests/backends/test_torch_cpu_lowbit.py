@@ -24,6 +24,8 @@ from hypothesis import given, strategies as st
 import backends
 import w8a8
 from backends.numpy_backend import NumpyBackend
+from backends.testing import BitwiseChecker, outcome  # noqa: F401 (outcome: used by some tests)
+from backends.testing import assert_bits as _assert_bits
 from backends.ops import LOWBIT_OPS
 from conformance import registry
 from conformance.evaluate import run_case
@@ -39,51 +41,15 @@ E5M2 = np.dtype(ml_dtypes.float8_e5m2)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-# -- comparison helpers ------------------------------------------------------------------------------
+# -- comparison helpers (backends.testing) ---------------------------------------------------------
 
-def outcome(backend, op, args, kwargs):
-    """``("ok", result)`` or ``("raise", type, message)`` (the golden under errstate: values, not warnings)."""
-    try:
-        with np.errstate(all="ignore"):
-            return ("ok", backend.call(op, *args, **kwargs))
-    except (ValueError, TypeError, OverflowError) as exc:
-        return ("raise", type(exc), str(exc))
+CHECK = BitwiseChecker(TC)
+check_same = CHECK.same
+check_raises = CHECK.raises
 
 
 def assert_bits(got, want, what="result"):
-    """Same dtype, shape and bytes (tuples elementwise; None where the golden returns None)."""
-    if isinstance(want, tuple):
-        assert isinstance(got, tuple) and len(got) == len(want), what
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert_bits(g, w, f"{what}[{i}]")
-        return
-    if want is None:
-        assert got is None, f"{what}: golden returned None"
-        return
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != golden {want.dtype}"
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != golden {want.shape}"
-    gb, wb = np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8)
-    if not np.array_equal(gb, wb):
-        raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
-        g, w = np.ascontiguousarray(got).reshape(-1).view(raw), np.ascontiguousarray(want).reshape(-1).view(raw)
-        bad = np.flatnonzero(g != w)
-        pytest.fail(f"{what}: {bad.size} of {g.size} elements differ; first at flat index {bad[0]}: "
-                    f"torch-cpu 0x{int(g[bad[0]]):x} vs golden 0x{int(w[bad[0]]):x}")
-
-
-def check_same(op, *args, **kwargs):
-    """torch-cpu and the golden give the same bits, or raise the same exception with the same message."""
-    want = outcome(GOLDEN, op, args, kwargs)
-    got = outcome(TC, op, args, kwargs)
-    if want[0] == "raise":
-        assert got[0] == "raise", f"{op}: the golden raised {want[1].__name__}: {want[2]}; torch-cpu returned"
-        assert got[1:] == want[1:], f"{op}: torch-cpu raised {got[1].__name__}: {got[2]}\n golden: {want[2]}"
-        return None
-    assert got[0] == "ok", f"{op}: torch-cpu raised {got[1].__name__}: {got[2]}; the golden returned"
-    assert_bits(got[1], want[1], op)
-    return got[1]
-
+    _assert_bits(got, want, what, "torch-cpu")
 
 def both(op, *args, **kwargs):
     """The golden's result after checking that torch-cpu gives the same bits."""

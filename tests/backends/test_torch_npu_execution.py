@@ -27,6 +27,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import w8a8  # noqa: E402
+from backends.testing import ArrayFactory  # noqa: E402
 from backends import torch_common as tc  # noqa: E402
 from backends.torch_npu import TorchNpuBackend  # noqa: E402
 from backends.torch_npu import execution  # noqa: E402
@@ -34,7 +35,9 @@ from backends.torch_npu.execution import Runtime  # noqa: E402
 from backends.torch_npu.plan import DType, T  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-RNG = np.random.default_rng(99)
+ARRAYS = ArrayFactory(99)
+RNG = ARRAYS.rng
+i8, f32, bf16 = ARRAYS.i8, ARRAYS.f32, ARRAYS.bf16
 GARBAGE = 77
 
 _NAMES = {torch.int8: "int8", torch.qint8: "int8", torch.quint8: "uint8", torch.qint32: "int32",
@@ -200,16 +203,6 @@ def env():
     return SimpleNamespace(events=events, fake=fake, backend=TorchNpuBackend(runtime=rt), rt=rt)
 
 
-def i8(*shape):
-    return RNG.integers(-128, 128, size=shape, dtype=np.int8)
-
-
-def f32(*shape, lo=0.001, hi=0.02):
-    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
-
-
-def bf16(*shape):
-    return RNG.standard_normal(shape).astype(np.float32).astype(BF16)
 
 
 def same(a, b):

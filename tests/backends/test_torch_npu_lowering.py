@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import w8a8
+from backends.testing import ArrayFactory
 from backends.base import Unsupported
 from backends.torch_npu import TorchNpuBackend
 from backends.torch_npu._lower_common import Options
@@ -21,19 +22,9 @@ from backends.torch_npu.lowering import lower
 from backends.torch_npu.plan import ConstraintError, ConstraintTypeError, DType, T
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-RNG = np.random.default_rng(20260)
-
-
-def i8(*shape):
-    return RNG.integers(-128, 128, size=shape, dtype=np.int8)
-
-
-def f32(*shape, lo=0.001, hi=0.02):
-    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
-
-
-def bf16(*shape):
-    return RNG.standard_normal(shape).astype(np.float32).astype(BF16)
+ARRAYS = ArrayFactory(20260)
+RNG = ARRAYS.rng
+i8, f32, bf16 = ARRAYS.i8, ARRAYS.f32, ARRAYS.bf16
 
 
 # -- quant_matmul: scale packing ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conformance.bench import report
-from conformance.bench.cases import BenchCase, all_cases, dynamic_linear_case, quant_matmul_case
+from conformance.bench.cases import all_cases, dynamic_linear_case, quant_matmul_case
 from conformance.bench.peak import measure
 from conformance.bench.runner import run
 from conformance.bench.timing import PeakMemory, stats, time_call

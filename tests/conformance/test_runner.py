@@ -1,7 +1,6 @@
 """The runner: streaming results, resume after SIGKILL, crash isolation, timeouts."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import w8a8
-from w8a8 import ASCEND, bfloat16
+from w8a8 import bfloat16
 
 F32 = np.float32
 
