@@ -18,8 +18,9 @@ the way. Optional rows do the same for MXFP4 and NVFP4 (``--formats``).
 
 Run: ``python examples/qat_long_chain.py`` (about 2-3 minutes on 2 cores for the three INT4 rows;
 ``--formats int4 mxfp4 nvfp4`` adds about a minute and a half per format). The numbers depend on the torch
-build and the thread count; the point is the shape: PTQ keeps a single-step accuracy near 99 % and
-loses most long chains, QAT recovers them.
+build and the thread count; the point is the shape: PTQ keeps a single-step accuracy of 90-99 % and
+loses long chains (one run here: INT4 85 % of chains correct, NVFP4 15 %, MXFP4 4 %), QAT recovers
+them (INT4 100 %, NVFP4 99 %, MXFP4 31 %).
 """
 
 from __future__ import annotations

@@ -81,7 +81,9 @@ def mx_dequantize(data: torch.Tensor, scale: torch.Tensor, name: str, output_dty
     return to_float(v.reshape(p.shape), output_dtype)
 
 
-def _dequant64(data: torch.Tensor, scale: torch.Tensor, name: str) -> torch.Tensor:
+def mx_operand64(data: torch.Tensor, scale: torch.Tensor, name: str) -> torch.Tensor:
+    """An MX operand decoded exactly to float64 (``P * 2^(b - 127)``); ``mx_matmul``'s weight side
+    goes through this once, at load."""
     p = decode_elements(data, name)
     if p.numel() == 0:
         return p.to(torch.float64)
@@ -89,10 +91,10 @@ def _dequant64(data: torch.Tensor, scale: torch.Tensor, name: str) -> torch.Tens
     return (_blocks(p.to(torch.float64), p.shape[-1] // scale.shape[-1]) * x[..., None]).reshape(p.shape)
 
 
-def mx_matmul(a_data, a_scale, b_data, b_scale, a_name: str, b_name: str, output_dtype: torch.dtype) -> torch.Tensor:
-    """:func:`w8a8.mx_matmul`: ``fp32(A^ @ B^T)`` with exact float64 operands and GEMM (module docstring)."""
-    a = _dequant64(a_data, a_scale, a_name)
-    b = _dequant64(b_data, b_scale, b_name)
+def mx_matmul(a_data, a_scale, b: torch.Tensor, a_name: str, output_dtype: torch.dtype) -> torch.Tensor:
+    """:func:`w8a8.mx_matmul` on the decoded weight ``b = mx_operand64(b_data, b_scale)``:
+    ``fp32(A^ @ B^T)`` with exact float64 operands and GEMM (module docstring)."""
+    a = mx_operand64(a_data, a_scale, a_name)
     with gemm_threads():
         y = torch.matmul(a, b.mT)
     return to_float(y.to(torch.float32), output_dtype)
@@ -135,16 +137,18 @@ def nvfp4_dequantize(data: torch.Tensor, block_scale: torch.Tensor, kind: str, t
     return to_float(v.reshape(q.shape), output_dtype)
 
 
-def _nvfp4_operand64(data: torch.Tensor, block_scale: torch.Tensor) -> torch.Tensor:
+def nvfp4_operand64(data: torch.Tensor, block_scale: torch.Tensor) -> torch.Tensor:
+    """An NVFP4 operand decoded exactly to float64 (``q * s_b``); ``nvfp4_matmul``'s weight side goes
+    through this once, at load."""
     q = decode_fp4(data)
     s = decode_fp8(block_scale).to(torch.float64)
     return (_blocks(q, _NVFP4_BLOCK) * s[..., None]).reshape(q.shape)
 
 
-def nvfp4_matmul(a_data, a_block_scale, b_data, b_block_scale, alpha: float, output_dtype: torch.dtype):
-    """:func:`w8a8.nvfp4_matmul`: ``cast(fp32(sum (q_a s_a)(q_b s_b)) * fp32(alpha))``."""
-    a = _nvfp4_operand64(a_data, a_block_scale)
-    b = _nvfp4_operand64(b_data, b_block_scale)
+def nvfp4_matmul(a_data, a_block_scale, b: torch.Tensor, alpha: float, output_dtype: torch.dtype):
+    """:func:`w8a8.nvfp4_matmul` on the decoded weight ``b = nvfp4_operand64(b_data, b_block_scale)``:
+    ``cast(fp32(sum (q_a s_a)(q_b s_b)) * fp32(alpha))``."""
+    a = nvfp4_operand64(a_data, a_block_scale)
     with gemm_threads():
         y = torch.matmul(a, b.mT)
     y = y.to(torch.float32) * const(alpha)
@@ -223,23 +227,29 @@ def fp8_block_dequantize(weight_q: torch.Tensor, scale: torch.Tensor, bn: int, b
     return to_float(v.contiguous(), output_dtype)
 
 
-def fp8_block_matmul(a_q: torch.Tensor, a_scale: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor,
+def fp8_block_weight64(weight_q: torch.Tensor, bs: int, kb: int) -> torch.Tensor:
+    """The load step of ``fp8_block_matmul``: the E4M3 weight ``[N, K]`` decoded to float64, zero-padded
+    to ``kb * bs`` columns, as contiguous K blocks ``[KB, bs, N]`` (the batched GEMM's right side)."""
+    n, k = weight_q.shape
+    w = decode_fp8(weight_q).to(torch.float64)
+    if kb * bs != k:
+        w = torch.nn.functional.pad(w, (0, kb * bs - k))
+    return w.reshape(n, kb, bs).permute(1, 2, 0).contiguous()
+
+
+def fp8_block_matmul(a_q: torch.Tensor, a_scale: torch.Tensor, w_blocks: torch.Tensor, weight_scale: torch.Tensor,
                      bs: int, output_dtype: torch.dtype) -> torch.Tensor:
-    """:func:`w8a8.fp8_block_matmul`: per-128-K exact partial sums, fp32 promotion in the golden's order."""
-    m, k = a_q.shape
-    n = weight_q.shape[0]
-    kb = a_scale.shape[1]
+    """:func:`w8a8.fp8_block_matmul` on the loaded weight ``w_blocks = fp8_block_weight64(weight_q)``:
+    per-128-K exact partial sums, fp32 promotion in the golden's order."""
+    m = a_q.shape[0]
+    kb, _, n = w_blocks.shape
     acc = torch.zeros(m, n, dtype=torch.float32)
     if kb == 0 or m == 0 or n == 0:
         return to_float(acc, output_dtype, may_nan=False)
-    kp = kb * bs
     a = decode_fp8(a_q).to(torch.float64)
-    w = decode_fp8(weight_q).to(torch.float64)
-    if kp != k:
-        a = torch.nn.functional.pad(a, (0, kp - k))
-        w = torch.nn.functional.pad(w, (0, kp - k))
+    if kb * bs != a.shape[1]:
+        a = torch.nn.functional.pad(a, (0, kb * bs - a.shape[1]))
     a_blocks = a.reshape(m, kb, bs).permute(1, 0, 2)  # [KB, M, bs]
-    w_blocks = w.reshape(n, kb, bs).permute(1, 2, 0)  # [KB, bs, N]
     sw_rows = weight_scale.repeat_interleave(bs, dim=0)[:n]  # [N, KB]
     step = max(1, _GEMM_CHUNK // max(m * n, 1))
     for start in range(0, kb, step):
@@ -251,6 +261,6 @@ def fp8_block_matmul(a_q: torch.Tensor, a_scale: torch.Tensor, weight_q: torch.T
     return to_float(acc, output_dtype)
 
 
-__all__ = ["mx_quantize", "mx_dequantize", "mx_matmul", "nvfp4_quantize", "nvfp4_dequantize", "nvfp4_matmul",
-           "swizzle_block_scales", "fp8_block_quantize", "per_token_group_quant_fp8", "fp8_block_dequantize",
-           "fp8_block_matmul"]
+__all__ = ["mx_quantize", "mx_dequantize", "mx_operand64", "mx_matmul", "nvfp4_quantize", "nvfp4_dequantize",
+           "nvfp4_operand64", "nvfp4_matmul", "swizzle_block_scales", "fp8_block_quantize", "per_token_group_quant_fp8",
+           "fp8_block_dequantize", "fp8_block_weight64", "fp8_block_matmul"]

@@ -97,7 +97,7 @@ def _rows(v: torch.Tensor, group, k: int) -> torch.Tensor:
 
 
 def weight_quant_batchmatmul(x: torch.Tensor, w_hat: torch.Tensor, quant_scale, quant_offset, bias) -> torch.Tensor:
-    """:func:`w8a8.weight_quant_batchmatmul` after the load step (:func:`antiquant_weight`).
+    """:func:`w8a8.weight_quant_batchmatmul` after the load step (:func:`antiquant_weight`, kept as float64).
 
     ``acc = fp32(x @ w_hat)`` (float64 GEMM, module docstring); ``acc += bias``; then RNE to x's dtype,
     or ``sat_int8(rint(acc * qs + qo))``.

@@ -9,7 +9,8 @@ Every op of :data:`backends.ops.LOWBIT_OPS`, bit-identical to the golden under :
   messages, same order) on the NumPy side; it returns the checked arrays and the resolved options
   (element names, output dtype names, group sizes) for the device function;
 * ``_load_<op>(args, kwargs)`` where an op has once-per-weight work (unpacking an int4 weight,
-  its FP19 scale and ``8 * sum w s``);
+  its FP19 scale and ``8 * sum w s``; the antiquantized W4A16 / W8A16 weight; the weight side of
+  the MX, NVFP4 and FP8-block matmuls decoded to float64 — never decoded again per call);
 * ``_<op>(...)``: the device work, torch tensors in and out (:mod:`.lowbit_int4`, :mod:`.lowbit_fp`;
   decode tables and exact encoders in :mod:`.lowbit_codec`).
 
@@ -80,13 +81,19 @@ class LowbitOps:
             "layout": p.layout, "group": p.group, "packed": p.packed, "quant_scale": p.quant_scale,
             "quant_offset": p.quant_offset, "bias": p.bias}
 
-    def _weight_quant_batchmatmul(self, x, weight, scale, offset, *, layout, group, packed, quant_scale, quant_offset,
-                                  bias):
+    def _load_weight_quant_batchmatmul(self, args, kwargs):
+        """Once per weight: ``w_hat`` (the antiquantized weight, as float64 for the exact GEMM), the
+        requant values and the fp32 bias."""
+        x, weight, scale, offset = args
         m = _mod("lowbit_int4")
-        w_hat = m.antiquant_weight(weight, layout, scale, group, offset, packed, x.dtype)
-        qs, qo = m.quant_values(quant_scale, quant_offset)
-        b = None if bias is None else bias.float()
-        return m.weight_quant_batchmatmul(x, w_hat, qs, qo, b)
+        w_hat = m.antiquant_weight(weight, kwargs["layout"], scale, kwargs["group"], offset, kwargs["packed"], x.dtype)
+        qs, qo = m.quant_values(kwargs["quant_scale"], kwargs["quant_offset"])
+        bias = kwargs["bias"]
+        return (x, w_hat.double()), {"quant_scale": qs, "quant_offset": qo,
+                                     "bias": None if bias is None else bias.float()}
+
+    def _weight_quant_batchmatmul(self, x, w_hat, *, quant_scale, quant_offset, bias):
+        return _mod("lowbit_int4").weight_quant_batchmatmul(x, w_hat, quant_scale, quant_offset, bias)
 
     def _check_convert_weight_to_int4pack(self, args, kwargs):
         p = checks.bind("convert_weight_to_int4pack", args, kwargs)
@@ -167,8 +174,13 @@ class LowbitOps:
                                                           p["output_dtype"])
         return (_raw_fp8(ad), as_, _raw_fp8(bd), bs), {"a_name": an, "b_name": bn, "output_dtype": _dt.name(out)}
 
-    def _mx_matmul(self, a_data, a_scale, b_data, b_scale, *, a_name, b_name, output_dtype):
-        return _mod("lowbit_fp").mx_matmul(a_data, a_scale, b_data, b_scale, a_name, b_name, _tdtype(output_dtype))
+    def _load_mx_matmul(self, args, kwargs):
+        a_data, a_scale, b_data, b_scale = args
+        b = _mod("lowbit_fp").mx_operand64(b_data, b_scale, kwargs["b_name"])  # once per weight
+        return (a_data, a_scale, b), {k: v for k, v in kwargs.items() if k != "b_name"}
+
+    def _mx_matmul(self, a_data, a_scale, b, *, a_name, output_dtype):
+        return _mod("lowbit_fp").mx_matmul(a_data, a_scale, b, a_name, _tdtype(output_dtype))
 
     # -- NVFP4 --------------------------------------------------------------------------------------
     def _check_nvfp4_quantize(self, args, kwargs):
@@ -194,9 +206,12 @@ class LowbitOps:
                                                                p["b_block_scale"], p["alpha"], p["output_dtype"])
         return (ad, as_, bd, bs), {"alpha": float(alpha), "output_dtype": _dt.name(out)}
 
-    def _nvfp4_matmul(self, a_data, a_block_scale, b_data, b_block_scale, *, alpha, output_dtype):
-        return _mod("lowbit_fp").nvfp4_matmul(a_data, a_block_scale, b_data, b_block_scale, alpha,
-                                              _tdtype(output_dtype))
+    def _load_nvfp4_matmul(self, args, kwargs):
+        a_data, a_block_scale, b_data, b_block_scale = args
+        return (a_data, a_block_scale, _mod("lowbit_fp").nvfp4_operand64(b_data, b_block_scale)), kwargs  # once
+
+    def _nvfp4_matmul(self, a_data, a_block_scale, b, *, alpha, output_dtype):
+        return _mod("lowbit_fp").nvfp4_matmul(a_data, a_block_scale, b, alpha, _tdtype(output_dtype))
 
     def _check_swizzle_block_scales(self, args, kwargs):
         op = "swizzle_block_scales"
@@ -239,6 +254,11 @@ class LowbitOps:
                                                                    p["output_dtype"])
         return (aq, sa, wq, sw), {"block_size": bs, "output_dtype": _dt.name(out)}
 
-    def _fp8_block_matmul(self, a_q, a_scale, weight_q, weight_scale_inv, *, block_size, output_dtype):
-        return _mod("lowbit_fp").fp8_block_matmul(a_q, a_scale, weight_q, weight_scale_inv, block_size,
+    def _load_fp8_block_matmul(self, args, kwargs):
+        a_q, a_scale, weight_q, weight_scale_inv = args
+        w_blocks = _mod("lowbit_fp").fp8_block_weight64(weight_q, kwargs["block_size"], a_scale.shape[1])
+        return (a_q, a_scale, w_blocks, weight_scale_inv), kwargs
+
+    def _fp8_block_matmul(self, a_q, a_scale, w_blocks, weight_scale_inv, *, block_size, output_dtype):
+        return _mod("lowbit_fp").fp8_block_matmul(a_q, a_scale, w_blocks, weight_scale_inv, block_size,
                                                   _tdtype(output_dtype))

@@ -32,6 +32,7 @@ class BenchCase:
     unit: str = "OPS"  # "OPS" -> TOPS in tables; "elem" -> G elements/s
     tags: tuple = field(default_factory=tuple)  # "quick", "dsv4", "grid", "scaling:<axis>"
     recipe: tuple | None = None  # ("module:factory", args, kwargs): how another process rebuilds it
+    compute: str | None = None  # the units the work runs on whatever the backend declares ("fp64"), or None
 
     @property
     def name(self) -> str:

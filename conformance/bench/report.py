@@ -19,18 +19,22 @@ def throughput(r: dict) -> float | None:
     return r["work"] / st["median"]
 
 
-def peak_for(backend: str, peaks) -> tuple[float | None, str]:
+def peak_for(backend: str, peaks, compute: str | None = None) -> tuple[float | None, str]:
     """The ceiling a backend's GEMM work is measured against, and its label.
 
-    A backend declares its compute (``Backend.compute``): ``"int8"`` kernels against the measured
-    int8 ceiling (VNNI / AMX); the golden's exact GEMM runs on fp32 BLAS, measured against twice the
-    fp64 FMA ceiling (the same FMA units with twice the lanes)."""
+    ``compute`` is the case's own (``BenchCase.compute``: ``"fp64"`` for the formats every backend
+    computes exactly in float64); otherwise the backend's declared ``Backend.compute``: ``"int8"``
+    kernels against the measured int8 ceiling (VNNI / AMX); the golden's exact GEMM runs on fp32
+    BLAS, measured against twice the fp64 FMA ceiling (the same FMA units with twice the lanes)."""
     import backends
 
-    try:
-        compute = getattr(backends.get(backend), "compute", "int8")
-    except Exception:  # noqa: BLE001 - an unknown backend: int8 by default
-        compute = "int8"
+    if compute is None:
+        try:
+            compute = getattr(backends.get(backend), "compute", "int8")
+        except Exception:  # noqa: BLE001 - an unknown backend: int8 by default
+            compute = "int8"
+    if compute == "fp64":
+        return (peaks.fp64 or None), "fp64 FMA"
     if compute == "fp32":
         return (2 * peaks.fp64 if peaks.fp64 else None), "fp32 (2 x fp64 FMA)"
     return (peaks.int8 or None), "int8"
@@ -49,7 +53,7 @@ def annotate(records: list[dict], peaks) -> None:
         if tp and r.get("verified"):
             r["ratio_to_fastest"] = tp / best[r["case"]]
             if r.get("unit") == "OPS":
-                ceiling, label = peak_for(r["backend"], peaks)
+                ceiling, label = peak_for(r["backend"], peaks, r.get("compute"))
                 r["ratio_to_peak"] = tp / ceiling if ceiling else None
                 r["peak_kind"] = label
 

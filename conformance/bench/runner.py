@@ -64,7 +64,8 @@ def _worker(conn, backend: str, registrations: dict, case_refs: list, full: bool
             by_name = by_name or {c.name: c for c in all_cases(full)}
             case = by_name[cname]
         rec = {"backend": backend, "case": cname, "op": case.op, "label": case.label, "params": case.params,
-               "work": case.work, "unit": case.unit, "tags": list(case.tags)}
+               "work": case.work, "unit": case.unit, "tags": list(case.tags),
+               "compute": case.compute}
         try:
             if case.op not in b.ops():
                 rec.update(status="unsupported", note=f"{backend} does not implement {case.op}")

@@ -96,3 +96,21 @@ def test_json_is_readable_by_pytest_benchmark_compare(tmp_path):
     # the golden's exact GEMM runs on fp32 BLAS: measured against 2 x the fp64 FMA ceiling
     assert rec["ratio_to_fastest"] == 1.0 and rec["ratio_to_peak"] == pytest.approx(2e6 / 1.5e-3 / 2e11)
     assert rec["peak_kind"].startswith("fp32")
+
+
+def test_lowbit_cases_are_registered_and_float64_formats_measured_against_the_fp64_ceiling():
+    from conformance.bench.peak import Peaks
+
+    quick = {c.op for c in all_cases(False) if "lowbit" in c.tags}
+    assert quick == {"weight_quant_batchmatmul", "w4a8_dynamic_linear", "mx_matmul", "nvfp4_matmul",
+                     "fp8_block_matmul"}
+    by_op = {c.op: c for c in all_cases(False) if "lowbit" in c.tags}
+    assert by_op["mx_matmul"].compute == "fp64" and by_op["w4a8_dynamic_linear"].compute is None
+    peaks = Peaks(1e12, 1e11, "x", "y", "test", 2)
+    recs = [{"backend": b, "case": "mx_matmul[M16]", "work": 2e9, "unit": "OPS", "compute": compute,
+             "status": "ok", "verified": True, "stats": stats([1e-1])}
+            for b, compute in (("numpy", "fp64"), ("torch-cpu", "fp64"), ("torch-cpu", None))]
+    report.annotate(recs, peaks)
+    # a case's own compute wins over the backend's declaration (numpy: fp32, torch-cpu: int8)
+    assert [r["peak_kind"] for r in recs] == ["fp64 FMA", "fp64 FMA", "int8"]
+    assert recs[0]["ratio_to_peak"] == pytest.approx(2e10 / 1e11) and recs[2]["ratio_to_peak"] == pytest.approx(0.02)
