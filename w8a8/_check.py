@@ -62,6 +62,11 @@ def shape(op: str, arg: str, value: np.ndarray, allowed: Iterable[tuple[int, ...
         fail(op, arg, what, describe(value))
 
 
+def same_shape(op: str, arg: str, value: np.ndarray, other_arg: str, other: np.ndarray) -> None:
+    """Require ``value`` to have the shape of the argument ``other_arg`` (an offset and its scale, ...)."""
+    shape(op, arg, value, [other.shape], f"of {other_arg}'s shape {tuple(other.shape)}")
+
+
 def finite(op: str, arg: str, value: np.ndarray) -> None:
     """Raise ``ValueError`` naming the first NaN/Inf position of a float array."""
     as_f32 = value.astype(np.float32) if value.dtype.kind == "V" else value

@@ -54,48 +54,50 @@ def w4a8_case(m: int, k: int = K, n: int = N, tags=()) -> BenchCase:
                      work=2.0 * m * k * n, tags=tags)
 
 
+def _block_scaled_case(op: str, label: str, m: int, k: int, n: int, quantize, tags) -> BenchCase:
+    """A GEMM of two block-scaled operands: ``quantize(a [M, K], b [N, K]) -> args``, bf16 output."""
+    def build(rng):
+        return quantize(_f32(rng, (m, k)), _f32(rng, (n, k), 0.02)), {"output_dtype": "bfloat16"}
+
+    return BenchCase(op, label, {"m": m, "k": k, "n": n}, build, work=2.0 * m * k * n, tags=tags, compute="fp64")
+
+
+def _mxfp4_operands(a, b):
+    import w8a8
+
+    return (*w8a8.mx_quantize(a), *w8a8.mx_quantize(b))
+
+
+def _nvfp4_operands(a, b):
+    import w8a8
+
+    sa, sb = np.float32(np.abs(a).max() / 2688), np.float32(np.abs(b).max() / 2688)
+    return (*w8a8.nvfp4_quantize(a, per_tensor_scale=sa), *w8a8.nvfp4_quantize(b, per_tensor_scale=sb),
+            np.float32(sa * sb))
+
+
+def _fp8_block_operands(a, b):
+    import w8a8
+
+    return (*w8a8.per_token_group_quant_fp8(a), *w8a8.fp8_block_quantize(b))
+
+
 @factory
 def mxfp4_case(m: int, k: int = K, n: int = N, tags=()) -> BenchCase:
     """``mx_matmul``: both operands MXFP4 (E2M1, E8M0 scale per 32, FLOOR), bf16 output."""
-    def build(rng):
-        import w8a8
-
-        ad, as_ = w8a8.mx_quantize(_f32(rng, (m, k)))
-        bd, bs = w8a8.mx_quantize(_f32(rng, (n, k), 0.02))
-        return (ad, as_, bd, bs), {"output_dtype": "bfloat16"}
-
-    return BenchCase("mx_matmul", f"MXFP4-M{m}xK{k}xN{n}", {"m": m, "k": k, "n": n}, build,
-                     work=2.0 * m * k * n, tags=tags, compute="fp64")
+    return _block_scaled_case("mx_matmul", f"MXFP4-M{m}xK{k}xN{n}", m, k, n, _mxfp4_operands, tags)
 
 
 @factory
 def nvfp4_case(m: int, k: int = K, n: int = N, tags=()) -> BenchCase:
     """``nvfp4_matmul``: both operands NVFP4 (E2M1, E4M3 scale per 16, fp32 tensor scale amax/2688)."""
-    def build(rng):
-        import w8a8
-
-        a, b = _f32(rng, (m, k)), _f32(rng, (n, k), 0.02)
-        sa, sb = np.float32(np.abs(a).max() / 2688), np.float32(np.abs(b).max() / 2688)
-        ad, abs_ = w8a8.nvfp4_quantize(a, per_tensor_scale=sa)
-        bd, bbs = w8a8.nvfp4_quantize(b, per_tensor_scale=sb)
-        return (ad, abs_, bd, bbs, np.float32(sa * sb)), {"output_dtype": "bfloat16"}
-
-    return BenchCase("nvfp4_matmul", f"M{m}xK{k}xN{n}", {"m": m, "k": k, "n": n}, build,
-                     work=2.0 * m * k * n, tags=tags, compute="fp64")
+    return _block_scaled_case("nvfp4_matmul", f"M{m}xK{k}xN{n}", m, k, n, _nvfp4_operands, tags)
 
 
 @factory
 def fp8_block_case(m: int, k: int = K, n: int = N, tags=()) -> BenchCase:
     """``fp8_block_matmul``: 1x128 E4M3 activations, 128x128-block E4M3 weight (DeepSeek-V3)."""
-    def build(rng):
-        import w8a8
-
-        aq, as_ = w8a8.per_token_group_quant_fp8(_f32(rng, (m, k)))
-        wq, ws = w8a8.fp8_block_quantize(_f32(rng, (n, k), 0.02))
-        return (aq, as_, wq, ws), {"output_dtype": "bfloat16"}
-
-    return BenchCase("fp8_block_matmul", f"M{m}xK{k}xN{n}", {"m": m, "k": k, "n": n}, build,
-                     work=2.0 * m * k * n, tags=tags, compute="fp64")
+    return _block_scaled_case("fp8_block_matmul", f"M{m}xK{k}xN{n}", m, k, n, _fp8_block_operands, tags)
 
 
 @register

@@ -192,7 +192,7 @@ def int4_group_dequantize_args(codes, scale, zero=None, output_dtype="float32"):
         if zero is None:
             _check.fail(op, "zero", "a uint8 zero point array for unsigned (asymmetric) codes", "None")
         zero = _check.array(op, "zero", zero, dtypes=(np.uint8,))
-        _check.shape(op, "zero", zero, [scale.shape], f"of the scale's shape {scale.shape}")
+        _check.same_shape(op, "zero", zero, "scale", scale)
         _range(op, "codes", codes, 0, 15)
         _range(op, "zero", zero, 0, 15)
     return codes, scale, zero, out

@@ -199,13 +199,8 @@ def _float_antiquant(x, s, offset, g, n, k):
         _check.fail(_OP, "antiquant_scale", f"of shape (1,), (1, 1), ({n},), (1, {n}) or (ceil(K/G), {n})",
                     _check.describe(s))
     _check.finite(_OP, "antiquant_scale", s)
-    o = None
-    if offset is not None:
-        o = _check.array(_OP, "antiquant_offset", offset, dtypes=(x.dtype,))
-        _check.shape(_OP, "antiquant_offset", o, [s.shape], f"of antiquant_scale's shape {s.shape}")
-        _check.finite(_OP, "antiquant_offset", o)
-        o = _row_view(o)
-    return _row_view(s), o, rows
+    o = _offset_of(offset, "antiquant_offset", x.dtype, "antiquant_scale", s)
+    return _row_view(s), None if o is None else _row_view(o), rows
 
 
 def _row_view(v: np.ndarray) -> np.ndarray:
@@ -237,12 +232,8 @@ def _packed_antiquant(x, weight, s, offset, n, m, k):
     if not 1 <= m <= 96 or k % 64 or n % 64:
         _check.fail(_OP, "x", "M in [1, 96] and K, N multiples of 64 with an int64 antiquant_scale",
                     f"M={m}, K={k}, N={n}")
-    o = None
-    if offset is not None:
-        o = _check.array(_OP, "antiquant_offset", offset, dtypes=(_dt.int32,))
-        _check.shape(_OP, "antiquant_offset", o, [s.shape], f"of antiquant_scale's shape {s.shape}")
-        o = o.reshape(1, n)
-    return s.reshape(1, n), o
+    o = _offset_of(offset, "antiquant_offset", _dt.int32, "antiquant_scale", s)
+    return s.reshape(1, n), None if o is None else o.reshape(1, n)
 
 
 def _antiquant(w: np.ndarray, sf: np.ndarray, of: np.ndarray | None, dtype, k: int) -> np.ndarray:
@@ -270,13 +261,18 @@ def _quant_params(quant_scale, quant_offset, n, packed_antiquant):
                         _check.describe(quant_offset))
         return qs.reshape(-1), None
     _check.finite(_OP, "quant_scale", qs)
-    qo = None
-    if quant_offset is not None:
-        o = _check.array(_OP, "quant_offset", quant_offset, dtypes=(_dt.float32,))
-        _check.shape(_OP, "quant_offset", o, [qs.shape], f"of quant_scale's shape {qs.shape}")
-        _check.finite(_OP, "quant_offset", o)
-        qo = o.reshape(-1)
-    return qs.reshape(-1), qo
+    qo = _offset_of(quant_offset, "quant_offset", _dt.float32, "quant_scale", qs)
+    return qs.reshape(-1), None if qo is None else qo.reshape(-1)
+
+
+def _offset_of(offset, arg: str, dtype, scale_arg: str, scale: np.ndarray) -> np.ndarray | None:
+    """An optional offset: of ``dtype``, of its scale's shape, finite."""
+    if offset is None:
+        return None
+    o = _check.array(_OP, arg, offset, dtypes=(dtype,))
+    _check.same_shape(_OP, arg, o, scale_arg, scale)
+    _check.finite(_OP, arg, o)
+    return o
 
 
 def _quant_values(qs, qo):

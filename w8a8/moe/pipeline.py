@@ -121,7 +121,7 @@ def moe_routing_args(op: str, t: int, e: int, top_k, router_logits, topk_ids, to
         if top_k is not None and ids.shape[1] != top_k:
             _check.fail(op, "top_k", f"None or topk_ids.shape[1] = {ids.shape[1]}", repr(top_k))
         wts = _check.array(op, "topk_weights", topk_weights, dtypes=C.FLOATS, ndim=2)
-        _check.shape(op, "topk_weights", wts, [ids.shape], f"of topk_ids' shape {tuple(ids.shape)}")
+        _check.same_shape(op, "topk_weights", wts, "topk_ids", ids)
         C.check_finite(op, "topk_weights", wts, numerics)
         if ids.size and (ids.min() < 0 or ids.max() >= e):
             _check.fail(op, "topk_ids", f"expert ids in [0, E = {e})", f"values in [{ids.min()}, {ids.max()}]")
@@ -305,7 +305,7 @@ def w8a8_moe_prequantized_args(x_q, x_scale, w13, w13_scale, w2, w2_scale, *, to
         _check.fail(op, "x_scale", f"of shape [T] = [{x_q.shape[0]}] (one scale per token)", _check.describe(x_scale))
     if shared_input is not None:
         shared_input = _check.array(op, "shared_input", shared_input, dtypes=(_dt.bfloat16,), ndim=2)
-        _check.shape(op, "shared_input", shared_input, [x_q.shape], f"of x_q's shape {tuple(x_q.shape)}")
+        _check.same_shape(op, "shared_input", shared_input, "x_q", x_q)
     return _layer_args(op, x_q, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
                        topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
                        group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics)

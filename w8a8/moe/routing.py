@@ -55,7 +55,7 @@ def moe_init_routing_args(x, row_idx, expert_idx, active_num) -> InitRoutingArgs
     expert_idx = _check.array(op, "expert_idx", expert_idx, dtypes=(_dt.int32,), ndim=2)
     if row_idx.shape[0] != n:
         _check.fail(op, "row_idx", f"of shape [N, K] with N = {n} (rows of x)", _check.describe(row_idx))
-    _check.shape(op, "expert_idx", expert_idx, [row_idx.shape], f"of row_idx's shape {tuple(row_idx.shape)}")
+    _check.same_shape(op, "expert_idx", expert_idx, "row_idx", row_idx)
     active_num = _check.integer(op, "active_num", active_num, minimum=0)
     nk = row_idx.size
     if nk and not np.array_equal(np.sort(row_idx.reshape(-1).astype(np.int64)), np.arange(nk)):

@@ -177,7 +177,7 @@ def dequant_swiglu_quant_args(x, *, weight_scale=None, activation_scale=None, bi
         scalar = qs.shape == (1,) and gi is None
         qs_g = _per_group(op, "quant_scale", qs, groups, h, allow_scalar=True)
         if qo is not None:
-            _check.shape(op, "quant_offset", qo, [qs.shape], f"of quant_scale's shape {tuple(qs.shape)}")
+            _check.same_shape(op, "quant_offset", qo, "quant_scale", qs)
             qo_g = qo.reshape(qs_g.shape)
     else:
         if qo is not None:
