@@ -1,5 +1,5 @@
 """pytest-benchmark suite: every benchmarked op and the two whole paths (dynamic linear, MoE layer),
-parametrised by backend, at DeepSeek-V4-Flash shapes (conformance.bench.cases; ``w8a8 bench`` runs
+parametrised by backend, at DeepSeek-V4-Flash shapes (bench.cases; ``w8a8 bench`` runs
 the same cases with verification and peak ratios).
 
     python -m pytest benchmarks/test_bench_ops.py --benchmark-only            # the quick set
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import backends
-from conformance.bench.cases import all_cases
-from conformance.bench.runner import case_seed
+from bench.cases import all_cases
+from bench.runner import case_seed
 from conformance.compare import FAIL, compare
 from conformance.registry import get
 from conformance.tolerances import ToleranceTable

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 import backends
-from conformance.bench.timing import round_robin
+from bench.timing import round_robin
 from w8a8 import bfloat16, w8a8_dynamic_linear
 
 torch = pytest.importorskip("torch")

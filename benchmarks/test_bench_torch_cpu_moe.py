@@ -48,7 +48,7 @@ import numpy as np
 import pytest
 
 import backends
-from conformance.bench.timing import round_robin
+from bench.timing import round_robin
 import w8a8
 from w8a8 import bfloat16
 

@@ -1,8 +1,9 @@
 """conformance — the engine on top of the golden and the backends.
 
-Op registry, input strategies, the comparison vocabulary, mismatch attribution, the runner and its
-reports, tolerance tuning, the bench machinery, checkpoint inspection — and the ``w8a8`` command
-line (:mod:`conformance.cli`). For kernel tests: :func:`assert_close`.
+Op registry and declarations, input strategies, the comparison vocabulary, mismatch attribution, the
+runner and its reports, tolerance tuning. Its siblings on the same floor: :mod:`bench` (benchmarks),
+:mod:`checkpoints` (msModelSlim checkpoints), :mod:`deployment` (estimates); the ``w8a8`` command line
+(:mod:`w8a8cli`) sits on top of them all. For kernel tests: :func:`assert_close`.
 """
 
 

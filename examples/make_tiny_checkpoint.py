@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conformance.checkpoint import synthetic_checkpoint, tiny_config
+from checkpoints import synthetic_checkpoint, tiny_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from conformance.bench import report
-from conformance.bench.cases import all_cases, dynamic_linear_case, quant_matmul_case
-from conformance.bench.peak import measure
-from conformance.bench.runner import run
-from conformance.bench.timing import PeakMemory, stats, time_call
+from bench import report
+from bench.cases import all_cases, dynamic_linear_case, quant_matmul_case
+from bench.peak import measure
+from bench.runner import run
+from bench.timing import PeakMemory, stats, time_call
 
 
 def test_stats_follow_pytest_benchmark_definitions():
@@ -80,7 +80,7 @@ def test_a_wrong_backend_is_unverified_and_a_right_one_verified(tmp_path):
 
 
 def test_json_is_readable_by_pytest_benchmark_compare(tmp_path):
-    from conformance.bench.peak import Peaks
+    from bench.peak import Peaks
 
     rec = {"backend": "numpy", "case": "quant_matmul[M1]", "op": "quant_matmul", "label": "M1", "params": {"m": 1},
            "work": 2e6, "unit": "OPS", "tags": ["dsv4"], "status": "ok", "verified": True,
@@ -99,7 +99,7 @@ def test_json_is_readable_by_pytest_benchmark_compare(tmp_path):
 
 
 def test_lowbit_cases_are_registered_and_float64_formats_measured_against_the_fp64_ceiling():
-    from conformance.bench.peak import Peaks
+    from bench.peak import Peaks
 
     quick = {c.op for c in all_cases(False) if "lowbit" in c.tags}
     assert quick == {"weight_quant_batchmatmul", "w4a8_dynamic_linear", "mx_matmul", "nvfp4_matmul",

@@ -13,7 +13,7 @@ import pytest
 @pytest.fixture(scope="module")
 def planted_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "conformance", "--backend",
+    proc = subprocess.run([sys.executable, "-m", "w8a8cli.main", "conformance", "--backend",
                            "conformance.planted:BiasAfterDequantBackend", "--backend", "numpy", "--op", "quant_matmul",
                            "--op", "dynamic_quant", "--profile", "dev", "--out", str(out)],
                           capture_output=True, text=True, timeout=600)

@@ -15,7 +15,7 @@ PLANTED = "conformance.planted:"
 
 
 def _cli(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "conformance.cli", "conformance", *args],
+    return subprocess.Popen([sys.executable, "-m", "w8a8cli.main", "conformance", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 

@@ -75,7 +75,7 @@ def test_tune_then_ten_times_the_seeds_then_planted_bugs(tmp_path):
 
 
 def test_tune_command_writes_table_plots_and_report(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "conformance.cli", "tune", "--backend", "torch-cpu", "--op",
+    out = subprocess.run([sys.executable, "-m", "w8a8cli.main", "tune", "--backend", "torch-cpu", "--op",
                           "dynamic_quant", "--op", "quant_matmul", "--samples", "12", "--write",
                           str(tmp_path / "t.toml"), "--out", str(tmp_path / "tune")],
                          capture_output=True, text=True, timeout=600)

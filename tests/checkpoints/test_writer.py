@@ -1,4 +1,4 @@
-"""The synthetic checkpoint writer (conformance/checkpoint/writer.py).
+"""The synthetic checkpoint writer (checkpoints/writer.py).
 
 The stored tensors are checked against msModelSlim's formulas re-derived here in float64 (spec
 §1.3/§1.4): symmetric per-channel scale ``max|w_row| / 127``, codes within half a step of
@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from conformance.checkpoint import Checkpoint, CheckpointWriter, synthetic_checkpoint
-from conformance.checkpoint.models import tiny_config
-from conformance.checkpoint.reader import CONFIG, DESCRIPTION, INDEX, WEIGHTS
+from checkpoints import Checkpoint, CheckpointWriter, synthetic_checkpoint
+from checkpoints.models import tiny_config
+from checkpoints.reader import CONFIG, DESCRIPTION, INDEX, WEIGHTS
 
 
 def weight(n=7, k=17, seed=0):
@@ -110,7 +110,7 @@ def test_sharded_with_index(tmp_path):
 
 
 def test_atomic_save(tmp_path, monkeypatch):
-    import conformance.checkpoint.writer as writer_mod
+    import checkpoints.writer as writer_mod
 
     cw = CheckpointWriter()
     cw.add_linear("a", weight(), "W8A8_DYNAMIC")

@@ -1,4 +1,4 @@
-"""The per-module execution path (conformance/checkpoint/inspect.py) and ``w8a8 inspect``.
+"""The per-module execution path (checkpoints/inspect.py) and ``w8a8 inspect``.
 
 Expected layouts are derived from SGLang's alignment rule written out here (int8 ``[K, N]`` is NZ
 when ``K % 16 == 0 and N % 32 == 0``), scale-rounding counts from ml_dtypes directly, FP19
@@ -13,9 +13,9 @@ import time
 import ml_dtypes
 import numpy as np
 
-from conformance.checkpoint import Checkpoint, analyze, synthetic_checkpoint
-from conformance.checkpoint.models import tiny_config
-from conformance.cli import main
+from checkpoints import Checkpoint, analyze, synthetic_checkpoint
+from checkpoints.models import tiny_config
+from w8a8cli.main import main
 
 
 def report_of(path, **kw):
@@ -112,7 +112,7 @@ def test_cli_prints_the_table_fast(tmp_path, record_property):
     size = sum(f.stat().st_size for f in path.iterdir())
     assert 1e6 < size < 10e6
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "inspect", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "w8a8cli.main", "inspect", str(path)],
                           capture_output=True, text=True, timeout=120)
     wall = time.perf_counter() - t0
     record_property("inspect_wall_s", wall)          # information only: speed is never asserted

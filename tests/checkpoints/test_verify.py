@@ -12,9 +12,9 @@ import pytest
 
 import backends
 from backends.numpy_backend import NumpyBackend
-from conformance.checkpoint import Checkpoint, resolve, synthetic_checkpoint, verify
-from conformance.checkpoint.models import tiny_config
-from conformance.cli import main
+from checkpoints import Checkpoint, resolve, synthetic_checkpoint, verify
+from checkpoints.models import tiny_config
+from w8a8cli.main import main
 
 
 class OneBitOff(NumpyBackend):

@@ -43,9 +43,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from conformance.checkpoint import CheckpointError, analyze
-    from conformance.checkpoint.recipes import checkpoint_linear_types, diff, load_recipe
-    from conformance.checkpoint.verify import verify
+    from checkpoints import CheckpointError, analyze
+    from checkpoints.recipes import checkpoint_linear_types, diff, load_recipe
+    from checkpoints.verify import verify
 
     if args.tokens < 1:
         print(f"w8a8 inspect: --tokens must be >= 1; got {args.tokens}", file=sys.stderr)
@@ -85,7 +85,7 @@ def run(args) -> int:
 def _print(report, out, args) -> None:
     from fnmatch import fnmatchcase
 
-    from conformance.checkpoint.inspect import human_bytes
+    from checkpoints.inspect import human_bytes
 
     try:
         from rich.console import Console

@@ -49,7 +49,7 @@ def _worker(conn, backend: str, registrations: dict, case_refs: list, full: bool
     import backends
     from backends.base import Unsupported
 
-    from ..registry import get
+    from conformance.registry import get
     from .cases import all_cases, rebuild
     from .timing import time_call
 
@@ -120,9 +120,9 @@ def verify(records: list[dict], cases: list, table=None) -> None:
     """Mark each timed record ``verified`` (its output agrees with the golden's on the same inputs)."""
     from backends.numpy_backend import NumpyBackend
 
-    from ..compare import FAIL, compare
-    from ..registry import get
-    from ..tolerances import ToleranceTable
+    from conformance.compare import FAIL, compare
+    from conformance.registry import get
+    from conformance.tolerances import ToleranceTable
 
     table = table or ToleranceTable.packaged()
     by_case = {c.name: c for c in cases}

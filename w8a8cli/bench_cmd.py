@@ -34,11 +34,11 @@ def run(args) -> int:
     import backends
     from rich.console import Console
 
-    from ..bench import report
-    from ..bench.cases import all_cases
-    from ..bench.peak import Peaks, measure
-    from ..bench.runner import run as run_bench
-    from ..results import write_atomic
+    from bench import report
+    from bench.cases import all_cases
+    from bench.peak import Peaks, measure
+    from bench.runner import run as run_bench
+    from conformance.results import write_atomic
     from .conformance_cmd import _versions
 
     console = Console(stderr=True)
@@ -92,7 +92,7 @@ def run(args) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        from .. import plots
+        from conformance import plots
 
         fits = report.scaling_fits(records)
         (out / "throughput-vs-m.png").write_bytes(plots.png_bytes(report.throughput_vs_m(records)))

@@ -2,8 +2,8 @@
 
 import pytest
 
-from conformance.checkpoint.models import model_tensors, tiny_config
-from conformance.checkpoint.naming import (is_deepseek_v4_native, layer_of, parse_expert, sglang_dsv4_remap,
+from checkpoints.models import model_tensors, tiny_config
+from checkpoints.naming import (is_deepseek_v4_native, layer_of, parse_expert, sglang_dsv4_remap,
                                            split_tensor_name, vllm_ascend_dsv4_aliases)
 
 

@@ -101,7 +101,7 @@ def _tolerance_path(args) -> str | None:
         return None
     if args.tolerances:
         return str(Path(args.tolerances).resolve())
-    from ..tolerances import packaged_path
+    from conformance.tolerances import packaged_path
 
     path = packaged_path()
     return str(path) if path.is_file() else None
@@ -110,8 +110,8 @@ def _tolerance_path(args) -> str | None:
 def _run_single(args, names: list[str]) -> int:
     import backends
 
-    from ..evaluate import run_case
-    from ..registry import get
+    from conformance.evaluate import run_case
+    from conformance.registry import get
 
     if not args.op or len(args.op) != 1:
         print("w8a8 conformance: --case needs exactly one --op", file=sys.stderr)
@@ -124,7 +124,7 @@ def _run_single(args, names: list[str]) -> int:
     worst = 0
     for name in names:
         path = _tolerance_path(args)
-        from ..tolerances import ToleranceTable
+        from conformance.tolerances import ToleranceTable
 
         record = run_case(get(args.op[0]), params, backends.get(name), attribute_failures=not args.no_attribution,
                           tolerance=ToleranceTable.load(path) if path else None)
@@ -135,7 +135,7 @@ def _run_single(args, names: list[str]) -> int:
 
 
 def run(args) -> int:
-    from ..registry import specs
+    from conformance.registry import specs
 
     if args.list_ops:
         for name, spec in sorted(specs().items()):
@@ -150,10 +150,10 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from .. import reports
-    from ..results import ResultsFile
-    from ..runner import RunOptions, load_plan, plan, save_plan
-    from ..runner import run as run_tasks
+    from conformance import reports
+    from conformance.results import ResultsFile
+    from conformance.runner import RunOptions, load_plan, plan, save_plan
+    from conformance.runner import run as run_tasks
 
     console = Console(stderr=True)
     out = Path(args.out)
@@ -193,7 +193,7 @@ def run(args) -> int:
     meta = _meta(args, names, skipped)
     meta["elapsed_s"] = round(elapsed, 1)
     paths = reports.write_all(out, records, meta)
-    from ..reports import terminal
+    from conformance.reports import terminal
 
     summary = terminal.print_summary(records, meta)
     console.print(f"ran {stats['ran']} case(s) ({stats['skipped_done']} already done) in {elapsed:.1f} s")

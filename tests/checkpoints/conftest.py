@@ -12,8 +12,8 @@ import copy
 
 import pytest
 
-from conformance.checkpoint.models import tiny_config
-from conformance.checkpoint.writer import synthetic_writer
+from checkpoints.models import tiny_config
+from checkpoints.writer import synthetic_writer
 
 SMALL = dict(layers=2, experts=4, hidden=64, moe_inter=32, vocab=64)
 _BASE: dict = {}

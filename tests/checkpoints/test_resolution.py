@@ -1,4 +1,4 @@
-"""Scheme resolution (conformance/checkpoint/schemes.py), on synthetic checkpoints in both namings.
+"""Scheme resolution (checkpoints/schemes.py), on synthetic checkpoints in both namings.
 
 Every rule of spec/serving-paths.md §2: ``<prefix>.weight`` decides; FLOAT means unquantized;
 packed shards must agree; MoE from expert 0 with the (gate, up, down) / (w1, w3, w2) leaf names;
@@ -7,7 +7,7 @@ W13 agreement; no static MoE; unknown types reported; DeepSeek-V4 names remapped
 
 import numpy as np
 
-from conformance.checkpoint import Checkpoint, CheckpointWriter, resolve
+from checkpoints import Checkpoint, CheckpointWriter, resolve
 
 
 def modules(path, loader="sglang"):

@@ -1,6 +1,6 @@
 /* Compute ceilings of this CPU: independent chains of the widest int8 dot-product instruction and
  * of fp64 FMAs, on N threads. Prints one line per unit: "<unit> <ops per second>".
- * Built and run by conformance/bench/peak.py with the system C compiler (-O2 -march=native). */
+ * Built and run by bench/peak.py with the system C compiler (-O2 -march=native). */
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <pthread.h>

@@ -10,8 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conformance.checkpoint import Checkpoint, CheckpointError, analyze
-from conformance.checkpoint.reader import DESCRIPTION, INDEX
+from checkpoints import Checkpoint, CheckpointError, analyze
+from checkpoints.reader import DESCRIPTION, INDEX
 
 
 def findings(path, **kw):

@@ -217,7 +217,7 @@ class Mismatch:
 def diff(recipe: Recipe, actual: dict[str, str], expected_modules=None) -> list[Mismatch]:
     """Compare the recipe's prediction with a checkpoint's ``{module: type}``.
 
-    ``expected_modules`` (e.g. from :func:`~conformance.checkpoint.models.linear_modules`) adds the
+    ``expected_modules`` (e.g. from :func:`~checkpoints.models.linear_modules`) adds the
     modules the model should have but the checkpoint lacks.
     """
     out = [Mismatch(m, recipe.predict(m), t) for m, t in sorted(actual.items()) if recipe.predict(m) != t]

@@ -160,7 +160,7 @@ def dense_cases(full: bool) -> list[BenchCase]:
 def all_cases(full: bool) -> list[BenchCase]:
     import importlib
 
-    for module in ("conformance.bench.moe_cases", "conformance.bench.lowbit_cases"):
+    for module in ("bench.moe_cases", "bench.lowbit_cases"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

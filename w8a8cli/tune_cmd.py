@@ -33,10 +33,10 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .. import plots
-    from ..registry import specs
-    from ..tolerances import ToleranceTable
-    from ..tuning import recommend, sweep
+    from conformance import plots
+    from conformance.registry import specs
+    from conformance.tolerances import ToleranceTable
+    from conformance.tuning import recommend, sweep
     from .conformance_cmd import _versions
 
     console = Console(stderr=True)
@@ -87,8 +87,8 @@ def run(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "distance-histograms.png").write_bytes(plots.png_bytes(plots.distance_histograms(stats)))
         (out / "error-vs-k.png").write_bytes(plots.png_bytes(plots.error_vs_k(stats)))
-        from ..reports.html import render_tune
-        from ..results import write_atomic
+        from conformance.reports.html import render_tune
+        from conformance.results import write_atomic
 
         write_atomic(out / "tune-report.html", render_tune(stats, entries, {"backend": a.name, "against": b.name,
                                                                              "samples": args.samples,

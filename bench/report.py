@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .. import plots
+from conformance import plots
 
 
 def throughput(r: dict) -> float | None:
@@ -195,7 +195,7 @@ def scaling_plot(fits: list[dict]):
 
 
 def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str:
-    from ..reports.html import CSS, _e
+    from conformance.reports.html import CSS, _e
 
     rows = []
     for r in sorted(records, key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):

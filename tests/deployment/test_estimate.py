@@ -1,4 +1,4 @@
-"""``w8a8 estimate`` (conformance/estimate.py): the deployment calculator of seed 004.
+"""``w8a8 estimate`` (deployment/estimate.py): the deployment calculator of seed 004.
 
 The five rows the seed prints for "1T total, 32B active, H200 (141 GB, 4.8 TB/s), 30% reserve, 8-GPU
 decode" are copied verbatim from the seed's output and must come out exactly, as printed there
@@ -11,8 +11,8 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from conformance.cli import main
-from conformance.estimate import (DEVICES, FORMATS, Device, Format, estimate, get_device, model_from_config,
+from w8a8cli.main import main
+from deployment.estimate import (DEVICES, FORMATS, Device, Format, estimate, get_device, model_from_config,
                                   model_from_counts)
 
 # The seed's output (seed 004), one tuple per printed line: weights TB, devices, nodes, decode ms.
@@ -85,7 +85,7 @@ def test_config_mode_deepseek_v3(tmp_path):
 
 
 def model_config_v3():
-    from conformance.checkpoint.models import PRESETS
+    from checkpoints.models import PRESETS
     return {k: v for k, v in PRESETS["deepseek-v3"].items() if k != "model_type"}
 
 

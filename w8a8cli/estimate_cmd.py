@@ -4,7 +4,7 @@ Seed 004's calculator: for each format (BF16, FP8 128x128 blocks, INT8 per-chann
 32, MXFP4, NVFP4) the weight bytes including scales, the minimum number of devices with a share of
 memory reserved for KV cache and activations, the 8-device nodes that makes, and the time to read
 one token's weights at a given parallel degree. The model comes as parameter counts (--total,
---active) or as a DeepSeek-V3/V4-style config.json (--config). See conformance/estimate.py for the
+--active) or as a DeepSeek-V3/V4-style config.json (--config). See deployment/estimate.py for the
 formulas and the sources of the built-in device numbers.
 
 Example (the seed's table): w8a8 estimate --total 1e12 --active 32e9 --device h200
@@ -20,7 +20,7 @@ DESCRIPTION = __doc__
 
 
 def add_arguments(parser) -> None:
-    from conformance.estimate import DEVICES, FORMAT_NAMES
+    from deployment.estimate import DEVICES, FORMAT_NAMES
 
     model = parser.add_argument_group("model (counts or a config)")
     model.add_argument("--total", type=float, help="total parameters, e.g. 1e12")
@@ -48,7 +48,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from conformance.estimate import estimate, get_device, model_from_config, model_from_counts
+    from deployment.estimate import estimate, get_device, model_from_config, model_from_counts
 
     try:
         if args.config is not None:

@@ -29,7 +29,7 @@ its one fp32 per-tensor scale. Index buffers (DeepSeek-V4's ``tid2eid``) are not
 left out. Every parameter is stored in the format (norms and embeddings included), as in the seed.
 
 Parameter counts from a config (DeepSeek-V3/V4-style MoE; the tensor list of
-:mod:`conformance.checkpoint.models`, shapes listed there)::
+:mod:`checkpoints.models`, shapes listed there)::
 
     total  = embedding + lm_head + final norm + per layer (attention + norms + MLP or MoE)
              MoE layer = router [E, H] (+ bias) + E routed experts x 3*H*I + shared experts 3*H*I*n_shared
@@ -190,10 +190,10 @@ def model_from_counts(total, active) -> ModelSize:
 
 def model_from_config(config, *, include_mtp: bool = False) -> ModelSize:
     """Parameter counts and tensor shapes of a DeepSeek-V3/V4-style config: a dict, a path to a
-    config.json, or a preset name of :data:`conformance.checkpoint.models.PRESETS`."""
-    from conformance.checkpoint.models import model_tensors
+    config.json, or a preset name of :data:`checkpoints.models.PRESETS`."""
+    from checkpoints.models import model_tensors
 
-    from conformance.checkpoint.models import PRESETS
+    from checkpoints.models import PRESETS
 
     if isinstance(config, str) and config in PRESETS:
         config = PRESETS[config]

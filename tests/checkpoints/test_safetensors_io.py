@@ -1,4 +1,4 @@
-"""The safetensors container (conformance/checkpoint/safetensors_io.py).
+"""The safetensors container (checkpoints/safetensors_io.py).
 
 Independent checks: files written here are read back by the ``safetensors`` library itself, and
 files the library writes are read here; every dtype round-trips bit for bit (compared as raw
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from conformance.checkpoint.safetensors_io import (DTYPES, MappedFile, SafetensorsError, read_header, write_file)
+from checkpoints.safetensors_io import (DTYPES, MappedFile, SafetensorsError, read_header, write_file)
 
 safetensors = pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402
@@ -120,7 +120,7 @@ def test_truncated_file(tmp_path):
 
 
 def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
-    import conformance.checkpoint.safetensors_io as io
+    import checkpoints.safetensors_io as io
 
     class Boom(Exception):
         pass

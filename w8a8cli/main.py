@@ -1,6 +1,8 @@
-"""The ``w8a8`` command line.
+"""The ``w8a8`` command line: a thin dispatcher.
 
-Subcommands live in :mod:`conformance.commands`, one module each (see its docstring).
+Each subcommand is one module of this package (``<name>_cmd.py``) with ``HELP``, ``add_arguments(parser)``
+and ``run(args) -> exit status``; it parses and validates its arguments and calls the package that does the
+work (:mod:`conformance`, :mod:`bench`, :mod:`checkpoints`, :mod:`deployment`, ...).
 """
 
 from __future__ import annotations
@@ -10,12 +12,12 @@ import importlib
 import sys
 
 COMMANDS: dict[str, str] = {
-    "conformance": "conformance.commands.conformance_cmd",
-    "backends": "conformance.commands.backends_cmd",
-    "tune": "conformance.commands.tune_cmd",
-    "bench": "conformance.commands.bench_cmd",
-    "estimate": "conformance.commands.estimate_cmd",
-    "inspect": "conformance.commands.inspect_cmd",
+    "conformance": "w8a8cli.conformance_cmd",
+    "backends": "w8a8cli.backends_cmd",
+    "tune": "w8a8cli.tune_cmd",
+    "bench": "w8a8cli.bench_cmd",
+    "estimate": "w8a8cli.estimate_cmd",
+    "inspect": "w8a8cli.inspect_cmd",
 }
 
 

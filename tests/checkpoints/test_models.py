@@ -1,4 +1,4 @@
-"""Model tensor lists (conformance/checkpoint/models.py), checked against published parameter counts.
+"""Model tensor lists (checkpoints/models.py), checked against published parameter counts.
 
 DeepSeek-V3: 671B total, 37B activated (DeepSeek-V3 technical report; the MTP module adds 14B).
 DeepSeek-V4-Flash: 284B total, 13B activated (DeepSeek's V4 release notes). These are independent
@@ -7,7 +7,7 @@ of the code: they test the shape formulas of every module class at once.
 
 import pytest
 
-from conformance.checkpoint.models import (PRESETS, architecture, deepseek_v4_tensors, linear_modules,
+from checkpoints.models import (PRESETS, architecture, deepseek_v4_tensors, linear_modules,
                                            model_tensors, tiny_config)
 
 

@@ -1,4 +1,4 @@
-"""msModelSlim recipes (conformance/checkpoint/recipes.py) and the DeepSeek-V4-Flash W8A8 recipe.
+"""msModelSlim recipes (checkpoints/recipes.py) and the DeepSeek-V4-Flash W8A8 recipe.
 
 The expected scheme of every DeepSeek-V4 module class is written out from seed 000 / spec §1.5:
 attention projections W8A8_DYNAMIC except wo_a, wo_b and the compressor / indexer projections
@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from conformance.checkpoint import Checkpoint, synthetic_checkpoint
-from conformance.checkpoint.models import PRESETS, linear_modules, model_tensors, tiny_config
-from conformance.checkpoint.recipes import (BUILTIN, Recipe, checkpoint_linear_types, diff, load_recipe,
+from checkpoints import Checkpoint, synthetic_checkpoint
+from checkpoints.models import PRESETS, linear_modules, model_tensors, tiny_config
+from checkpoints.recipes import (BUILTIN, Recipe, checkpoint_linear_types, diff, load_recipe,
                                             qconfig_scheme)
 
 EXPECTED_V4 = [   # (pattern over the module name, scheme)

@@ -1,7 +1,7 @@
 """Tensor lists of DeepSeek-V3-style and DeepSeek-V4-style models, generated from a ``config.json``.
 
 Used to apply quantization recipes to a model's Linear modules (:mod:`.recipes`), to write
-synthetic checkpoints (:mod:`.writer`) and to count parameters (:mod:`conformance.estimate`).
+synthetic checkpoints (:mod:`.writer`) and to count parameters (:mod:`deployment.estimate`).
 Shapes are ``nn.Linear`` ``[out, in]``.
 
 DeepSeek-V3 (HF names, ``model.layers.{L}...``)::
