@@ -396,7 +396,8 @@ def _record(dump: Dump, call: MappedCall, options: Options) -> dict:
                                                                                      options.numerics).name,
            "platform": options.platform, "torch_npu_op": e.name.api if e.name.prefix in ("NPU", "_C_ascend") else None,
            "step": dump.where.step, "rank": dump.where.rank, "rank_label": dump.where.rank_label,
-           "module": e.module, "parents": e.parents[:8], "stack": e.stack[-3:]}
+           "module": e.module, "parents": e.parents[:8],
+           "stack": ([s for s in e.stack if "site-packages" not in s] or e.stack)[:3]}
     if call.inferred:
         rec["inferred"] = call.inferred
     if call.notes:
@@ -520,8 +521,8 @@ def _note(rec: dict, verdict: str) -> str:
     if verdict == "disagree":
         at = rec.get("attribution") or {}
         fm = rec.get("first_mismatch") or {}
-        return (f"output {fm.get('output')} differs first at {fm.get('index')}; stage {at.get('first_stage')}; "
-                f"cause: {at.get('cause')}")
+        stage = f"stage {at['first_stage']}; " if at.get("first_stage") else ""
+        return f"output {fm.get('output')} differs first at {fm.get('index')}; {stage}cause: {at.get('cause')}"
     outs = rec.get("outputs") or {}
     return "; ".join(f"{n}: {o.get('note')}" for n, o in outs.items() if o.get("note")) or verdict
 
@@ -606,3 +607,26 @@ def replay_dump(dump_path, options: Options, results, *, resume: bool = False, o
             if on_call:
                 on_call(record, entry)
     return stats_
+
+
+def replay_case(case, options: Options) -> dict:
+    """Judge an exported single-op case (:mod:`replay.case`): the golden on its inputs against the device
+    outputs it holds. Returns a record like :func:`replay_call`'s."""
+    names = [n for n, _ in engine.outputs_of(case.op)]
+    call = MappedCall(entry=None, op=case.op, outputs=[None] * len(names))
+    device = {n: case.device_outputs.get(n) for n in names}
+    best = judge_call(call, case.args, case.kwargs, device, options)
+    rec = {"name": case.entry, "op": case.op, "verdict": best["verdict"], "outputs": best.get("outputs"),
+           "note": best.get("reason")}
+    if best["verdict"] == "disagree":
+        comps = best.get("outputs") or {}
+        first = next(((n, o) for n, o in comps.items() if o.get("verdict") == "disagree"), None)
+        if first:
+            rec["first_mismatch"] = {"output": first[0], "index": first[1].get("first_mismatch")}
+        if options.attribute:
+            rec["attribution"] = engine.attribute(case.op, case.args, best["kwargs"],
+                                                  {n: d for n, d in device.items() if isinstance(d, np.ndarray)},
+                                                  comps, golden.declared_numerics(options.platform, options.numerics),
+                                                  best.get("masks") or {})
+        rec["note"] = _note(rec, "disagree")
+    return rec

@@ -174,7 +174,10 @@ def _matmul_bound(call) -> float | None:
     if scale.torch_dtype == "torch.int64":
         return None   # packed FP19 scale: its statistics are the packed integers
     k = x1.shape[-1]
-    parts = [_absmax(x1), _absmax(x2) if isinstance(x2, TensorRecord) else 128.0, _absmax(scale)]
+    w = _absmax(x2) if isinstance(x2, TensorRecord) else None
+    if w is None and isinstance(x2, TensorRecord) and x2.torch_dtype == "torch.int8":
+        w = 128.0   # an NZ weight (statistics null): int8 codes are at most 128 in magnitude
+    parts = [_absmax(x1), w, _absmax(scale)]
     if per is not None:
         parts.append(_absmax(per))
     if any(p is None for p in parts):

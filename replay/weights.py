@@ -79,7 +79,8 @@ class CheckpointWeights:
         if module in self._cache:
             return self._cache[module]
         entries = self.checkpoint.entries
-        names = [n for n in entries if n == module or n.startswith(module + ".")]
+        # the dump's module path may lack the serving model's outer prefix ("layers.0..." for "model.layers.0...")
+        names = [n for n in entries if n.startswith(module + ".") or ("." + module + ".") in n]
         cands: list[Candidate] = []
         experts: dict[str, dict[int, dict[str, dict[str, str]]]] = {}
         for n in names:
@@ -94,7 +95,6 @@ class CheckpointWeights:
                 cands.append(Candidate(n, "int8 [N, K] transposed to [K, N] (serving load)",
                                        lambda n=n: np.ascontiguousarray(self._tensor(n).T), dtype,
                                        (e.shape[1], e.shape[0])))
-                cands.append(Candidate(n, "int8 [N, K] as stored", lambda n=n: self._tensor(n), dtype, tuple(e.shape)))
             elif n.endswith(".weight_scale"):
                 for c in self._scale_forms(n, lambda n=n: self._tensor(n).reshape(-1), "fp32 [N, 1] -> [N]"):
                     c.shape = (int(np.prod(e.shape)),)
