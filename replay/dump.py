@@ -489,6 +489,8 @@ class TensorLoader:
             if rec.numel == 0 and rec.dtype is not None:
                 return np.empty(rec.shape, rec.dtype)
             return MissingTensor(rec, self.reason_absent(rec))
+        if rec.dtype is None:
+            return MissingTensor(rec, f"dtype {rec.torch_dtype} has no NumPy equivalent: not replayed")
         path = self.tensor_dir / rec.data_name
         try:
             decoded = read_tensor_file(path)
@@ -497,7 +499,7 @@ class TensorLoader:
         except OSError as exc:
             return MissingTensor(rec, f"unreadable: {exc}")
         array = decoded.array
-        if rec.dtype is not None and array.dtype != rec.dtype:
+        if array.dtype != rec.dtype:
             if decoded.rebuild == "npy" and rec.dtype.kind == "V" and array.dtype == np.float32:
                 array = array.astype(rec.dtype)   # legacy ATT: bf16 saved as fp32 (exact), cast back
             else:
