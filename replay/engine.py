@@ -8,7 +8,8 @@ Replay judges a dumped call in the engine's vocabulary, through its public entry
   reproduces the device bit for bit;
 * :class:`conformance.results.ResultsFile` / :func:`~conformance.results.write_atomic` — the crash-safe
   results file and atomic report writes; :class:`conformance.tolerances.ToleranceTable` — tolerances;
-  :func:`conformance.plots.png_base64` — figures for the HTML page.
+  :func:`conformance.plots.png_base64` — figures for the HTML page; :mod:`conformance.reports.junit` —
+  the JUnit XML report.
 
 The device is not callable, so attribution gets a :class:`RecordedDevice`: a stand-in backend that
 answers exactly the dumped call with the dumped outputs and declines every other call (so stages that
@@ -126,6 +127,13 @@ def attribute(op: str, args, kwargs, device_outputs: dict, comparisons: dict, nu
                                       comparisons, masks=masks_)
     except Exception as exc:  # noqa: BLE001 - attribution is best effort; the disagreement stands
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def junit(records: list[dict], meta: dict) -> str:
+    """JUnit XML of the results (the conformance writer: one testcase per call)."""
+    from conformance.reports import junit as _junit
+
+    return _junit.render(records, meta)
 
 
 def png_base64(fig) -> str:

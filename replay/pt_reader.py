@@ -237,7 +237,7 @@ def interpret_pickle(data: bytes, path="data.pkl"):
                 stack.append({})
             elif name == "DICT":
                 items = pop_mark()
-                stack.append(dict(zip(items[::2], items[1::2])))
+                stack.append({_key(k, path, where): v for k, v in zip(items[::2], items[1::2])})
             elif name == "SETITEM":
                 value, key = stack.pop(), stack.pop()
                 _as(stack[-1], dict, path, where)[_key(key, path, where)] = value
@@ -266,8 +266,12 @@ def _as(value, kind, path, where):
 
 
 def _key(key, path, where):
-    if not isinstance(key, (str, int, float, bool, type(None), tuple)):
-        raise DumpFormatError(path, f"{where}: unhashable or non-data key {type(key).__name__}")
+    if not isinstance(key, (str, int, float, bool, type(None), tuple, bytes)):
+        raise DumpFormatError(path, f"{where}: non-data dict key {type(key).__name__}")
+    try:
+        hash(key)
+    except TypeError:
+        raise DumpFormatError(path, f"{where}: unhashable dict key") from None
     return key
 
 

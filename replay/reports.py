@@ -1,4 +1,4 @@
-"""Replay reports from ``results.jsonl``: a summary (JSON), Markdown and one self-contained HTML page.
+"""Replay reports from ``results.jsonl``: a summary (JSON), Markdown, JUnit XML and one self-contained HTML page.
 
 The page has the step's quant calls as a timeline (one box per call in execution order, coloured by
 verdict, the first divergence outlined), a distance plot per call, the verdict table next to what
@@ -16,7 +16,7 @@ from pathlib import Path
 from . import engine
 from .runner import BAD
 
-FILES = {"markdown": "report.md", "json": "summary.json", "html": "report.html"}
+FILES = {"markdown": "report.md", "json": "summary.json", "html": "report.html", "junit": "report.xml"}
 GOOD = ("agree-bitwise", "agree-tolerance", "crc-match", "stats-consistent", "mistrusted")
 COLORS = {"agree-bitwise": "#3a9d5d", "crc-match": "#3a9d5d", "agree-tolerance": "#9ccc65",
           "stats-consistent": "#b5d99c", "mistrusted": "#bdbdbd", "missing-data": "#f0ad4e",
@@ -244,4 +244,5 @@ def write_all(out_dir, records: list[dict], meta: dict) -> tuple[dict, dict[str,
     engine.write_atomic(paths["markdown"], markdown(summary, meta))
     engine.write_atomic(paths["json"], json.dumps(json_summary(summary, meta), indent=2, default=str))
     engine.write_atomic(paths["html"], html(summary, meta))
+    engine.write_atomic(paths["junit"], engine.junit(records, meta))
     return summary, paths

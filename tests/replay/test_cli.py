@@ -12,7 +12,7 @@ from w8a8cli.main import main
 def test_tensor_sample_exits_0_with_every_report(samples, tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["replay", str(samples.tensor), "--out", str(out), "--json"]) == 0
-    for name in ("results.jsonl", "report.md", "report.html", "summary.json"):
+    for name in ("results.jsonl", "report.md", "report.html", "summary.json", "report.xml"):
         assert (out / name).is_file(), name
     summary = json.loads(capsys.readouterr().out)
     assert summary["ok"] and summary["exit_status"] == 0 and summary["counts"]["agree-bitwise"] == 7

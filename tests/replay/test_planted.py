@@ -175,3 +175,10 @@ def test_md5_dump_alone_uses_the_statistics(samples, run_replay):
     device_max = float(_t(samples, f"{SCALE}.output.1").max())
     golden_max = float(np.float32(1) / (np.float32(127) / amax))
     assert scale["ok"] == (device_max == golden_max)
+
+
+def test_chain_memory_bound_breaks_the_chain_and_says_so(samples, run_replay):
+    """With no room for golden outputs (max_bytes=0) every consumer gets the device value, named."""
+    by_name, _ = run_replay(samples.planted, chain=True, max_bytes=0)
+    src = by_name["NPU.npu_grouped_matmul.0.forward"]["chain"]["inputs"]["input_args.0.0"]
+    assert src.startswith(f"chain break: {ROUTING}.expanded_x dropped (memory bound)")

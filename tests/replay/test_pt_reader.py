@@ -237,3 +237,39 @@ def test_crc32_is_msprobes_md5_field():
     a = np.arange(-8, 8, dtype=np.int8).reshape(4, 4)
     assert crc32_of(a) == f"{zlib.crc32(a.tobytes()):08x}"
     assert crc32_of(a.T) == f"{zlib.crc32(np.ascontiguousarray(a.T).tobytes()):08x}"   # C-contiguous bytes
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_pickle_bytes_only_ever_give_dump_format_error(data):
+    """Fuzz: whatever the bytes, the interpreter returns data or raises DumpFormatError; nothing else runs."""
+    try:
+        interpret_pickle(b"\x80\x02" + data)
+    except DumpFormatError:
+        pass
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.data())
+def test_saved_views_of_any_layout(tmp_path_factory, dims, data):
+    """torch.save of a permuted / sliced view (storage + offset + strides) decodes to the view's values."""
+    torch = pytest.importorskip("torch")
+    base = torch.arange(int(np.prod(dims)) * 2, dtype=torch.float32).reshape(*dims[:-1], dims[-1] * 2)
+    perm = data.draw(st.permutations(range(len(dims))))
+    view = base[..., data.draw(st.integers(0, 1))::2].permute(*perm)
+    path = tmp_path_factory.mktemp("v") / "v.pt"
+    torch.save(view, path)
+    assert read_pt(path).array.tolist() == view.tolist()
+
+
+@pytest.mark.parametrize("pkl", [
+    b"\x80\x02(](tK\x01d.",            # DICT with a list as key
+    b"\x80\x02}(]K\x01u.",             # SETITEMS with a list as key
+    b"\x80\x02((]tK\x01d.",            # a tuple holding a list as key
+])
+def test_unhashable_keys_are_format_errors(pkl):
+    with pytest.raises(DumpFormatError, match="key"):
+        interpret_pickle(pkl)
