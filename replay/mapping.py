@@ -183,6 +183,18 @@ def _out_dtype(rec, index: int = 0) -> str | None:
     return None
 
 
+def _dtype_arg(call: MappedCall, value, outs: list, arg: str) -> str | None:
+    """A dtype argument: the recorded ``torch.dtype``, else the first output's dtype (noted as inferred)."""
+    if isinstance(value, DtypeValue):
+        return value.name
+    out = _out_dtype(outs[0]) if outs else None
+    if out is None:
+        raise NotReplayable(f"{arg} lost and the output record has no dtype")
+    why = " (recorded as {})" if isinstance(value, Unknown) else " (recorded as an int)" if value is not None else ""
+    call.inferred.append(f"inferred: {arg}={out!r} from output dtype{why}")
+    return out
+
+
 def _check_unknown(values: dict, known: set[str], ignored: set[str], call: MappedCall) -> None:
     for key, value in values.items():
         if key in known:
@@ -230,15 +242,7 @@ def _dynamic_quant(call: MappedCall, v: dict, outs: list, asym: bool) -> None:
 def _quant_matmul(call: MappedCall, v: dict, outs: list) -> None:
     for name in ("x1_dtype", "x2_dtype", "scale_dtype", "pertoken_scale_dtype", "group_sizes", "y_scale"):
         _require_default(v, name)
-    od = v.get("output_dtype")
-    if isinstance(od, DtypeValue):
-        out = od.name
-    else:
-        out = _out_dtype(outs[0]) if outs else None
-        if out is None:
-            raise NotReplayable("output_dtype lost and the output record has no dtype")
-        call.inferred.append(f"inferred: output_dtype={out!r} from output dtype"
-                             + (" (output_dtype recorded as an int or {})" if od is not None else ""))
+    out = _dtype_arg(call, v.get("output_dtype"), outs, "output_dtype")
     call.args = [v.get("x1"), v.get("x2"), v.get("scale")]
     call.kwargs = {"offset": v.get("offset"), "pertoken_scale": v.get("pertoken_scale"), "bias": v.get("bias"),
                    "output_dtype": out}
@@ -253,12 +257,7 @@ def _grouped_matmul(call: MappedCall, v: dict, outs: list) -> None:
     if v.get("group_type") is None:
         raise NotReplayable("group_type not passed: torch_npu requires it (the call would have raised)")
     x, w = _one(v, "x", tensor_list=True), _one(v, "weight", tensor_list=True)
-    od = v.get("output_dtype")
-    if isinstance(od, DtypeValue):
-        out = od.name
-    else:
-        out = _out_dtype(outs[0]) if outs else None
-        call.inferred.append(f"inferred: output_dtype={out!r} from output dtype")
+    out = _dtype_arg(call, v.get("output_dtype"), outs, "output_dtype")
     group_list = _int_list(v.get("group_list"))
     call.args = [[x], [w]]
     call.kwargs = {"bias": _one(v, "bias", tensor_list=True), "scale": _one(v, "scale", tensor_list=True),
@@ -355,12 +354,7 @@ def _quantize(call: MappedCall, v: dict, outs: list) -> None:
 
 def _anti_quant(call: MappedCall, v: dict, outs: list) -> None:
     x = v.get("x")
-    dst = v.get("dst_dtype")
-    if isinstance(dst, DtypeValue):
-        dst_name = dst.name
-    else:
-        dst_name = _out_dtype(outs[0]) if outs else None
-        call.inferred.append(f"inferred: dst_dtype={dst_name!r} from output dtype")
+    dst_name = _dtype_arg(call, v.get("dst_dtype"), outs, "dst_dtype")
     src = v.get("src_dtype")
     if isinstance(src, DtypeValue):
         src_name = QUANT_DTYPE_NAMES.get(src.name, src.name)

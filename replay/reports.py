@@ -71,6 +71,13 @@ def _fed_by(r: dict) -> list[str]:
     return [f"{e['input']} <- {e['from']}.{e['output']}" for e in r.get("dataflow") or [] if e.get("from")]
 
 
+def _divergence_details(r: dict) -> list[tuple[str, str]]:
+    """(label, text) lines of a first divergence: its stack, the calls that fed it, its repro."""
+    out = [("stack", s.strip()[:200]) for s in r.get("stack") or []]
+    out += [("fed by", f) for f in _fed_by(r)]
+    return out + ([("repro", r["repro"])] if r.get("repro") else [])
+
+
 def _worst_distance(r: dict):
     vals = []
     for o in (r.get("outputs") or {}).values():
@@ -95,12 +102,7 @@ def markdown(summary: dict, meta: dict) -> str:
         lines += ["", "## First divergence", ""]
         for dump, r in summary["first_divergence"].items():
             lines.append(f"- `{dump}`: {_first_line(r)}")
-            for s in r.get("stack") or []:
-                lines.append(f"  - stack: `{s.strip()[:200]}`")
-            for f in _fed_by(r):
-                lines.append(f"  - fed by: `{f}`")
-            if r.get("repro"):
-                lines.append(f"  - repro: `{r['repro']}`")
+            lines += [f"  - {label}: `{text}`" for label, text in _divergence_details(r)]
             if r.get("repro_python"):
                 lines += ["", "```python", r["repro_python"], "```"]
     lines += ["", "## Calls", "", "| # | call | module | verdict | worst ULP/code | msprobe's criteria | note |",
@@ -195,13 +197,8 @@ def html(summary: dict, meta: dict) -> str:
         out.append("<h2>First divergence</h2>")
         for dump, r in summary["first_divergence"].items():
             out.append(f"<div class='div' id='first-divergence'><p><b>{_e(dump)}</b>: {_e(_first_line(r))}</p><ul>")
-            for s in r.get("stack") or []:
-                out.append(f"<li>stack: <code>{_e(s.strip()[:200])}</code></li>")
-            for f in _fed_by(r):
-                out.append(f"<li>fed by <code>{_e(f)}</code></li>")
+            out += [f"<li>{_e(label)}: <code>{_e(text)}</code></li>" for label, text in _divergence_details(r)]
             out.append("</ul>")
-            if r.get("repro"):
-                out.append(f"<pre>{_e(r['repro'])}</pre>")
             if r.get("repro_python"):
                 out.append(f"<pre>{_e(r['repro_python'])}</pre>")
             out.append("</div>")

@@ -288,7 +288,7 @@ def _golden(call: MappedCall, args, kwargs, options: Options):
     return results
 
 
-def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, args, kwargs, pre, masks) -> dict:
+def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, pre, masks) -> dict:
     """One output: compare arrays, else CRC, else statistics."""
     if ref is None:
         if dev is None or rec is None:
@@ -296,7 +296,8 @@ def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, args,
         return {"name": name, "verdict": "disagree", "note": "the golden returns no such output; the device did"}
     if isinstance(dev, np.ndarray):
         tol, described = engine.tolerance(options.tolerances, op, name, _dt.name(ref.dtype))
-        comp = engine.compare_output(op, name, kind, ref, dev, tol=tol, pre=pre.get(name), mask=masks.get(name))
+        comp = engine.compare_output(op, name, kind, ref, dev, tol=tol, pre=pre().get(name) if tol.tie_off_by_one else None,
+                                     mask=masks.get(name))
         comp["verdict_engine"] = comp.pop("verdict")
         comp["verdict"] = {"pass": "agree-bitwise", "tolerated": "agree-tolerance", "fail": "disagree",
                            "mistrusted": "mistrusted"}[comp["verdict_engine"]]
@@ -341,13 +342,18 @@ def judge_call(call: MappedCall, args, kwargs, device: dict, options: Options) -
             continue
         numerics = golden.declared_numerics(options.platform, options.numerics)
         masks = engine.masks(call.op, args, kw)
-        wants_ties = options.tolerances is not None
-        pre = engine.pre_round(call.op, args, kw, numerics) if wants_ties else {}
+        cache: dict = {}
+
+        def pre(kw=kw, numerics=numerics):   # the pre-rounding values, only for a tie-aware tolerance
+            if "v" not in cache:
+                cache["v"] = engine.pre_round(call.op, args, kw, numerics)
+            return cache["v"]
+
         outs = {}
         for i, name in enumerate(names):
             rec = call.outputs[i] if i < len(call.outputs) else None
             outs[name] = _output_verdict(call.op, name, kinds[name], ref.get(name), device.get(name), rec, options,
-                                         args, kw, pre, masks)
+                                         pre, masks)
         verdict = worst(o["verdict"] for o in outs.values())
         if verdict == "mistrusted" and any(o["verdict"] == "agree-bitwise" for o in outs.values()):
             verdict = "agree-bitwise"

@@ -182,3 +182,22 @@ def test_chain_memory_bound_breaks_the_chain_and_says_so(samples, run_replay):
     by_name, _ = run_replay(samples.planted, chain=True, max_bytes=0)
     src = by_name["NPU.npu_grouped_matmul.0.forward"]["chain"]["inputs"]["input_args.0.0"]
     assert src.startswith(f"chain break: {ROUTING}.expanded_x dropped (memory bound)")
+
+
+def test_tie_aware_tolerance_accepts_only_true_ties(samples, run_replay, tmp_path):
+    """A device-dump tolerance entry with tie_off_by_one: the planted half-away codes sit exactly on .5
+    ties (amax 127, values k + 0.5), so they become agree-tolerance, each accepted code counted."""
+    from replay.engine import load_tolerances
+
+    if _golden_reproduces(samples, TIES):
+        pytest.skip("the golden models half-away ties")
+    toml = tmp_path / "tol.toml"
+    toml.write_text('[[entry]]\nbackend = "device-dump"\nop = "dynamic_quant"\noutput = "y"\ndtype = "int8"\n'
+                    'tie_off_by_one = true\nbasis = "analytic"\n')
+    by_name, _ = run_replay(samples.planted, ops=["dynamic_quant"], tolerances=load_tolerances(str(toml), False))
+    y = by_name[TIES]["outputs"]["y"]
+    assert by_name[TIES]["verdict"] == "agree-tolerance" and y["tie_accepted"] == y["mismatches"] > 0
+    assert y["tolerance"] == "+-1 at ties"
+    # the scale formula is not a tie matter: still a disagreement
+    if not _golden_reproduces(samples, SCALE):
+        assert by_name[SCALE]["verdict"] == "disagree"
