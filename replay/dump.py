@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .pt_reader import DumpFormatError, crc32_of, read_tensor_file
+from .pt_reader import DumpFormatError, checksum_like, read_tensor_file
 from .torch_dtypes import numpy_dtype
 
 MAX_JSON_BYTES = 2 << 30
@@ -506,11 +506,10 @@ class TensorLoader:
                 return MissingTensor(rec, f"file holds {array.dtype} but dump.json says {rec.torch_dtype}")
         if rec.shape != tuple(array.shape) and not (rec.shape == () and array.size == 1):
             return MissingTensor(rec, f"file holds shape {list(array.shape)} but dump.json says {list(rec.shape)}")
-        if rec.md5 and len(rec.md5) == 8:
-            got = crc32_of(array)
-            if got != rec.md5.lower():
-                return MissingTensor(rec, f"CRC-32 of the file's data is {got}, dump.json's md5 is {rec.md5}: "
-                                          "the file does not hold what msprobe saw")
+        got = checksum_like(rec.md5, array) if rec.md5 else None
+        if got is not None and got != rec.md5.lower():
+            return MissingTensor(rec, f"CRC-32/xor checksum of the file's data is {got}, dump.json's md5 is "
+                                      f"{rec.md5}: the file does not hold what msprobe saw")
         return array.reshape(rec.shape)
 
 

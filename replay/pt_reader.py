@@ -459,3 +459,29 @@ def crc32_of(array: np.ndarray) -> str:
     for i in range(0, flat.size, 1 << 24):
         crc = zlib.crc32(flat[i:i + (1 << 24)], crc)
     return f"{crc:08x}"
+
+
+def xor64_of(array: np.ndarray) -> str:
+    """msprobe's ``xor`` summary mode: ``"0x%016x"`` of the XOR of every little-endian 64-bit word of the
+    C-contiguous bytes, the last word zero-padded (``pytorch/xor_checksum``)."""
+    a = np.ascontiguousarray(array)
+    flat = a.reshape(-1).view(np.uint8) if a.size else np.empty(0, np.uint8)
+    acc = np.uint64(0)
+    whole = flat.size // 8 * 8
+    for i in range(0, whole, 1 << 24):
+        acc ^= np.bitwise_xor.reduce(flat[i:min(i + (1 << 24), whole)].view("<u8"), initial=np.uint64(0))
+    if whole < flat.size:
+        tail = np.zeros(8, np.uint8)
+        tail[: flat.size - whole] = flat[whole:]
+        acc ^= tail.view("<u8")[0]
+    return f"0x{int(acc):016x}"
+
+
+def checksum_like(field: str, array: np.ndarray) -> str | None:
+    """The checksum of ``array`` in the format of a dumped ``md5`` field (CRC-32 or xor64), None if unknown."""
+    f = field.strip().lower()
+    if len(f) == 8 and all(c in "0123456789abcdef" for c in f):
+        return crc32_of(array)
+    if f.startswith("0x") and len(f) == 18:
+        return xor64_of(array)
+    return None

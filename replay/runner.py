@@ -35,7 +35,7 @@ from . import engine, golden, msprobe_criteria, stats
 from .case import python_snippet, save_case
 from .dump import Dump, DumpDir, MissingTensor, TensorLoader, TensorRecord, discover, iter_tensors, load_dump, stats_note
 from .mapping import MappedCall, map_entry
-from .pt_reader import crc32_of
+from .pt_reader import checksum_like, crc32_of
 
 VERDICTS = ("agree-bitwise", "agree-tolerance", "disagree", "mistrusted", "missing-data", "stats-consistent",
             "stats-inconsistent", "crc-match", "crc-mismatch", "not-replayable")
@@ -310,8 +310,8 @@ def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, pre, 
     if not isinstance(rec, TensorRecord):
         return {"name": name, "verdict": "missing-data", "note": "no output record"}
     out = {"name": name, "kind": kind}
-    if rec.md5 and len(rec.md5) == 8:
-        got = crc32_of(ref)
+    got = checksum_like(rec.md5, ref) if rec.md5 else None
+    if got is not None:
         out.update(verdict="crc-match" if got == rec.md5.lower() else "crc-mismatch", crc_golden=got,
                    crc_device=rec.md5)
         st = stats.compare_stats(rec, ref)
@@ -336,9 +336,11 @@ def judge_call(call: MappedCall, args, kwargs, device: dict, options: Options) -
     judged = []
     for ref, label, error, kw in results:
         if error is not None:
-            judged.append({"verdict": "not-replayable", "reason": f"the golden refused the input: {error}"
-                           + ("; NaN/Inf inputs: try --numerics '{\"nan_policy\":\"ieee\"}'" if "NaN" in error
-                              or "Inf" in error else ""), "alternative": label})
+            hint = ("; NaN/Inf inputs: try --numerics '{\"nan_policy\":\"ieee\"}'" if "NaN" in error or "Inf" in error
+                    else "; shape inconsistent: a sliced dump? (msprobe does not record its slice config)"
+                    if "shape" in error else "")
+            judged.append({"verdict": "not-replayable", "reason": f"the golden refused the input: {error}{hint}",
+                           "alternative": label})
             continue
         numerics = golden.declared_numerics(options.platform, options.numerics)
         masks = engine.masks(call.op, args, kw)
@@ -384,10 +386,6 @@ def _msprobe(call: MappedCall, best: dict, device: dict) -> dict | None:
             stat_pairs[n] = ({"Max": rec.max, "Min": rec.min, "Mean": rec.mean, "Norm": rec.norm},
                              stats.stats_of(ref[n]))
     return msprobe_criteria.judge_stats(stat_pairs) if stat_pairs else None
-
-
-def _strip(best: dict) -> dict:
-    return {k: v for k, v in best.items() if k not in ("golden", "kwargs", "masks")}
 
 
 # ------------------------------------------------------------------------------------------------

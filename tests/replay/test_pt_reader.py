@@ -273,3 +273,13 @@ def test_saved_views_of_any_layout(tmp_path_factory, dims, data):
 def test_unhashable_keys_are_format_errors(pkl):
     with pytest.raises(DumpFormatError, match="key"):
         interpret_pickle(pkl)
+
+
+def test_xor_checksum_is_msprobes_xor_mode():
+    from replay.pt_reader import checksum_like, xor64_of
+
+    a = np.arange(11, dtype=np.uint8)          # 8 bytes + 3 bytes zero-padded to a second word
+    words = np.frombuffer(a.tobytes() + b"\0" * 5, dtype="<u8")
+    assert xor64_of(a) == f"0x{int(words[0] ^ words[1]):016x}"
+    assert checksum_like("0x" + "0" * 16, a) == xor64_of(a) and checksum_like("9ff3f7b9", a) == crc32_of(a)
+    assert checksum_like("not a checksum", a) is None
