@@ -52,16 +52,17 @@ def summarize(records: list[dict]) -> dict:
             "stricter": [r for r in quant if r.get("stricter")]}
 
 
-def _first_line(r: dict) -> str:
+def _first_line(r: dict, md: bool = True) -> str:
     at = r.get("attribution") or {}
     fm = r.get("first_mismatch") or {}
-    parts = [f"`{r['name']}` ({r['op']})", f"verdict **{r['verdict']}**"]
+    c, b = ("`", "**") if md else ("", "")
+    parts = [f"{c}{r['name']}{c} ({r['op']})", f"verdict {b}{r['verdict']}{b}"]
     if r.get("module"):
-        parts.append(f"module `{r['module']}`")
+        parts.append(f"module {c}{r['module']}{c}")
     if fm:
-        parts.append(f"output `{fm.get('output')}` first differs at {fm.get('index')}")
+        parts.append(f"output {c}{fm.get('output')}{c} first differs at {fm.get('index')}")
     if at.get("first_stage"):
-        parts.append(f"stage `{at['first_stage']}`")
+        parts.append(f"stage {c}{at['first_stage']}{c}")
     if at.get("cause"):
         parts.append(f"cause: {at['cause']}" + (" (reproduced bit for bit)" if at.get("reproduced") else ""))
     return "; ".join(parts)
@@ -155,7 +156,16 @@ def _plot(summary: dict) -> str | None:
         fig, (ax,) = grid(1, 1, min(16.0, 2 + 0.35 * len(rows)), 2.8)
         xs = list(range(len(rows)))
         ys = [(_worst_distance(r) or 0) + 1 for r in rows]
-        ax.bar(xs, ys, color=[COLORS.get(r["verdict"], "#999") for r in rows])
+        chained = [isinstance(r.get("chain"), dict) and "outputs" in r["chain"] for r in rows]
+        width = 0.4 if any(chained) else 0.8
+        ax.bar([x - (width / 2 if any(chained) else 0) for x in xs], ys, width=width,
+               color=[COLORS.get(r["verdict"], "#999") for r in rows], label="isolated")
+        if any(chained):
+            cy = [(_worst_distance(r["chain"]) or 0) + 1 if c else 1 for r, c in zip(rows, chained)]
+            ax.bar([x + width / 2 for x in xs], cy, width=width, hatch="//", edgecolor="#444",
+                   color=[COLORS.get(r["chain"].get("verdict"), "#eee") if c else "#eee" for r, c in zip(rows, chained)],
+                   label="chained")
+            ax.legend(fontsize=7)
         ax.set_yscale("log")
         ax.set_ylabel("1 + worst ULP / code distance", fontsize=8)
         ax.set_xticks(xs)
@@ -196,7 +206,7 @@ def html(summary: dict, meta: dict) -> str:
     if summary["first_divergence"]:
         out.append("<h2>First divergence</h2>")
         for dump, r in summary["first_divergence"].items():
-            out.append(f"<div class='div' id='first-divergence'><p><b>{_e(dump)}</b>: {_e(_first_line(r))}</p><ul>")
+            out.append(f"<div class='div' id='first-divergence'><p><b>{_e(dump)}</b>: {_e(_first_line(r, md=False))}</p><ul>")
             out += [f"<li>{_e(label)}: <code>{_e(text)}</code></li>" for label, text in _divergence_details(r)]
             out.append("</ul>")
             if r.get("repro_python"):
