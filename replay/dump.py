@@ -59,9 +59,7 @@ def _number(name: str, prefix: str) -> int | None:
 
 
 def _dump_dir(folder: Path) -> DumpDir:
-    rank = _number(folder.name, "rank")
-    label = folder.name if (rank is not None or _number(folder.name, "proc") is not None) else folder.name
-    return DumpDir(folder, _number(folder.parent.name, "step"), rank, label)
+    return DumpDir(folder, _number(folder.parent.name, "step"), _number(folder.name, "rank"), folder.name)
 
 
 def discover(path) -> list[DumpDir]:

@@ -79,6 +79,13 @@ def _divergence_details(r: dict) -> list[tuple[str, str]]:
     return out + ([("repro", r["repro"])] if r.get("repro") else [])
 
 
+def _annotations(r: dict) -> list[str]:
+    """Lines under a call: inferred arguments, inputs taken from the checkpoint or another dump, notes."""
+    out = list(r.get("inferred") or [])
+    out += [f"{where}: {src}" for where, src in (r.get("inputs") or {}).items() if src != "dump file"]
+    return out + list(r.get("notes") or [])
+
+
 def _worst_distance(r: dict):
     vals = []
     for o in (r.get("outputs") or {}).values():
@@ -116,7 +123,7 @@ def markdown(summary: dict, meta: dict) -> str:
             chain = f"; chain: {r['chain'].get('verdict')}" if isinstance(r.get("chain"), dict) and r["chain"].get("verdict") else ""
             lines.append(f"| {r['params']['index']} | `{r['name']}` | `{r.get('module') or ''}` | {r['verdict']}{chain} | "
                          f"{_worst_distance(r) if _worst_distance(r) is not None else '-'} | {ms}{stricter} | {note} |")
-            for inf in r.get("inferred") or []:
+            for inf in _annotations(r):
                 lines.append(f"| | | | | | | {inf} |")
     skipped = Counter(reason for _, reason in summary["not_replayable"])
     if skipped:
@@ -219,7 +226,7 @@ def html(summary: dict, meta: dict) -> str:
         for r in rs:
             ms = r.get("msprobe") or {}
             chain = r.get("chain") if isinstance(r.get("chain"), dict) else {}
-            extra = "".join(f"<br><i>{_e(i)}</i>" for i in r.get("inferred") or [])
+            extra = "".join(f"<br><i>{_e(i)}</i>" for i in _annotations(r))
             out.append(f"<tr class='{'first' if r is first else ''}'><td>{r['params']['index']}</td>"
                        f"<td><code>{_e(r['name'])}</code></td><td><code>{_e(r.get('module') or '')}</code></td>"
                        f"<td style='color:{COLORS.get(r['verdict'], '#000')}'>{_e(r['verdict'])}</td>"

@@ -33,7 +33,7 @@ from w8a8 import dtypes as _dt
 
 from . import engine, golden, msprobe_criteria, stats
 from .case import python_snippet, save_case
-from .dump import Dump, DumpDir, MissingTensor, TensorLoader, TensorRecord, discover, iter_tensors, load_dump, stats_note
+from .dump import Dump, DumpDir, MissingTensor, TensorLoader, TensorRecord, discover, load_dump, stats_note
 from .mapping import MappedCall, map_entry
 from .pt_reader import checksum_like, crc32_of
 

@@ -114,3 +114,11 @@ def test_listed_in_help(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "replay" in capsys.readouterr().out
+
+
+def test_report_says_when_a_checkpoint_match_rests_on_path_and_shape(samples, tmp_path):
+    out = tmp_path / "r"
+    main(["replay", str(samples.planted), "--out", str(out), "--checkpoint", str(samples.checkpoint)])
+    md = (out / "report.md").read_text()
+    assert "input_args.1: from checkpoint model.layers.0.self_attn.o_proj.weight" in md
+    assert "rests on module path 'model.layers.0.self_attn.o_proj' and shape only" in md
