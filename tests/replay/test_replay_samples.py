@@ -239,3 +239,27 @@ def test_legacy_npy_tensor_files(samples, copy_sample, run_replay):
     by_name, _ = run_replay(dump)
     assert by_name["NPU.npu_swiglu.0.forward"]["verdict"] == "agree-bitwise"
     shutil.rmtree(dump)
+
+
+def test_statistics_of_outputs_against_the_golden(samples, copy_sample, run_replay):
+    """Inputs saved, outputs only as statistics (a statistics task with tensor_list on the inputs):
+    Max/Min are compared exactly, Mean/Norm within their bound; one altered Max is caught."""
+    dump = copy_sample(samples.tensor)
+    p = dump / "step0/rank0/dump.json"
+    raw = json.loads(p.read_text())
+    for name, body in raw["data"].items():
+        outs = body["output"][0] if isinstance(body["output"][0], list) else body["output"]
+        for o in outs:
+            (dump / "step0/rank0/dump_tensor_data" / o.pop("data_name")).unlink()
+    swiglu = raw["data"]["NPU.npu_swiglu.0.forward"]["output"][0]
+    swiglu["Max"] = swiglu["Max"] * 1.01
+    p.write_text(json.dumps(raw))
+    by_name, _ = run_replay(dump)
+    qmm = by_name["NPU.npu_quant_matmul.0.forward"]
+    assert qmm["verdict"] == "stats-consistent"
+    stats = {c["stat"]: c for c in qmm["outputs"]["y"]["statistics"]}
+    assert stats["Max"]["rule"] == "exact" and stats["Max"]["ok"] and set(stats) == {"Max", "Min", "Mean", "Norm"}
+    bad = by_name["NPU.npu_swiglu.0.forward"]
+    assert bad["verdict"] == "stats-inconsistent" and bad["status"] == "fail"
+    assert not next(c for c in bad["outputs"]["y"]["statistics"] if c["stat"] == "Max")["ok"]
+    assert bad["msprobe"]["criterion"].startswith("statistics mode")
