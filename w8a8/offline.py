@@ -159,6 +159,38 @@ def static_params(weight: np.ndarray, weight_scale: np.ndarray, input_scale: np.
         _check.fail(op, "model_dtype", "bfloat16, float16 or float32 with arithmetic='model'", repr(model_dtype),
                     TypeError)
     deq = _rd(_rd(s_in.reshape(()), calc) * _rd(ws.reshape(n), calc), calc).astype(np.float32)
+    qb = _quant_bias(op, "weight_scale", w, deq, o_in, bias, calc)
+    is_bf16 = mdt == _dt.bfloat16
+    return (deq if is_bf16 else fp32_bits_to_int64(deq)), qb
+
+
+def static_quant_bias(weight: np.ndarray, deq_scale: np.ndarray, input_offset: np.ndarray,
+                      bias: np.ndarray | None = None, *, model_dtype="bfloat16", arithmetic: str = "float32") -> np.ndarray:
+    """``quant_bias`` int32 ``[N]`` of a static W8A8 Linear from its fp32 ``deq_scale [N]`` (the second
+    half of :func:`static_params`; for a checkpoint that stores ``deq_scale`` but no weight scale)::
+
+        quant_bias = rint(fp32(dt(dt(b) / deq_scale)) - fp32(sum_k weight[n, k]) * input_offset)
+
+    ``dt`` as in :func:`static_params`. ValueError when a value does not fit int32 (a zero deq_scale).
+    """
+    op = "static_quant_bias"
+    arithmetic = _check.choice(op, "arithmetic", arithmetic, _ARITHMETIC)
+    w = _check.array(op, "weight", weight, dtypes=(_dt.int8,), ndim=2)
+    n = w.shape[0]
+    deq = _check.array(op, "deq_scale", deq_scale, dtypes=(_dt.float32,))
+    if deq.shape != (n,):
+        _check.fail(op, "deq_scale", f"float32 of shape [{n}]", _check.describe(deq))
+    o_in = _check.array(op, "input_offset", input_offset, dtypes=(_dt.float32,))
+    _check.finite(op, "input_offset", o_in)
+    mdt = _dt.resolve(model_dtype, arg="model_dtype", op=op)
+    calc = np.dtype(mdt) if arithmetic == "model" else np.dtype(np.float32)
+    if calc not in _FLOATS:
+        _check.fail(op, "model_dtype", "bfloat16, float16 or float32", repr(model_dtype), TypeError)
+    return _quant_bias(op, "deq_scale", w, deq, o_in, bias, calc)
+
+
+def _quant_bias(op: str, scale_arg: str, w: np.ndarray, deq: np.ndarray, o_in: np.ndarray, bias, calc) -> np.ndarray:
+    n = w.shape[0]
     b = np.zeros(n, np.float32) if bias is None else _check.array(op, "bias", bias, dtypes=_FLOATS).astype(np.float32)
     _check.finite(op, "bias", b)
     if b.shape != (n,):
@@ -168,7 +200,5 @@ def static_params(weight: np.ndarray, weight_scale: np.ndarray, input_scale: np.
         qb = round_half_even((_rd(_rd(b, calc) / deq, calc) - correction).astype(np.float32))
     # In float32, 2**31 - 1 rounds up to 2**31: compare with the exact bounds [-2^31, 2^31).
     if not np.isfinite(qb).all() or (qb >= 2.0**31).any() or (qb < -2.0**31).any():
-        _check.fail(op, "weight_scale", "such that quant_bias fits int32 (no zero deq_scale)", "an overflow")
-    qb = qb.astype(np.int32)
-    is_bf16 = mdt == _dt.bfloat16
-    return (deq if is_bf16 else fp32_bits_to_int64(deq)), qb
+        _check.fail(op, scale_arg, "such that quant_bias fits int32 (no zero deq_scale)", "an overflow")
+    return qb.astype(np.int32)
