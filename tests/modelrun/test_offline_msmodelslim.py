@@ -24,8 +24,9 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
 FLOAT, QUANT = DATA / "float", DATA / "msmodelslim"
-CHECKPOINTS = {"qwen2-w8a8-dynamic": ("qwen2-bf16", "bfloat16"), "qwen2-w8a8-bf16": ("qwen2-bf16", "bfloat16"),
-               "qwen2-w8a8-fp16": ("qwen2-fp16", "float16"), "dsv3-mix": ("dsv3-bf16", "bfloat16")}
+CHECKPOINTS = {  # checkpoint -> (the float model it was made from, the model dtype)
+    "qwen2-w8a8-dynamic": ("qwen2-bf16", "bfloat16"), "qwen2-w8a8-bf16": ("qwen2-bf16", "bfloat16"),
+    "qwen2-w8a8-fp16": ("qwen2-fp16", "float16"), "dsv3-mix": ("dsv3-bf16", "bfloat16")}
 
 
 def calib_ranges() -> dict:
