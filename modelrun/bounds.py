@@ -21,10 +21,14 @@ Then exactly ``y_f - x̂ ŵ^T = x (W - ŵ)^T + (x - x̂) ŵ^T``, so
 * **W8A8 (static)**: ``r = dt(1 / s)``, ``x_q = sat(rint(x r + o))``; *unsaturated*, ``x̂ = s (x_q - o)``
   has ``e_x = |x| (u + u32) + s/2``. msModelSlim writes no weight scale: ``deq = dt(s s_w)``, read by
   the kernel as ``deq'`` (fp32, or FP19 for an fp16 model: ``rho = 2^-10``), so ``ŵ = w_q deq'/s`` and
-  ``e_w = s_w/2 + u|W| + |w_q| s_w (u + rho)`` with ``s_w <= (deq/s)(1 + u)``. The folded bias
+  ``e_w = s_w/2 + u|W| + |w_q| s_w (u_d + rho)`` with ``s_w <= (deq/s)(1 + u_d)``, ``u_d = max(u,
+  ulp_dt(deq) / 2deq)`` (msModelSlim rounds ``deq`` to dt: an fp16 ``deq`` below 2^-14 is subnormal and
+  keeps fewer bits). The folded bias
   ``deq' rint(fp32(dt(b / deq)))`` gives ``e_b = (rho + u(1 + rho)) |b| + deq'/2``.
-  **A saturated activation** (``x r + o`` outside ``[-128.5, 127.5]``: outside the calibrated range)
-  breaks ``e_x``; those elements are counted, and the error there may exceed the bound — that is
+  The clamp to ``[-128, 127]`` adds ``s * beyond`` where ``beyond`` is how far ``x r + o`` lies outside;
+  up to one code is included in ``e_x`` (the calibration's extremes land there through the rounded
+  reciprocal). **A saturated activation** — more than one code outside, i.e. outside the calibrated
+  range — is not: those values are counted, and the error there may exceed the bound, which is
   what "the first module whose error exceeds its bound" finds.
 
 The weight terms assume ``W`` is the float weight the checkpoint was exported from (no smoothing
@@ -102,16 +106,20 @@ def dense_bound(scheme: str, x: np.ndarray, w_ref: np.ndarray, b_ref, tensors: d
         deq, deq_read, rho = _deq_as_read(np.asarray(tensors[".deq_scale"]))
         r = float(np.float32(np.float32(1) / np.float32(np.float32(s).astype(dt))).astype(dt))
         pre = np.asarray(x, dtype=np.float32).reshape(-1, k).astype(np.float64) * r + o
-        sat = (pre < -128.5) | (pre > 127.5)
+        beyond = np.maximum(np.maximum(-128.0 - pre, pre - 127.0), 0.0)     # codes outside [-128, 127]
+        sat = beyond > 1.0
         out.saturated = int(sat.sum())
         if out.saturated:
             counts = sat.sum(axis=0)
             out.saturated_channels = tuple(int(c) for c in np.argsort(-counts)[: min(8, int((counts > 0).sum()))])
-        s_w = deq / s * (1 + u)
-        e_w_scalar = (s_w / 2)[:, None] + u * aw + aw_q * (s_w * (u + rho))[:, None]
+        # deq = dt(s * s_w): relative rounding u, more where it is subnormal in dt (fp16 below 2^-14)
+        u_deq = np.maximum(u, ulp_of_dtype(deq, dt) / (2 * deq))
+        s_w = deq / s * (1 + u_deq)
+        e_w_scalar = (s_w / 2)[:, None] + u * aw + aw_q * (s_w * (u_deq + rho))[:, None]
         w_hat = aw_q * (deq_read / s)[:, None]
         term_w = ax @ e_w_scalar.T
-        term_x = (u + U32) * (ax @ w_hat.T) + (s / 2) * w_hat.sum(axis=1)[None, :]
+        e_x = ax * (u + U32) + s * (0.5 + np.minimum(beyond, 1.0))
+        term_x = e_x @ w_hat.T
         e_b = (rho + u * (1 + rho)) * ab + deq_read / 2
     else:
         raise ValueError(f"dense_bound: argument 'scheme' must be 'W8A8_DYNAMIC' or 'W8A8'; got {scheme!r}")
