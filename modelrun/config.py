@@ -42,22 +42,22 @@ class ModelConfig:
     dtype: str
     tie_embeddings: bool
     attention_bias: bool = False
-    # DeepSeek-V3
-    q_lora_rank: int | None = None
+    # DeepSeek-V3 (MLA + MoE)
+    q_lora_rank: int | None = None      # None: a plain q_proj
     kv_lora_rank: int = 0
-    qk_nope: int = 0
-    qk_rope: int = 0
+    qk_nope: int = 0                    # qk_nope_head_dim
+    qk_rope: int = 0                    # qk_rope_head_dim (= head_dim, the RoPE width)
     v_head_dim: int = 0
-    rope_interleave: bool = True
+    rope_interleave: bool = True        # transformers' apply_rotary_pos_emb_interleave
     moe_intermediate: int = 0
-    n_experts: int = 0
-    n_shared: int = 0
-    top_k: int = 0
-    n_group: int = 1
-    topk_group: int = 1
-    norm_topk_prob: bool = True
+    n_experts: int = 0                  # routed experts
+    n_shared: int = 0                   # shared experts (one MLP of n_shared * moe_intermediate)
+    top_k: int = 0                      # num_experts_per_tok
+    n_group: int = 1                    # expert groups of the router ...
+    topk_group: int = 1                 # ... of which this many are kept
+    norm_topk_prob: bool = True         # renormalise the chosen weights
     routed_scaling_factor: float = 1.0
-    first_dense: int = 0
+    first_dense: int = 0                # first_k_dense_replace: dense MLP layers before the MoE ones
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     def is_moe_layer(self, layer: int) -> bool:
