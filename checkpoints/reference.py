@@ -35,6 +35,7 @@ from .validate import decode_deq_scale
 
 MAX_REL_L2 = 0.05
 FAR_FRACTION = 0.01
+SHOWN = 8
 CONFIG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
 
 
@@ -83,24 +84,32 @@ def check_reference(res: Resolution, ref: dict, ref_config: dict | None = None, 
     quantized = [(p, res.types.get(p + ".weight")) for p in sorted(res.linears)
                  if res.types.get(p + ".weight") in ("W8A8", "W8A8_DYNAMIC", "W8A8_MIX")]
     present = []
+    bad: dict[str, list[tuple[str, str]]] = {}
     for prefix, t in quantized:
         where = res.native_prefix(prefix)
         name, w = _lookup(ref, res, prefix)
         shape = res.shape(prefix + ".weight")
         if w is None:
-            found.error(where, f"{t} Linear has no float .weight in the reference (looked for "
-                               f"{where}.weight)", "reference-missing")
+            bad.setdefault("reference-missing", []).append(
+                (where, f"{t} Linear has no float .weight in the reference (looked for {where}.weight)"))
         elif not _dt.is_float(np.asarray(w).dtype):
-            found.error(where, f"the reference's {name} is {_dt.name(np.asarray(w).dtype)}, not a float tensor",
-                        "reference-dtype")
+            bad.setdefault("reference-dtype", []).append(
+                (where, f"the reference's {name} is {_dt.name(np.asarray(w).dtype)}, not a float tensor"))
         elif tuple(np.shape(w)) != tuple(shape or ()):
-            found.error(where, f"the reference's {name} is {list(np.shape(w))}, the checkpoint's weight "
-                               f"{list(shape or ())}", "reference-shape")
+            bad.setdefault("reference-shape", []).append(
+                (where, f"the reference's {name} is {list(np.shape(w))}, the checkpoint's weight {list(shape or ())}"))
         else:
             present.append((prefix, t, w))
+    for code, items in bad.items():       # the first few by name, then a count: a wrong model has thousands
+        for where, message in items[:SHOWN]:
+            found.error(where, message, code)
+        if len(items) > SHOWN:
+            what = {"reference-missing": "absent from", "reference-dtype": "not float in",
+                    "reference-shape": "of another shape in"}[code]
+            found.error("--reference", f"... and {len(items) - SHOWN} more quantized Linears {what} the reference", code)
     if quantized and not present and not found.errors:
         found.error("--reference", "no quantized Linear of the checkpoint is in the reference", "reference-missing")
-    # spread the distance checks over the layers; experts count once per MoE (expert 0 and the last)
+    # spread the distance checks over the layers; of the routed experts, expert 0 of each MoE
     dense = [x for x in present if parse_expert(x[0]) is None]
     experts = [x for x in present if parse_expert(x[0]) is not None]
     picked = dense + [x for x in experts if parse_expert(x[0])[1] in (0,)]
