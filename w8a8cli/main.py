@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "estimate": "w8a8cli.estimate_cmd",
     "inspect": "w8a8cli.inspect_cmd",
     "replay": "w8a8cli.replay_cmd",
+    "run": "w8a8cli.run_cmd",
 }
 
 
