@@ -15,8 +15,9 @@ take and return NumPy arrays. A subclass implements an op by registering methods
         def _qmm(self, loaded):
             ...
 
-A method registered for several ops (``@implements("a", "b")``) that declares a keyword-only
-``op`` parameter gets the op's name. An unknown op name, two methods of one class for the same op,
+A registered method that declares a keyword-only ``op`` parameter gets the op's name (useful for
+one method registered for several ops, ``@implements("a", "b")``), one that declares ``numerics``
+the record the call runs under (the declared one, or another the backend accepts). An unknown op name, two methods of one class for the same op,
 a loader without an implementation, or a registered method named like a public op method is a
 ``TypeError`` when the class is created.
 
@@ -113,15 +114,19 @@ def loads(*ops: str) -> Callable[[Callable], Callable]:
     return _mark("loads", ops)
 
 
+_CONTEXT = ("op", "numerics")  # what a registered method gets as keyword-only arguments, if it declares them
+
+
 @functools.lru_cache(maxsize=None)
-def _takes_op(fn: Callable) -> bool:
-    p = inspect.signature(fn).parameters.get("op")
-    return p is not None and p.kind is inspect.Parameter.KEYWORD_ONLY
+def _context_keywords(fn: Callable) -> tuple[str, ...]:
+    params = inspect.signature(fn).parameters
+    return tuple(k for k in _CONTEXT if k in params and params[k].kind is inspect.Parameter.KEYWORD_ONLY)
 
 
-def _invoke(backend: Backend, method: str, value, op: str):
+def _invoke(backend: Backend, method: str, value, op: str, numerics: Numerics):
     fn = getattr(backend, method)
-    return fn(value, op=op) if _takes_op(getattr(fn, "__func__", fn)) else fn(value)
+    context = {"op": op, "numerics": numerics}
+    return fn(value, **{k: context[k] for k in _context_keywords(getattr(fn, "__func__", fn))})
 
 
 def _registrations(cls: type) -> tuple[dict[str, str], dict[str, str]]:
@@ -218,14 +223,14 @@ class Backend:
     def prepare(self, op: str, /, *args, **kwargs) -> Prepared:
         """Check, convert and load a call of ``op``; return the device work and the way back (module docstring)."""
         golden = self._golden_op(op)
-        impl = self._implementation(op)
+        method = self._implementation(op)
         self._require_available()
         numerics = self._numerics_for(kwargs.pop("numerics", None))
         checked = self.checked_args(golden, args, kwargs, numerics)
-        loaded, transfer_s, load_s = self._load(op, checked)
+        loaded, transfer_s, load_s = self._load(op, checked, numerics)
 
         def run():
-            out = impl(loaded)
+            out = _invoke(self, method, loaded, op, numerics)
             self.synchronize()
             return out
 
@@ -252,11 +257,11 @@ class Backend:
             raise Unsupported(f"backend '{self.name}' does not implement op '{op}' (no golden op of that name)") \
                 from None
 
-    def _implementation(self, op: str) -> Callable[[Any], Any]:
+    def _implementation(self, op: str) -> str:
         method = self._implementations.get(op)
         if method is None:
             raise Unsupported(f"backend '{self.name}' does not implement op '{op}'")
-        return lambda loaded: _invoke(self, method, loaded, op)
+        return method
 
     def _require_available(self) -> None:
         ok, reason = self.available()
@@ -275,13 +280,13 @@ class Backend:
                               f"got {requested.differences(self.numerics) or requested.name}")
         return requested
 
-    def _load(self, op: str, checked) -> tuple[Any, float, float]:
+    def _load(self, op: str, checked, numerics: Numerics) -> tuple[Any, float, float]:
         """Step 6: ``(what the implementation gets, transfer seconds, other load seconds)``."""
         loader = self._loaders.get(op)
         self._transfer_s = 0.0
         t0 = time.perf_counter()
         try:
-            loaded = _invoke(self, loader, checked, op) if loader is not None else self.transfer(checked)
+            loaded = _invoke(self, loader, checked, op, numerics) if loader is not None else self.transfer(checked)
             transfer = self._transfer_s
         finally:
             self._transfer_s = None

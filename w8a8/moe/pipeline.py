@@ -103,7 +103,7 @@ class MoeRouting:
     ids: np.ndarray | None = None              # mode "ids": int32 [T, k]
     weights: np.ndarray | None = None          # mode "ids": fp32 [T, k]
     renormalize: bool = False                  # mode "softmax": the fp32 L1 renormalisation
-    gating: MoeGatingTopKSoftmaxArgs | MoeGatingTopKArgs | None = None
+    gating: MoeGatingTopKSoftmaxArgs | MoeGatingTopKArgs | None = None  # the router op's checked arguments
 
 
 def moe_routing_args(op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights, scoring_func,

@@ -214,7 +214,7 @@ class RoutingV2Options:
     capacity: int                 # expert_capacity (-1 or > 0; > 0 with drop_pad)
     expert_num: int               # -1 or > 0
     start: int                    # active_expert_range [start, end)
-    end: int
+    end: int                      # (start < end)
     rows: int                     # rows of expanded_x / expanded_scale (expert_num * C with drop/pad)
 
 
