@@ -19,6 +19,7 @@ import pytest
 
 import backends
 import w8a8
+from backends.testing import bad_calls
 from w8a8 import bfloat16 as BF16
 from w8a8 import registry
 
@@ -203,33 +204,6 @@ def test_check_name_signature_and_result(op):
     for record in set(_records(checked)):
         assert _undocumented_fields(record) == [], record.__name__
     op.fn(*args, **kwargs)   # the valid call is valid for the op too
-
-
-def _with_nan(v: np.ndarray):
-    if v.size == 0 or not w8a8.dtypes.is_float(v.dtype) or v.dtype.itemsize < 2:
-        return None
-    w = v.copy()
-    w.reshape(-1)[0] = np.nan
-    return w
-
-
-def bad_calls(args: tuple, kwargs: dict):
-    """``(name, args, kwargs)``: each array argument of a valid call broken in five ways, and an unknown keyword."""
-    slots = [(i, v) for i, v in enumerate(args)] + list(kwargs.items())
-    for key, v in slots:
-        if not isinstance(v, np.ndarray):
-            continue
-        for how, new in (("as a list", v.tolist()), ("complex64", v.astype(np.complex64)), ("extra dim", v[None]),
-                         ("missing dim", v[..., 0] if v.ndim else None), ("a NaN", _with_nan(v))):
-            if new is None:
-                continue
-            a2, k2 = list(args), dict(kwargs)
-            if isinstance(key, int):
-                a2[key] = new
-            else:
-                k2[key] = new
-            yield f"{key} {how}", tuple(a2), k2
-    yield "unknown keyword", args, {**kwargs, "no_such_argument": 1}
 
 
 def _raised(fn, args, kwargs):
