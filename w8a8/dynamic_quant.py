@@ -21,7 +21,10 @@ from . import _check
 from . import dtypes as _dt
 from .int4 import pack_int4
 from .numerics import ASCEND, Numerics
+from .registry import golden_op
 from .rounding import to_int
+
+__all__ = ["dynamic_quant", "dynamic_quant_asymmetric"]
 
 _OP = "dynamic_quant"
 _OP_ASYM = "dynamic_quant_asymmetric"
@@ -108,6 +111,7 @@ class DynamicQuantArgs:
     rows: int
     """``S = prod(x.shape[:-1])``: the number of tokens."""
     h: int
+    """``H = x.shape[-1]``: the row width."""
     row_groups: np.ndarray | None
     """int ``[S]``: the smooth row of every x row (with ``group_index``), or None."""
 
@@ -118,7 +122,12 @@ class DynamicQuantArgs:
 
     @property
     def dst_name(self) -> str:
+        """``"int8"`` or ``"int4"``."""
         return _dt.name(self.dst)
+
+
+DynamicQuantAsymmetricArgs = DynamicQuantArgs
+"""The checked arguments of :func:`dynamic_quant_asymmetric`: those of :func:`dynamic_quant`."""
 
 
 _EXPONENT = {_dt.float16: np.uint16(0x7C00), _dt.bfloat16: np.uint16(0x7F80)}
@@ -142,7 +151,7 @@ def dynamic_quant_args(x, *, smooth_scales=None, group_index=None, dst_type="int
 
 
 def dynamic_quant_asymmetric_args(x, *, smooth_scales=None, group_index=None, dst_type="int8",
-                                  numerics: Numerics = ASCEND) -> DynamicQuantArgs:
+                                  numerics: Numerics = ASCEND) -> DynamicQuantAsymmetricArgs:
     """:func:`dynamic_quant_args` for :func:`dynamic_quant_asymmetric` (its name in the messages)."""
     return _args(_OP_ASYM, x, smooth_scales, group_index, dst_type, numerics)
 
@@ -205,6 +214,7 @@ def _pack(y: np.ndarray, dst, shape) -> np.ndarray:
     return pack_int4(y) if dst == _dt.int4 else y
 
 
+@golden_op("dense", check=dynamic_quant_args, mirrors="torch_npu.npu_dynamic_quant")
 def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
                   group_index: np.ndarray | None = None, dst_type="int8",
                   numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray]:
@@ -263,6 +273,7 @@ def dynamic_quant_from_args(a: DynamicQuantArgs, numerics: Numerics = ASCEND) ->
     return _pack(y, a.dst, a.x.shape), scale.reshape(a.x.shape[:-1])
 
 
+@golden_op("dense", check=dynamic_quant_asymmetric_args, mirrors="torch_npu.npu_dynamic_quant_asymmetric")
 def dynamic_quant_asymmetric(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
                              group_index: np.ndarray | None = None, dst_type="int8",
                              numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

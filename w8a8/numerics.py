@@ -66,6 +66,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+__all__ = ["ASCEND", "Numerics"]
+
 _CHOICES: dict[str, tuple] = {
     "round_mode": ("half_even", "half_away"),
     "quant_codes": ("mul_inv", "div_scale"),

@@ -31,6 +31,8 @@ from . import dtypes as _dt
 from .rounding import round_half_even, to_float
 from .trans_quant_param import fp32_bits_to_int64
 
+__all__ = ["quantize_weight_per_channel", "calibrate_activation_per_tensor", "static_params"]
+
 _FLOATS = (_dt.float32, _dt.bfloat16, _dt.float16)
 _EPS = np.finfo(np.float32).eps
 _ARITHMETIC = ("float32", "model")

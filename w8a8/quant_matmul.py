@@ -12,6 +12,7 @@ shared with :func:`w8a8.moe.grouped_matmul`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,8 +20,14 @@ from . import _check
 from . import dtypes as _dt
 from .intgemm import add_int32, int_matmul
 from .numerics import ASCEND, Numerics
+from .registry import golden_op
 from .rounding import round_to_integral, to_float, to_int
 from .trans_quant_param import decode_quant_param, fp19
+
+if TYPE_CHECKING:
+    from .lowbit.w4a8 import QuantMatmulInt4Args
+
+__all__ = ["quant_matmul", "quant_matmul_stages"]
 
 _OP = "quant_matmul"
 _PACKED = (_dt.int64, _dt.uint64)
@@ -45,6 +52,147 @@ def _s9(v: np.ndarray, mode: str) -> np.ndarray:
     return np.where(np.isnan(r), 0, r)
 
 
+@dataclass(frozen=True, eq=False)
+class QuantMatmulArgs:
+    """The arguments of one :func:`quant_matmul` call, checked and normalized.
+
+    Arrays are the caller's (views at most, no copies, no arithmetic): ``scale`` and ``bias`` are
+    made 1-D (a ``(1, N)`` row becomes ``(N,)``), everything else is as given.
+
+    An int32 ``x2`` (int4 weights packed 8 per word) is the op's A4W4 / A8W4 route: then
+    :attr:`int4` holds that route's checked arguments and the fields here describe the same call
+    (``x1`` / ``x2`` packed as given, ``m`` / ``k`` / ``n`` the unpacked problem).
+    """
+
+    x1: np.ndarray
+    """int8 ``[..., M, K]`` (int4 route: int32 ``[..., M, K/8]`` for A4W4, int8 ``[M, K]`` for A8W4)."""
+    x2: np.ndarray
+    """int8 ``[..., K, N]`` (int4 route: int32 ``[K, N/8]`` or ``[K/8, N]``)."""
+    scale: np.ndarray
+    """1-D ``(N,)`` or ``(1,)``: float32, bfloat16, or packed int64 / uint64 (A8W4: also ``[K/256, N]``)."""
+    offset: np.ndarray | None
+    """float32 ``(N,)`` / ``(1,)`` (int8 output only; A8W4: the ``yOffset`` auxiliary), or None."""
+    pertoken_scale: np.ndarray | None
+    """float32 ``(M,)`` (A8W4: also ``(M, 1)``), or None."""
+    bias: np.ndarray | None
+    """1-D ``(N,)``: int32, or the float dtype the combination allows; or None."""
+    out: np.dtype
+    """The output dtype: int8, float16, bfloat16 or int32."""
+    m: int
+    """M, the rows of x1."""
+    k: int
+    """K, the contracted dimension."""
+    n: int
+    """N, the columns of the result."""
+    batch: tuple[int, ...]
+    """The broadcast batch dims of x1 and x2 (``()`` for 2-D operands)."""
+    int4: QuantMatmulInt4Args | None = None
+    """The int4 route's checked arguments (:func:`w8a8.lowbit.w4a8.quant_matmul_int4_args`), or None
+    for an int8 x int8 call."""
+
+    @property
+    def int_bias(self) -> bool:
+        """An int32 bias (added to the accumulator under the Ascend numerics)."""
+        return self.bias is not None and self.bias.dtype == _dt.int32
+
+    @property
+    def bias_kind(self) -> str | None:
+        """``"int32"``, ``"float"`` or None."""
+        return None if self.bias is None else ("int32" if self.int_bias else "float")
+
+    @property
+    def packed_scale(self) -> bool:
+        """``scale`` is a packed int64 / uint64 quant parameter (:func:`~w8a8.trans_quant_param.trans_quant_param`)."""
+        return self.scale.dtype in _PACKED
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.batch + (self.m, self.n)
+
+
+def quant_matmul_args(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None,
+                      numerics: Numerics = ASCEND) -> QuantMatmulArgs:
+    """Every argument check of :func:`quant_matmul` (the §3.3 dtype table, shapes, the 65535 limits,
+    NaN/Inf under ``numerics.nan_policy="raise"``), in the op's order, with its exceptions and
+    messages; returns the normalized arguments.
+
+    Backends call this instead of re-implementing the rules, then add their own device restrictions.
+    An int32-packed int4 ``x2`` takes the op's A8W4 / A4W4 route, whose checks are
+    :func:`w8a8.lowbit.w4a8.quant_matmul_int4_args` (:attr:`QuantMatmulArgs.int4`).
+    """
+    if isinstance(x2, np.ndarray) and x2.dtype == _dt.int32:  # int4 weights: the A8W4 / A4W4 route
+        from .lowbit.w4a8 import quant_matmul_int4_args  # lazy: lowbit.w4a8 imports this module
+
+        i = quant_matmul_int4_args(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
+                                   output_dtype=output_dtype, numerics=numerics)
+        return QuantMatmulArgs(x1=i.x1, x2=i.x2, scale=i.scale, offset=i.offset, pertoken_scale=i.pertoken_scale,
+                               bias=i.bias, out=i.out, m=int(i.x1.shape[-2]), k=i.k, n=i.n,
+                               batch=tuple(i.x1.shape[:-2]), int4=i)
+    return _int8_args(x1, x2, scale, offset, pertoken_scale, bias, output_dtype, numerics)
+
+
+def _int8_args(x1, x2, scale, offset, pertoken_scale, bias, output_dtype, numerics: Numerics) -> QuantMatmulArgs:
+    """The checks of an int8 x int8 call (:func:`quant_matmul_args`): an int32 ``x2`` is refused here as
+    a dtype (TypeError on ``x2``)."""
+    out = _resolve_output(output_dtype)
+    x1 = _check.array(_OP, "x1", x1, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
+    x2 = _check.array(_OP, "x2", x2, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
+    m, k = x1.shape[-2:]
+    if x2.shape[-2] != k:
+        _check.fail(_OP, "x2", f"of shape [..., K={k}, N] (K of x1 {tuple(x1.shape)})", _check.describe(x2))
+    n = x2.shape[-1]
+    try:
+        batch = np.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    except ValueError:
+        _check.fail(_OP, "x2", f"with batch dims broadcastable to x1's {x1.shape[:-2]}", _check.describe(x2))
+    s = _check.array(_OP, "scale", scale)
+    if s.dtype == _dt.float16:
+        _check.fail(_OP, "scale", "float32, bfloat16, int64 or uint64 (the device rejects float16 scales, "
+                    "error 161002)", _check.describe(s), TypeError)
+    allowed_scale, allowed_bias, with_token = _COMBOS[out.name]
+    pt = _check.optional(_OP, "pertoken_scale", pertoken_scale, dtypes=(_dt.float32,), ndim=1)
+    if pt is not None:
+        if with_token is None:
+            _check.fail(_OP, "pertoken_scale", f"None for {out.name} output (per-token dequant gives bf16 or fp16)",
+                        _check.describe(pt))
+        allowed_scale, allowed_bias = with_token
+        if pt.shape[0] != m:
+            _check.fail(_OP, "pertoken_scale", f"of shape (M,) = ({m},) (1-D; flatten x1 to 2-D)", _check.describe(pt))
+    if s.dtype not in allowed_scale:
+        why = " with pertoken_scale" if pt is not None else ""
+        _check.fail(_OP, "scale", f"of dtype {_check.dtype_names(allowed_scale)} for {out.name} output{why}",
+                    _check.describe(s), TypeError)
+    if k > DIM_LIMIT and not (s.dtype in (_dt.float32, _dt.bfloat16) and s.ndim == 1 and pt is not None):
+        _check.fail(_OP, "x1", f"K <= {DIM_LIMIT} (only a 1-D float scale with pertoken_scale may exceed it)",
+                    _check.describe(x1))
+    if n > DIM_LIMIT:
+        _check.fail(_OP, "x2", f"N <= {DIM_LIMIT} (the last dims of x1 and x2 are limited to 65535)",
+                    _check.describe(x2))
+    if s.ndim == 2 and s.shape[0] == 1:
+        s = s.reshape(-1)
+    if s.ndim != 1 or s.shape[0] not in (1, n):
+        _check.fail(_OP, "scale", f"of shape ({n},), (1,) or (1, {n})", _check.describe(scale))
+    off = _check.optional(_OP, "offset", offset, dtypes=(_dt.float32,), ndim=1)
+    if off is not None:
+        if out != _dt.int8:
+            _check.fail(_OP, "offset", "None unless output_dtype is int8 (requant)", _check.describe(off))
+        if off.shape[0] not in (1, n):
+            _check.fail(_OP, "offset", f"of shape ({n},) or (1,)", _check.describe(off))
+    b = _check.optional(_OP, "bias", bias, dtypes=allowed_bias)
+    if b is not None:
+        if b.ndim == 2 and b.shape[0] == 1:
+            b = b.reshape(-1)
+        if b.shape != (n,):
+            _check.fail(_OP, "bias", f"of shape ({n},)", _check.describe(bias))
+    if numerics.nan_policy == "raise":
+        for arg, value in (("scale", s), ("offset", off), ("pertoken_scale", pt), ("bias", b)):
+            if value is not None and _dt.is_float(value.dtype):
+                _check.finite(_OP, arg, value)
+    return QuantMatmulArgs(x1=x1, x2=x2, scale=s, offset=off, pertoken_scale=pt, bias=b, out=out, m=int(m), k=int(k),
+                           n=int(n), batch=tuple(batch))
+
+
+@golden_op("dense", check=quant_matmul_args, mirrors="torch_npu.npu_quant_matmul")
 def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None,
                  pertoken_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
                  output_dtype=None, numerics: Numerics = ASCEND) -> np.ndarray:
@@ -131,122 +279,6 @@ def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, of
     deq, packed_offset = effective_scale(a.scale, a.out, a.pertoken_scale is not None, numerics)
     return {"acc": raw, "scale": deq,
             "y": epilogue(acc, deq, packed_offset, a.offset, a.pertoken_scale, a.bias, a.out, numerics)}
-
-
-@dataclass(frozen=True, eq=False)
-class QuantMatmulArgs:
-    """The arguments of one int8 x int8 :func:`quant_matmul` call, checked and normalized.
-
-    Arrays are the caller's (views at most, no copies, no arithmetic): ``scale`` and ``bias`` are
-    made 1-D (a ``(1, N)`` row becomes ``(N,)``), everything else is as given.
-    """
-
-    x1: np.ndarray
-    """int8 ``[..., M, K]``."""
-    x2: np.ndarray
-    """int8 ``[..., K, N]``."""
-    scale: np.ndarray
-    """1-D ``(N,)`` or ``(1,)``: float32, bfloat16, or packed int64 / uint64."""
-    offset: np.ndarray | None
-    """float32 ``(N,)`` / ``(1,)`` (int8 output only), or None."""
-    pertoken_scale: np.ndarray | None
-    """float32 ``(M,)``, or None."""
-    bias: np.ndarray | None
-    """1-D ``(N,)``: int32, or the float dtype the combination allows; or None."""
-    out: np.dtype
-    """The output dtype: int8, float16, bfloat16 or int32."""
-    m: int
-    k: int
-    n: int
-    batch: tuple[int, ...]
-    """The broadcast batch dims of x1 and x2 (``()`` for 2-D operands)."""
-
-    @property
-    def int_bias(self) -> bool:
-        """An int32 bias (added to the accumulator under the Ascend numerics)."""
-        return self.bias is not None and self.bias.dtype == _dt.int32
-
-    @property
-    def bias_kind(self) -> str | None:
-        """``"int32"``, ``"float"`` or None."""
-        return None if self.bias is None else ("int32" if self.int_bias else "float")
-
-    @property
-    def packed_scale(self) -> bool:
-        """``scale`` is a packed int64 / uint64 quant parameter (:func:`~w8a8.trans_quant_param.trans_quant_param`)."""
-        return self.scale.dtype in _PACKED
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        return self.batch + (self.m, self.n)
-
-
-def quant_matmul_args(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None,
-                      numerics: Numerics = ASCEND) -> QuantMatmulArgs:
-    """Every argument check of the int8 x int8 :func:`quant_matmul` (the §3.3 dtype table, shapes, the
-    65535 limits, NaN/Inf under ``numerics.nan_policy="raise"``), in the op's order, with its
-    exceptions and messages; returns the normalized arguments.
-
-    Backends call this instead of re-implementing the rules, then add their own device restrictions.
-    int32-packed int4 ``x2`` (the A8W4 / A4W4 route of :func:`quant_matmul`, checked by
-    :mod:`w8a8.lowbit.w4a8`) is not an int8 call: it is refused here as a dtype (TypeError on ``x2``).
-    """
-    out = _resolve_output(output_dtype)
-    x1 = _check.array(_OP, "x1", x1, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
-    x2 = _check.array(_OP, "x2", x2, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
-    m, k = x1.shape[-2:]
-    if x2.shape[-2] != k:
-        _check.fail(_OP, "x2", f"of shape [..., K={k}, N] (K of x1 {tuple(x1.shape)})", _check.describe(x2))
-    n = x2.shape[-1]
-    try:
-        batch = np.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
-    except ValueError:
-        _check.fail(_OP, "x2", f"with batch dims broadcastable to x1's {x1.shape[:-2]}", _check.describe(x2))
-    s = _check.array(_OP, "scale", scale)
-    if s.dtype == _dt.float16:
-        _check.fail(_OP, "scale", "float32, bfloat16, int64 or uint64 (the device rejects float16 scales, "
-                    "error 161002)", _check.describe(s), TypeError)
-    allowed_scale, allowed_bias, with_token = _COMBOS[out.name]
-    pt = _check.optional(_OP, "pertoken_scale", pertoken_scale, dtypes=(_dt.float32,), ndim=1)
-    if pt is not None:
-        if with_token is None:
-            _check.fail(_OP, "pertoken_scale", f"None for {out.name} output (per-token dequant gives bf16 or fp16)",
-                        _check.describe(pt))
-        allowed_scale, allowed_bias = with_token
-        if pt.shape[0] != m:
-            _check.fail(_OP, "pertoken_scale", f"of shape (M,) = ({m},) (1-D; flatten x1 to 2-D)", _check.describe(pt))
-    if s.dtype not in allowed_scale:
-        why = " with pertoken_scale" if pt is not None else ""
-        _check.fail(_OP, "scale", f"of dtype {_check.dtype_names(allowed_scale)} for {out.name} output{why}",
-                    _check.describe(s), TypeError)
-    if k > DIM_LIMIT and not (s.dtype in (_dt.float32, _dt.bfloat16) and s.ndim == 1 and pt is not None):
-        _check.fail(_OP, "x1", f"K <= {DIM_LIMIT} (only a 1-D float scale with pertoken_scale may exceed it)",
-                    _check.describe(x1))
-    if n > DIM_LIMIT:
-        _check.fail(_OP, "x2", f"N <= {DIM_LIMIT} (the last dims of x1 and x2 are limited to 65535)",
-                    _check.describe(x2))
-    if s.ndim == 2 and s.shape[0] == 1:
-        s = s.reshape(-1)
-    if s.ndim != 1 or s.shape[0] not in (1, n):
-        _check.fail(_OP, "scale", f"of shape ({n},), (1,) or (1, {n})", _check.describe(scale))
-    off = _check.optional(_OP, "offset", offset, dtypes=(_dt.float32,), ndim=1)
-    if off is not None:
-        if out != _dt.int8:
-            _check.fail(_OP, "offset", "None unless output_dtype is int8 (requant)", _check.describe(off))
-        if off.shape[0] not in (1, n):
-            _check.fail(_OP, "offset", f"of shape ({n},) or (1,)", _check.describe(off))
-    b = _check.optional(_OP, "bias", bias, dtypes=allowed_bias)
-    if b is not None:
-        if b.ndim == 2 and b.shape[0] == 1:
-            b = b.reshape(-1)
-        if b.shape != (n,):
-            _check.fail(_OP, "bias", f"of shape ({n},)", _check.describe(bias))
-    if numerics.nan_policy == "raise":
-        for arg, value in (("scale", s), ("offset", off), ("pertoken_scale", pt), ("bias", b)):
-            if value is not None and _dt.is_float(value.dtype):
-                _check.finite(_OP, arg, value)
-    return QuantMatmulArgs(x1=x1, x2=x2, scale=s, offset=off, pertoken_scale=pt, bias=b, out=out, m=int(m), k=int(k),
-                           n=int(n), batch=tuple(batch))
 
 
 def epilogue(acc: np.ndarray, deq: np.ndarray, packed_offset: np.ndarray | None, off: np.ndarray | None,

@@ -18,8 +18,9 @@ transposed to row-major ``[K, N]`` for ``torch._int_mm``), the checkpoint scales
 SGLang loads them (and widened to fp32 for the epilogues), the shared expert's three Linears loaded as
 the dense path loads them (:func:`backends.torch_cpu.linear.load_dynamic`).
 
-**Errors, in the golden's order.** :func:`check` runs :func:`w8a8.moe.w8a8_moe_args` (everything the
-golden checks before computing). The checks the golden makes later — in the ops it runs, some on
+**Errors, in the golden's order.** :meth:`backends.base.Backend.prepare` runs the golden's
+:func:`~w8a8.moe.pipeline.w8a8_moe_args` (everything the golden checks before computing) before
+:func:`load` gets its result. The checks the golden makes later — in the ops it runs, some on
 intermediate values — are reproduced at the same points: the static ones (on arguments only: the
 expert scales rounded to bf16 becoming Inf, ``swiglu_limit``, the shared expert's weights, ...) are
 evaluated at load with the golden's validators on stand-ins of the intermediates and raised at their
@@ -41,8 +42,10 @@ import torch
 
 from w8a8 import _check
 from w8a8 import dtypes as _dt
-from w8a8.linear import dynamic_linear_args
-from w8a8.moe import dequant_swiglu_quant_args, grouped_matmul_args, moe_finalize_routing_args, swiglu_args
+from w8a8.linear import w8a8_dynamic_linear_args
+from w8a8.moe.finalize import moe_finalize_routing_args
+from w8a8.moe.grouped_matmul import grouped_matmul_args
+from w8a8.moe.swiglu import dequant_swiglu_quant_args, swiglu_args
 from w8a8.numerics import ASCEND
 
 from ..torch_common import from_torch, to_torch
@@ -64,12 +67,13 @@ STAGES = ("gmm1", "dsq", "gmm2", "finalize", "shared_gate", "shared_up", "shared
           "shared_down_load", "shared_out")
 
 
-# -- check (NumPy side) -------------------------------------------------------------------------------
+# -- the checked arguments (NumPy side) -------------------------------------------------------------------
 
-def check(op: str, a) -> tuple[tuple, dict]:
-    """Device arguments from the golden's :class:`w8a8.moe.MoeArgs`."""
+def _host_inputs(a) -> tuple[tuple, dict]:
+    """The forward's inputs and the layer's parameters from the golden's :class:`~w8a8.moe.pipeline.W8a8MoeArgs`
+    (NumPy arrays, to be moved to the device)."""
     ex, r = a.experts, a.routing
-    kwargs = {"op": op, "w13": ex.w13, "w13_scale": ex.w13_scale, "w2": ex.w2, "w2_scale": ex.w2_scale,
+    kwargs = {"op": a.op, "w13": ex.w13, "w13_scale": ex.w13_scale, "w2": ex.w2, "w2_scale": ex.w2_scale,
               "mode": r.mode, "k": r.k, "renormalize": r.renormalize, "swiglu_limit": a.swiglu_limit,
               "shared": None if a.shared_expert is None else dict(a.shared_expert), "gating": None}
     ids = weights = logits = bias = None
@@ -144,8 +148,11 @@ class _Stages:
             return None
 
 
-def load(args: tuple, kwargs: dict, gemm_path: str):
-    """``(device args, {"layer": MoeLayer})``; see the module docstring."""
+def load(a, transfer, gemm_path: str) -> tuple[tuple, MoeLayer]:
+    """``(the forward's device inputs, the loaded MoeLayer)`` of the golden's checked
+    :class:`~w8a8.moe.pipeline.W8a8MoeArgs`; ``transfer`` moves NumPy arrays to the device (the
+    backend's :meth:`~backends.base.Backend.transfer`). See the module docstring."""
+    args, kwargs = transfer(_host_inputs(a))
     x, x_scale, shared_input, ids, weights, logits, bias = args
     t, k = x.shape[0], kwargs["k"]
     m = t * k
@@ -181,7 +188,7 @@ def load(args: tuple, kwargs: dict, gemm_path: str):
                      renormalize=kwargs["renormalize"], gating=kwargs["gating"],
                      swiglu_limit=None if limit is None else float(limit), shared=shared, deferred=stages.failed,
                      raw={"w2_view": w2_view, "shared": kwargs["shared"]})
-    return (x, x_scale, shared_input, ids, weights, logits, bias), {"layer": layer}
+    return (x, x_scale, shared_input, ids, weights, logits, bias), layer
 
 
 def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor, h: int, gemm_path: str):
@@ -190,8 +197,8 @@ def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor,
     t = x_np.shape[0]
 
     def linear(x_like, name):
-        a = dynamic_linear_args(x_like, _np(se[f"{name}_weight"]), _np(se[f"{name}_scale"]), numerics=ASCEND)
-        p = a.params
+        p = w8a8_dynamic_linear_args(x_like, _np(se[f"{name}_weight"]), _np(se[f"{name}_scale"]),
+                                     numerics=ASCEND).params
         return load_dynamic(_BF16, to_torch(p.weight), to_torch(p.weight_scale), None, gemm_path)
 
     gate = stages.run("shared_gate", lambda: linear(x_np, "gate"))
@@ -503,7 +510,7 @@ def _add_shared(layer: MoeLayer, routed: torch.Tensor, shared_input) -> torch.Te
     layer.raise_at("shared_down")
     if any_nonfinite(a):   # the down Linear's dynamic_quant refuses NaN/Inf in the activation
         se = layer.raw["shared"]
-        _golden_refuses(dynamic_linear_args, from_torch(a), _np(se["down_weight"]), _np(se["down_scale"]),
+        _golden_refuses(w8a8_dynamic_linear_args, from_torch(a), _np(se["down_weight"]), _np(se["down_scale"]),
                         numerics=ASCEND)
     layer.raise_at("shared_down_load")
     layer.raise_at("shared_out")
@@ -511,4 +518,4 @@ def _add_shared(layer: MoeLayer, routed: torch.Tensor, shared_input) -> torch.Te
     return to_float(routed.to(F32).add_(shared.to(F32)), _BF16)
 
 
-__all__ = ["check", "load", "forward", "MoeLayer", "STAGES"]
+__all__ = ["load", "forward", "MoeLayer", "STAGES"]

@@ -611,9 +611,10 @@ def test_quant_matmul_large_k_with_pertoken():
 
 def test_quant_matmul_int4_weights_unsupported():
     # int32 x2 is the golden's packed-int4 route (A8W4 / A4W4): not a torch-cpu op (a skip, not a failure).
+    # A valid A8W4 call (the golden's checks run first: an invalid one gets the golden's error).
     with pytest.raises(backends.Unsupported, match="int4"):
-        TC.call("quant_matmul", _I8, np.ones((16, 1), np.int32), np.float32([1.0]), pertoken_scale=np.ones(3, np.float32),
-                output_dtype="bfloat16")
+        TC.call("quant_matmul", _I8, np.ones((16, 1), np.int32), w8a8.trans_quant_param(np.ones(8, np.float32)),
+                offset=np.zeros(8, np.float32), pertoken_scale=np.ones((3, 1), np.float32), output_dtype="bfloat16")
 
 
 def test_quant_matmul_overflowing_epilogue_nan():

@@ -89,8 +89,8 @@ def test_every_moe_op_is_implemented_under_the_ascend_record():
 
 def test_the_validators_are_public_and_importable():
     # The golden's MoE argument checks, shared with torch-cpu and the torch-npu lowering.
-    for name in w8a8.moe.VALIDATORS:
-        assert callable(getattr(w8a8.moe, name)), name
+    for op in w8a8.registry.ops("moe"):
+        assert callable(op.check) and op.check.__name__ == f"{op.name}_args", op.name
 
 
 # -- Hypothesis over the conformance strategies, every op --------------------------------------------
@@ -702,10 +702,8 @@ def test_prepare_loads_once_and_reruns():
 def _loaded_layer(w, hidden, ids, wts):
     from backends.torch_cpu import moe_layer as ml
 
-    args, kwargs = ml.check("w8a8_moe", w8a8.moe.w8a8_moe_args(hidden, *w, topk_ids=ids, topk_weights=wts))
-    dargs = tuple(TC.to_device(a) if isinstance(a, np.ndarray) else a for a in args)
-    dkw = {k: TC.to_device(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
-    return ml.load(dargs, dkw, TC.gemm_path)[1]["layer"]
+    return ml.load(w8a8.registry.get("w8a8_moe").check(hidden, *w, topk_ids=ids, topk_weights=wts), TC.transfer,
+                   TC.gemm_path)[1]
 
 
 @pytest.mark.parametrize("path", ["int_mm", "fbgemm"])

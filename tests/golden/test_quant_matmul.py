@@ -438,9 +438,17 @@ def test_args_normalize_without_copies():
     assert a.int_bias and a.bias_kind == "int32" and not a.packed_scale and a.offset is None
     b = quant_matmul_args(X1, X2, trans_quant_param(F32), offset=np.zeros(1, np.float32))
     assert b.out == np.int8 and b.packed_scale and b.bias_kind is None
-    # int4 weights (int32 words) are quant_matmul's A8W4 / A4W4 route, not an int8 call
-    with pytest.raises(TypeError, match="'x2'.*int8"):
+    # int4 weights (int32 words) take the op's A8W4 route: its checks (an A8W4 scale is packed int64),
+    # with the op's own error; a valid call carries the route's arguments in `int4`
+    with pytest.raises(TypeError, match="'scale'.*int64") as checked:
         quant_matmul_args(X1, np.ones((8, 1), np.int32), F32, output_dtype="bfloat16")
+    with pytest.raises(TypeError) as op:
+        quant_matmul(X1, np.ones((8, 1), np.int32), F32, output_dtype="bfloat16")
+    assert str(op.value) == str(checked.value)
+    c = quant_matmul_args(X1, np.ones((8, 1), np.int32), trans_quant_param(np.ones(8, np.float32)),
+                          offset=np.zeros(8, np.float32), pertoken_scale=np.ones((4, 1), np.float32),
+                          output_dtype="bfloat16")
+    assert c.int4.mode == "a8w4" and (c.m, c.k, c.n, c.batch) == (4, 8, 8, ()) and a.int4 is None
 
 
 @pytest.mark.parametrize("arg, kwargs", [

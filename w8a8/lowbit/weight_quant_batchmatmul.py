@@ -32,20 +32,79 @@ Computation order (the device's is not documented; the golden's choice)::
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
 from ..int4 import unpack_int4
+from ..registry import golden_op
 from ..rounding import to_float, to_int
 from ..trans_quant_param import decode_quant_param
+
+__all__ = ["weight_quant_batchmatmul"]
 
 _OP = "weight_quant_batchmatmul"
 _DIM_LIMIT = 65535
 
 
+@dataclass(frozen=True, eq=False)
+class WeightQuantBatchmatmulArgs:
+    """The checked arguments of :func:`weight_quant_batchmatmul` (:func:`weight_quant_batchmatmul_args`):
+    the caller's arrays, reshaped where said (views, no arithmetic)."""
+
+    x: np.ndarray
+    """float16 / bfloat16 ``[M, K]``."""
+    weight: np.ndarray
+    """The weight as given (see :attr:`layout`)."""
+    layout: str
+    """``"int8"`` (``[K, N]``), ``"int4_n"`` (int32 ``[K, N/8]``, packed along N) or ``"int4_k"`` (int32
+    ``[K/8, N]``, packed along K)."""
+    n: int
+    """N, the output columns."""
+    scale: np.ndarray
+    """The antiquant scale as rows ``[R, N or 1]``: R = 1 (per tensor / per channel) or ceil(K/G) (per
+    group); with :attr:`packed`, int64 ``[1, N]``."""
+    group: int | None
+    """G for the per-group form, else None."""
+    offset: np.ndarray | None
+    """The antiquant offset, shaped like :attr:`scale` (int32 ``[1, N]`` with :attr:`packed`), or None."""
+    packed: bool
+    """The scale is the packed int64 FP19 scale of :func:`w8a8.trans_quant_param`."""
+    quant_scale: np.ndarray | None
+    """None (no requant), or float32 / int64 ``[Q]`` (Q = 1 or N): int8 output."""
+    quant_offset: np.ndarray | None
+    """float32 ``[Q]``, or None."""
+    bias: np.ndarray | None
+    """``[B]`` (B = 1 or N), or None."""
+
+
+def weight_quant_batchmatmul_args(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
+                                   quant_offset=None, bias=None, antiquant_group_size=0,
+                                   inner_precise=0) -> WeightQuantBatchmatmulArgs:
+    """The argument checks of :func:`weight_quant_batchmatmul`, in its order (public: the backends
+    run them before their own arithmetic). Returns :class:`WeightQuantBatchmatmulArgs`."""
+    x = _check.array(_OP, "x", x, dtypes=(_dt.float16, _dt.bfloat16), ndim=2)
+    m, k = x.shape
+    weight, layout, n = _weight(x, weight)
+    _check.choice(_OP, "inner_precise", inner_precise, (0, 1))
+    for arg, dim in (("K", k), ("N", n)):
+        if not 1 <= dim <= _DIM_LIMIT:
+            _check.fail(_OP, "weight" if arg == "N" else "x", f"{arg} in [1, {_DIM_LIMIT}]", f"{arg} = {dim}")
+    s = _check.array(_OP, "antiquant_scale", antiquant_scale, dtypes=(x.dtype, _dt.int64), min_ndim=1, max_ndim=2)
+    g = _check.integer(_OP, "antiquant_group_size", antiquant_group_size, minimum=0)
+    packed = s.dtype == _dt.int64
+    if packed:
+        s, o = _packed_antiquant(x, weight, s, antiquant_offset, n, m, k)
+        group = None
+    else:
+        s, o, group = _float_antiquant(x, s, antiquant_offset, g, n, k)
+    qs, qo = _quant_params(quant_scale, quant_offset, n, packed)
+    return WeightQuantBatchmatmulArgs(x, weight, layout, n, s, group, o, packed, qs, qo, _bias(x, bias, n))
+
+
+@golden_op("lowbit", check=weight_quant_batchmatmul_args, mirrors="torch_npu.npu_weight_quant_batchmatmul")
 def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale: np.ndarray,
                              antiquant_offset: np.ndarray | None = None, quant_scale: np.ndarray | None = None,
                              quant_offset: np.ndarray | None = None, bias: np.ndarray | None = None,
@@ -107,55 +166,6 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
         return to_int((acc * qs + qo).astype(np.float32), _dt.int8)
 
 
-class WqbmmArgs(NamedTuple):
-    """The checked arguments of :func:`weight_quant_batchmatmul` (:func:`weight_quant_batchmatmul_args`).
-
-    ``layout``: ``"int8"`` (``[K, N]``), ``"int4_n"`` (int32 ``[K, N/8]``, packed along N) or
-    ``"int4_k"`` (int32 ``[K/8, N]``, packed along K). ``scale`` / ``offset``: the antiquant
-    parameters reshaped to rows ``[R, N or 1]`` (views, no arithmetic): R = 1 (per tensor / per
-    channel) or ceil(K/G) with ``group`` = G (per group); with ``packed`` (an int64 scale) ``scale``
-    is int64 ``[1, N]`` and ``offset`` int32 ``[1, N]``. ``quant_scale``: None, float32 or int64
-    ``[Q]`` (Q = 1 or N); ``quant_offset``: float32 ``[Q]`` or None; ``bias``: ``[B]`` (B = 1 or N)
-    or None.
-    """
-
-    x: np.ndarray
-    weight: np.ndarray
-    layout: str
-    n: int
-    scale: np.ndarray
-    group: int | None
-    offset: np.ndarray | None
-    packed: bool
-    quant_scale: np.ndarray | None
-    quant_offset: np.ndarray | None
-    bias: np.ndarray | None
-
-
-def weight_quant_batchmatmul_args(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
-                                   quant_offset=None, bias=None, antiquant_group_size=0,
-                                   inner_precise=0) -> WqbmmArgs:
-    """The argument checks of :func:`weight_quant_batchmatmul`, in its order (public: the backends
-    run them before their own arithmetic). Returns :class:`WqbmmArgs`."""
-    x = _check.array(_OP, "x", x, dtypes=(_dt.float16, _dt.bfloat16), ndim=2)
-    m, k = x.shape
-    weight, layout, n = _weight(x, weight)
-    _check.choice(_OP, "inner_precise", inner_precise, (0, 1))
-    for arg, dim in (("K", k), ("N", n)):
-        if not 1 <= dim <= _DIM_LIMIT:
-            _check.fail(_OP, "weight" if arg == "N" else "x", f"{arg} in [1, {_DIM_LIMIT}]", f"{arg} = {dim}")
-    s = _check.array(_OP, "antiquant_scale", antiquant_scale, dtypes=(x.dtype, _dt.int64), min_ndim=1, max_ndim=2)
-    g = _check.integer(_OP, "antiquant_group_size", antiquant_group_size, minimum=0)
-    packed = s.dtype == _dt.int64
-    if packed:
-        s, o = _packed_antiquant(x, weight, s, antiquant_offset, n, m, k)
-        group = None
-    else:
-        s, o, group = _float_antiquant(x, s, antiquant_offset, g, n, k)
-    qs, qo = _quant_params(quant_scale, quant_offset, n, packed)
-    return WqbmmArgs(x, weight, layout, n, s, group, o, packed, qs, qo, _bias(x, bias, n))
-
-
 def _weight(x: np.ndarray, weight) -> tuple[np.ndarray, str, int]:
     """The checked weight, its layout and N."""
     weight = _check.array(_OP, "weight", weight, dtypes=(_dt.int8, _dt.int32), ndim=2)
@@ -172,7 +182,7 @@ def _weight(x: np.ndarray, weight) -> tuple[np.ndarray, str, int]:
                 _check.describe(weight))
 
 
-def _codes(p: WqbmmArgs) -> np.ndarray:
+def _codes(p: WeightQuantBatchmatmulArgs) -> np.ndarray:
     """The weight as int8/int4 codes ``[K, N]`` (int8 array)."""
     if p.layout == "int8":
         return p.weight

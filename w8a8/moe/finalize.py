@@ -9,12 +9,15 @@ import numpy as np
 from .. import _check
 from .. import dtypes as _dt
 from ..numerics import ASCEND, Numerics
+from ..registry import golden_op
 from ..rounding import to_float
 from . import _common as C
 
+__all__ = ["moe_finalize_routing"]
+
 
 @dataclass(frozen=True)
-class FinalizeArgs:
+class MoeFinalizeRoutingArgs:
     """The checked arguments of :func:`moe_finalize_routing` (see :func:`moe_finalize_routing_args`)."""
 
     rows: np.ndarray                 # the expanded rows as [R, H] (a [E, C, H] input flattened)
@@ -24,16 +27,18 @@ class FinalizeArgs:
     scales: np.ndarray | None        # [N, K]
     slots: np.ndarray                # int32 [N, K] view of expanded_src_to_dst_row: row of (token i, slot j), -1 dropped
     experts: np.ndarray | None       # int32 [N, K] (checked in [0, E) when bias is given)
-    n: int
-    k: int
-    h: int
+    n: int                           # N, the tokens
+    k: int                           # K, the slots per token
+    h: int                           # H, the row width
     dtype: np.dtype                  # the rows' (and the output's) dtype
-    drop_pad_mode: int
+    drop_pad_mode: int               # 0..3: the index layout (column- or row-major) and whether -1 may occur
+    expanded_permuted_rows: np.ndarray   # as given: [N*K, H], or [E, C, H] (drop/pad)
+    expanded_src_to_dst_row: np.ndarray  # int32 [N*K], as given
 
 
 def moe_finalize_routing_args(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row,
                               export_for_source_row, *, drop_pad_mode: int = 0, k: int = 1,
-                              numerics: Numerics = ASCEND) -> FinalizeArgs:
+                              numerics: Numerics = ASCEND) -> MoeFinalizeRoutingArgs:
     """The argument checks of :func:`moe_finalize_routing`, in its order, with its errors.
 
     Every implementation of the op (the golden, backends) calls this first; the index layout of
@@ -93,10 +98,12 @@ def moe_finalize_routing_args(expanded_permuted_rows, skip1, skip2, bias, scales
     for arg, value in (("expanded_permuted_rows", rows), ("skip1", s1), ("skip2", s2), ("bias", b), ("scales", sc)):
         C.check_finite(op, arg, value, numerics)
     slots = idx.reshape(kk, n).T if drop_pad_mode in (0, 1) else idx.reshape(n, kk)
-    return FinalizeArgs(rows=flat_rows, skip1=s1, skip2=s2, bias=b, scales=sc, slots=slots, experts=experts,
-                        n=n, k=kk, h=h, dtype=dtype, drop_pad_mode=drop_pad_mode)
+    return MoeFinalizeRoutingArgs(rows=flat_rows, skip1=s1, skip2=s2, bias=b, scales=sc, slots=slots,
+                                  experts=experts, n=n, k=kk, h=h, dtype=dtype, drop_pad_mode=drop_pad_mode,
+                                  expanded_permuted_rows=rows, expanded_src_to_dst_row=idx)
 
 
+@golden_op("moe", check=moe_finalize_routing_args, mirrors="torch_npu.npu_moe_finalize_routing")
 def moe_finalize_routing(expanded_permuted_rows: np.ndarray, skip1: np.ndarray | None, skip2: np.ndarray | None,
                          bias: np.ndarray | None, scales: np.ndarray | None, expanded_src_to_dst_row: np.ndarray,
                          export_for_source_row: np.ndarray | None, *, drop_pad_mode: int = 0, k: int = 1,

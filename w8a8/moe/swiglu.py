@@ -20,8 +20,11 @@ from .. import dtypes as _dt
 from ..dynamic_quant import quantize_rows
 from ..intgemm import add_int32
 from ..numerics import ASCEND, Numerics
+from ..registry import golden_op
 from ..rounding import to_float, to_int
 from . import _common as C
+
+__all__ = ["swiglu", "dequant_swiglu_quant"]
 
 _H_LIMIT = 10496
 
@@ -36,8 +39,16 @@ def _clamped_swiglu(gate: np.ndarray, up: np.ndarray, limit: float | None, numer
         return C.silu(gate, numerics) * up
 
 
-def swiglu_args(x, dim=-1, *, numerics: Numerics = ASCEND) -> tuple[np.ndarray, int]:
-    """The argument checks of :func:`swiglu`, in its order, with its errors; returns ``(x, dim)``.
+@dataclass(frozen=True)
+class SwigluArgs:
+    """The checked arguments of :func:`swiglu` (see :func:`swiglu_args`)."""
+
+    x: np.ndarray       # float32 / float16 / bfloat16, 1-D to 8-D, even along dim (as given)
+    dim: int            # the split dimension, in [-x.ndim, x.ndim)
+
+
+def swiglu_args(x, dim=-1, *, numerics: Numerics = ASCEND) -> SwigluArgs:
+    """The argument checks of :func:`swiglu`, in its order, with its errors.
 
     TypeError for the dtype; ValueError for rank, dim, an odd split size, NaN/Inf under
     ``nan_policy="raise"``.
@@ -50,9 +61,10 @@ def swiglu_args(x, dim=-1, *, numerics: Numerics = ASCEND) -> tuple[np.ndarray, 
     if size % 2:
         _check.fail(op, "x", f"of even size along dim {dim}", _check.describe(x))
     C.check_finite(op, "x", x, numerics)
-    return x, dim
+    return SwigluArgs(x=x, dim=dim)
 
 
+@golden_op("moe", check=swiglu_args, mirrors="torch_npu.npu_swiglu")
 def swiglu(x: np.ndarray, dim: int = -1, *, numerics: Numerics = ASCEND) -> np.ndarray:
     """``silu(A) * B`` with A the first half of ``dim``, mirroring ``torch_npu.npu_swiglu``.
 
@@ -70,7 +82,8 @@ def swiglu(x: np.ndarray, dim: int = -1, *, numerics: Numerics = ASCEND) -> np.n
     Errors: TypeError for the dtype; ValueError for rank, dim, an odd split size, NaN/Inf under
     ``nan_policy="raise"``.
     """
-    x, dim = swiglu_args(x, dim, numerics=numerics)
+    a = swiglu_args(x, dim, numerics=numerics)
+    x, dim = a.x, a.dim
     a, b = np.split(x.astype(np.float32), 2, axis=dim)
     return to_float(_clamped_swiglu(a, b, None, numerics).astype(np.float32), x.dtype)
 
@@ -88,7 +101,7 @@ def _per_group(op: str, arg: str, value: np.ndarray, groups: int | None, width: 
 
 
 @dataclass(frozen=True)
-class DequantSwigluArgs:
+class DequantSwigluQuantArgs:
     """The checked arguments of :func:`dequant_swiglu_quant` (see :func:`dequant_swiglu_quant_args`).
 
     Per-group parameters come back as ``[G or 1, width]`` views of the caller's arrays (dtype unchanged;
@@ -96,11 +109,11 @@ class DequantSwigluArgs:
     """
 
     x: np.ndarray                          # int32 / float16 / bfloat16 [T, 2H]
-    t: int
+    t: int                                 # T, the rows
     h: int                                 # half width H
     quant_mode: int                        # 0 static, 1 dynamic
-    activate_left: bool
-    swiglu_limit: float | None
+    activate_left: bool                    # the activated half is the left one
+    swiglu_limit: float | None             # DeepSeek-V4's clamp (> 0), or None
     groups: int | None                     # G (with group_index), else None
     segments: tuple                        # ((group, start, stop), ...); ((0, 0, T),) without group_index
     total: int                             # rows written (sum of group_index, or T)
@@ -110,15 +123,17 @@ class DequantSwigluArgs:
     quant_scale: np.ndarray | None         # [G or 1, H] ([1, 1]: scalar static); float32, fp16 / bf16 dynamic
     quant_offset: np.ndarray | None        # float32, quant_scale's normalized shape (static only)
     scalar: bool                           # a [1] static quant_scale without group_index (multiply by 1/s)
+    group_index: np.ndarray | None         # int64 [G] group counts, as given, or None
 
     @property
     def is_int(self) -> bool:
+        """x is an int32 accumulator (dequantized first)."""
         return self.x.dtype == _dt.int32
 
 
 def dequant_swiglu_quant_args(x, *, weight_scale=None, activation_scale=None, bias=None, quant_scale=None,
                               quant_offset=None, group_index=None, activate_left=False, quant_mode=0,
-                              swiglu_limit=None, numerics: Numerics = ASCEND) -> DequantSwigluArgs:
+                              swiglu_limit=None, numerics: Numerics = ASCEND) -> DequantSwigluQuantArgs:
     """The argument checks of :func:`dequant_swiglu_quant`, in its order, with its errors.
 
     Every implementation of the op (the golden, backends) calls this first. TypeError for dtypes;
@@ -187,12 +202,14 @@ def dequant_swiglu_quant_args(x, *, weight_scale=None, activation_scale=None, bi
     for arg, value in (("x", x), ("weight_scale", ws), ("activation_scale", act), ("quant_scale", qs),
                        ("quant_offset", qo)):
         C.check_finite(op, arg, value, numerics)
-    return DequantSwigluArgs(x=x, t=t, h=h, quant_mode=quant_mode, activate_left=activate_left, swiglu_limit=limit,
-                             groups=groups, segments=tuple(segs), total=max((stop for _, _, stop in segs), default=0),
-                             weight_scale=ws, activation_scale=act, bias=b, quant_scale=qs_g, quant_offset=qo_g,
-                             scalar=scalar)
+    return DequantSwigluQuantArgs(x=x, t=t, h=h, quant_mode=quant_mode, activate_left=activate_left,
+                                  swiglu_limit=limit, groups=groups, segments=tuple(segs),
+                                  total=max((stop for _, _, stop in segs), default=0), weight_scale=ws,
+                                  activation_scale=act, bias=b, quant_scale=qs_g, quant_offset=qo_g, scalar=scalar,
+                                  group_index=gi)
 
 
+@golden_op("moe", check=dequant_swiglu_quant_args, mirrors="torch_npu.npu_dequant_swiglu_quant")
 def dequant_swiglu_quant(x: np.ndarray, *, weight_scale: np.ndarray | None = None,
                          activation_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
                          quant_scale: np.ndarray | None = None, quant_offset: np.ndarray | None = None,
