@@ -3,7 +3,8 @@
 Same op names without the ``npu_`` prefix, same arguments and defaults, same shapes, dtypes and
 semantics, on NumPy arrays. bf16 is :data:`ml_dtypes.bfloat16`; dtype arguments take NumPy dtypes or
 names (``"bfloat16"``, ``"int8"``). Every arithmetic choice on which backends differ is a field of
-:class:`Numerics`, whose defaults are the Ascend A2/A3 kernels.
+:class:`Numerics`, whose defaults are the Ascend A2/A3 kernels; each op computes the kernel variant
+the host tiling picks for the call (:mod:`w8a8.variants`, the chip: :mod:`w8a8.platforms`).
 
 This package imports NumPy and ml_dtypes only (no torch, nothing else of the project).
 """
@@ -17,7 +18,8 @@ from .intgemm import int_matmul
 from .layout import format_cast_nz, is_nz_aligned, nz_storage_shape, nz_to_nd
 from .linear import (dynamic_linear_stages, static_linear_stages, w8a8_dynamic_linear,
                      w8a8_static_linear)
-from .numerics import ASCEND, Numerics
+from .numerics import ASCEND, ASCEND_A2, Numerics
+from . import platforms, variants
 from .offline import calibrate_activation_per_tensor, quantize_weight_per_channel, static_params
 from .quant_matmul import quant_matmul, quant_matmul_stages
 from .quantize import anti_quant, dequantize, quantize
@@ -33,7 +35,7 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0+unknown"
 
 __all__ = [
-    "ASCEND", "Numerics", "bfloat16",
+    "ASCEND", "ASCEND_A2", "Numerics", "bfloat16", "platforms", "variants",
     "dynamic_quant", "dynamic_quant_asymmetric", "quantize", "dequantize", "anti_quant",
     "pack_int4", "unpack_int4",
     "trans_quant_param", "decode_quant_param", "fp32_bits_to_int64",

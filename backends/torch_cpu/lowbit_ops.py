@@ -27,7 +27,9 @@ import numpy as np
 from w8a8 import dtypes as _dt
 from w8a8.lowbit import fp8_block, int4_group, mx, nvfp4, packing, w4a8
 from w8a8.lowbit.weight_quant_batchmatmul import weight_quant_batchmatmul_args
+from w8a8.numerics import ASCEND
 from w8a8.quant_matmul import quant_matmul_args
+from w8a8.variants import calls as variant_calls
 
 from . import checks
 
@@ -77,16 +79,18 @@ class LowbitOps:
     # -- W8A16 / W4A16 ----------------------------------------------------------------------------
     def _check_weight_quant_batchmatmul(self, args, kwargs):
         p = weight_quant_batchmatmul_args(**checks.bind("weight_quant_batchmatmul", args, kwargs))
+        precision = variant_calls.weight_quant_batchmatmul(p, ASCEND).numerics(ASCEND).antiquant_precision
         return (p.x, p.weight, p.scale, p.offset), {
             "layout": p.layout, "group": p.group, "packed": p.packed, "quant_scale": p.quant_scale,
-            "quant_offset": p.quant_offset, "bias": p.bias}
+            "quant_offset": p.quant_offset, "bias": p.bias, "antiquant_precision": precision}
 
     def _load_weight_quant_batchmatmul(self, args, kwargs):
         """Once per weight: ``w_hat`` (the antiquantized weight, as float64 for the exact GEMM), the
         requant values and the fp32 bias."""
         x, weight, scale, offset = args
         m = _mod("lowbit_int4")
-        w_hat = m.antiquant_weight(weight, kwargs["layout"], scale, kwargs["group"], offset, kwargs["packed"], x.dtype)
+        w_hat = m.antiquant_weight(weight, kwargs["layout"], scale, kwargs["group"], offset, kwargs["packed"], x.dtype,
+                                   precision=kwargs["antiquant_precision"])
         qs, qo = m.quant_values(kwargs["quant_scale"], kwargs["quant_offset"])
         bias = kwargs["bias"]
         return (x, w_hat.double()), {"quant_scale": qs, "quant_offset": qo,

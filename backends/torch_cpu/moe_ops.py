@@ -118,10 +118,11 @@ class MoeOps:
     def _check_moe_finalize_routing(self, args, kwargs):
         a = _validate("moe_finalize_routing", _moe.moe_finalize_routing_args, args, kwargs)
         experts = a.experts if a.bias is not None else None   # read for the bias only
-        return (a.rows, a.skip1, a.skip2, a.bias, a.scales, a.slots, experts), {}
+        return (a.rows, a.skip1, a.skip2, a.bias, a.scales, a.slots, experts), {"drop_pad_mode": a.drop_pad_mode}
 
-    def _moe_finalize_routing(self, rows, skip1, skip2, bias, scales, slots, experts):
-        return _mod("moe_finalize").finalize_routing(rows, skip1, skip2, bias, scales, slots, experts)
+    def _moe_finalize_routing(self, rows, skip1, skip2, bias, scales, slots, experts, *, drop_pad_mode):
+        return _mod("moe_finalize").finalize_routing(rows, skip1, skip2, bias, scales, slots, experts,
+                                                     drop_pad_mode=drop_pad_mode)
 
     # -- the W8A8 MoE layer ------------------------------------------------------------------------------------
     def _check_w8a8_moe(self, args, kwargs):

@@ -55,10 +55,15 @@ def test_drop_pad_layouts(mode, idx):
     np.testing.assert_array_equal(out, [[1.75], [0]])
     out = w8a8.moe_finalize_routing(PADDED, SKIP1, SKIP2, None, SC, idx, IDS, drop_pad_mode=mode)
     np.testing.assert_array_equal(out, [[12.75], [21]])
-    # a dropped slot's row reads as 0 but its bias is still added and weighted (the kernel zero-fills
-    # the row buffer, then adds the bias): token 1 = 2 * (0 + 100) + 1 * (0 + 1000) = 1200
+    # With a bias: H = 1, K = 2 runs the all-bias template, which skips a dropped slot entirely, bias
+    # included (ops-transformer moe_finalize_routing_v2_fp_db_all_bias.h:441-472 @ c29bc106: the bias
+    # Add and the scale Muls sit in the branch of a valid row): token 1 = 0. (The old golden added the
+    # bias of the generic cut-H template, token 1 = 2 * 100 + 1 * 1000 = 1200:
+    # test_cut_h_template_applies_the_dropped_slot_bias.)
+    assert w8a8.variants.select("moe_finalize_routing", PADDED, None, None, BIAS, SC, idx, IDS,
+                                drop_pad_mode=mode).name == "all-bias"
     out = w8a8.moe_finalize_routing(PADDED, None, None, BIAS, SC, idx, IDS, drop_pad_mode=mode)
-    np.testing.assert_array_equal(out, [[526.75], [1200]])
+    np.testing.assert_array_equal(out, [[526.75], [0]])
 
 
 def test_no_scales_uses_k():
