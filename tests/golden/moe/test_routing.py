@@ -294,3 +294,43 @@ def _v2(**kw):
 def test_bad_input(call, exc, arg):
     with pytest.raises(exc, match=f"'{arg}'"):
         call()
+
+
+# ----------------------------------------------------------------------------- kernel variants
+
+def test_gather_sort_perf_kernel_leaves_scatter_entries_unwritten():
+    # quant_mode -1, row_idx_type 1, count type 1, expert_num 256, a range of <= 32 experts, 384 <= N <=
+    # 8192 and k = 8 run MoeSortActualExpert (ops-transformer moe_init_routing_v3_tiling.cpp:500-517,
+    # 556-571 @ c29bc106), which writes only the active entries of the scatter index
+    # (moe_v3_sort_actual_expert.h:270-279); N = 383 runs the one-core sort, which writes all N*K.
+    rng = np.random.default_rng(2)
+    for n, full in ((384, False), (383, True)):
+        ids = rng.integers(0, 256, (n, 8)).astype(np.int32)
+        x = np.zeros((n, 8), bfloat16)
+        kw = dict(expert_num=256, active_expert_range=[0, 32], expert_tokens_num_type=1, row_idx_type=1)
+        v = w8a8.variants.select("moe_init_routing_v2", x, ids, **kw)
+        assert v.key == (1001000 if full else 1201000)
+        _, eri, _, _ = w8a8.moe_init_routing_v2(x, ids, **kw)
+        mask = w8a8.moe_init_routing_v2_valid(x, ids, **kw)[1]
+        active = int(((ids >= 0) & (ids < 32)).sum())
+        assert mask.all() == full and mask.sum() == (n * 8 if full else active)
+        # the golden writes the whole stable permutation either way
+        np.testing.assert_array_equal(np.sort(eri), np.arange(n * 8))
+
+
+def test_full_load_perf_shape_rounds_half_even():
+    # The DeepSeek-V3 decode shape (x [1, 7168] bf16, expert_idx [1, 8], smooth scale [256, 7168], range
+    # [0, 256), key-value counts, quant_mode 1) runs MoeV3FullLoad (tiling key 2000000): fp32 -> fp16
+    # CAST_ODD then fp16 -> int8 CAST_RINT = one RNE (moe_v3_full_load.h:194-200). x = [127, 62.5, ...]
+    # (scale 1): RINT(62.5) = 62; the gather kernel's half away would give 63.
+    x = np.zeros((1, 7168), F32)
+    x[0, :2] = [127, 62.5]
+    x = x.astype(bfloat16)
+    ids = np.arange(8, dtype=np.int32)[None, :]
+    kw = dict(scale=np.ones((256, 7168), F32), expert_num=256, active_expert_range=[0, 256],
+              expert_tokens_num_type=2, expert_tokens_num_flag=True, quant_mode=1)
+    assert w8a8.variants.select("moe_init_routing_v2", x, ids, **kw).label == "moe_init_routing_v2/full-load-perf[2000000]"
+    ex, _, _, _ = w8a8.moe_init_routing_v2(x, ids, **kw)
+    assert ex[0, :2].tolist() == [127, 62]
+    ex2, _, _, _ = w8a8.moe_init_routing_v2(np.concatenate([x, x]), np.concatenate([ids, ids]), **kw)
+    assert ex2[0, :2].tolist() == [127, 63]       # [2, 7168]: the gather kernel
