@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "bench": "w8a8cli.bench_cmd",
     "estimate": "w8a8cli.estimate_cmd",
     "inspect": "w8a8cli.inspect_cmd",
+    "explain": "w8a8cli.explain_cmd",
 }
 
 

@@ -58,10 +58,9 @@ def gating_softmax(*, e: int, k: int, dtype) -> Numerics:
     return _moe.gating_softmax(e=e, k=k, dtype=_name(dtype), platform=PLATFORM).numerics(NUMERICS)
 
 
-def init_routing_v2(**facts):
-    """``(record, writes_full_scatter)`` of ``moe_init_routing_v2`` (the selector's facts by keyword)."""
-    v = _moe.init_routing_v2(**facts, platform=PLATFORM)
-    return v.numerics(NUMERICS), _moe.writes_full_scatter(v)
+def init_routing_v2(**facts) -> Numerics:
+    """The record of ``moe_init_routing_v2`` (the selector's facts by keyword): its quant rounding."""
+    return _moe.init_routing_v2(**facts, platform=PLATFORM).numerics(NUMERICS)
 
 
 def weight_quant_batchmatmul(**facts) -> Numerics:

@@ -450,7 +450,7 @@ def forward(x, x_scale, shared_input, ids, weights, logits, bias, *, layer: MoeL
     counts = torch.bincount(flat, minlength=layer.e).tolist()
     tokens = torch.div(order, k, rounding_mode="floor")
     if x_scale is None:  # the golden's moe_init_routing_v2(quant_mode=1) of this layer: its kernel's rounding
-        rec, _ = kernel_variants.init_routing_v2(
+        rec = kernel_variants.init_routing_v2(
             n=t, k=k, h=h, x_dtype=kernel_variants._name(x.dtype), quant_mode=1, scale_shape=None, offset=False,
             start=0, end=layer.e, expert_num=layer.e, count_type=1, row_idx_type=0)
         q_tok, s_tok = dynamic_quant_rows(x.to(F32), rec.routing_quant_round)

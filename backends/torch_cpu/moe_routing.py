@@ -52,11 +52,12 @@ class Routing:
 
 
 def route(expert_idx: torch.Tensor, *, start: int, end: int, drop_pad: bool, capacity: int, rows: int,
-          row_idx_type: int, full_scatter: bool = True) -> Routing:
+          row_idx_type: int) -> Routing:
     """Stable sort by expert id (ids below ``start`` last), then rows (dropless) or capacity slots.
 
-    ``row_idx_type=1`` writes the whole sorted permutation (the sort kernels; ``full_scatter``) or its
-    active entries only (the gather-sort perf kernels; the rest holds the golden's -1)."""
+    ``row_idx_type=1`` writes the whole sorted permutation, as the golden does (the sort kernels write
+    it all; the gather-sort perf kernels only the active entries, which the golden's validity mask
+    says)."""
     flat = expert_idx.reshape(-1).to(torch.int64)
     nk = flat.numel()
     key = torch.where(flat < start, torch.tensor(1 << 40, dtype=torch.int64), flat)
@@ -79,8 +80,6 @@ def route(expert_idx: torch.Tensor, *, start: int, end: int, drop_pad: bool, cap
             row_idx[routed] = torch.arange(available, dtype=torch.int32)
     else:
         row_idx = order.to(torch.int32)
-        if not full_scatter:
-            row_idx[available:] = -1
     return Routing(src=src, dst=dst, row_idx=row_idx, sorted_experts=se, available=available)
 
 
@@ -137,12 +136,12 @@ def init_routing_v2(x: torch.Tensor, expert_idx: torch.Tensor, *, scale, offset,
                     start: int, end: int, drop_pad: bool, capacity: int, expert_num: int, rows: int,
                     row_idx_type: int, count_type: int, count_flag: bool):
     """``(expanded_x, expanded_row_idx, expert_token_cumsum_or_count, expanded_scale)``: see the golden."""
-    rec, full_scatter = kernel_variants.init_routing_v2(
+    rec = kernel_variants.init_routing_v2(
         n=x.shape[0], k=k, h=h, x_dtype=kernel_variants._name(x.dtype), quant_mode=quant_mode,
         scale_shape=None if scale is None else tuple(scale.shape), offset=offset is not None, start=start, end=end,
         expert_num=expert_num, count_type=count_type, row_idx_type=row_idx_type)
     r = route(expert_idx, start=start, end=end, drop_pad=drop_pad, capacity=capacity, rows=rows,
-              row_idx_type=row_idx_type, full_scatter=full_scatter)
+              row_idx_type=row_idx_type)
     rounding = rec.routing_quant_round
     tokens = r.src // max(k, 1)
     out_dtype = x.dtype if quant_mode == -1 else torch.int8
