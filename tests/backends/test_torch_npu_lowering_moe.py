@@ -161,12 +161,19 @@ def test_init_routing_v2_flag_false_runs_with_true_and_returns_the_empty_counts(
 
 def test_init_routing_v2_fixups_follow_the_goldens_validity():
     # Range [1, 3) of 4 experts: ids 0 and 3 are dropped; 'available' rows are written, the rest
-    # undefined (0 in the golden); scatter indices past them are -1 in the golden.
+    # undefined (0 in the golden). The one-core sort kernel writes all N*K scatter indices
+    # (moe_v3_sort_one_core.h:52-112 @ c29bc106): nothing to fix up there.
     ids = np.array([[0, 1], [2, 3], [1, 1]], np.int32)    # 4 ids in [1, 3)
     plan = lower("moe_init_routing_v2", bf16(3, 16), ids, expert_num=4, expert_tokens_num_type=1,
                  expert_tokens_num_flag=True, quant_mode=1, active_expert_range=[1, 3], row_idx_type=1)
-    assert {(f.output, f.rows_from, f.value) for f in plan.fixups} == {
-        ("expanded_x", 4, 0), ("expanded_scale", 4, 0), ("expanded_row_idx", 4, -1)}
+    assert {(f.output, f.rows_from, f.value) for f in plan.fixups} == {("expanded_x", 4, 0), ("expanded_scale", 4, 0)}
+    # the gather-sort perf kernel (quant -1, counts, 256 experts, range <= 32, 384 <= N <= 8192, k = 8) writes
+    # only the active scatter indices: the rest is undefined, -1 in the golden's fill
+    ids = np.zeros((384, 8), np.int32)
+    ids[:, 4:] = 100                                       # 384 * 4 active ids in [0, 32)
+    plan = lower("moe_init_routing_v2", bf16(384, 16), ids, expert_num=256, expert_tokens_num_type=1,
+                 expert_tokens_num_flag=True, active_expert_range=[0, 32], row_idx_type=1)
+    assert ("expanded_row_idx", 384 * 4, -1) in {(f.output, f.rows_from, f.value) for f in plan.fixups}
 
 
 @pytest.mark.parametrize("kwargs, arg", [
