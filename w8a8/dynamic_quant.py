@@ -256,7 +256,8 @@ def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
     scale is 0 either way.
 
     A row whose max is subnormal-small overflows ``inv`` to Inf (IEEE fp32): its nonzero codes
-    saturate to +-qmax and its scale is 0 — whether the device flushes subnormals is not confirmed.
+    saturate to +-qmax and its scale is ``1 / inf = 0`` in the reciprocal kernels, the subnormal
+    ``amax * fp32(1/qmax)`` in the others — whether the device flushes subnormals is not confirmed.
 
     Errors
     ------

@@ -19,7 +19,7 @@ _DSQ = "quant/dequant_swiglu_quant/"
 
 def swiglu(x_dtype: str, *, platform) -> Variant:
     """The variant of ``npu_swiglu`` for x of ``x_dtype`` (``"float32"``, ``"float16"``, ``"bfloat16"``)."""
-    tiling = (src("nn", _SW + "op_host/swi_glu_tiling.cpp", "548"), src("nn", _SW + "op_kernel/swi_glu.cpp", "17-66"),
+    tiling = (src("nn", _SW + "op_host/swi_glu_tiling.cpp", "548"), src("nn", _SW + "op_kernel/swi_glu.cpp", "29-64"),
               src("nn", _SW + "op_kernel/swi_glu_single.hpp", "48"))
     if x_dtype == "float32":
         return Variant(op="swiglu", name="fp32", key=0, kernel="SwigluVector (swi_glu_impl.hpp)", platform=platform.name,
