@@ -99,7 +99,8 @@ def register(platform: Platform) -> Platform:
 
     The two built-in records cannot be replaced (their numbers are what the tests pin)."""
     if not isinstance(platform, Platform):
-        raise TypeError(f"register: argument 'platform' must be a w8a8.platforms.Platform; got {type(platform).__name__}")
+        raise TypeError("register: argument 'platform' must be a w8a8.platforms.Platform; "
+                        f"got {type(platform).__name__}")
     if platform.name in (A2.name, A3.name) and platform != _REGISTRY[platform.name]:
         raise ValueError(f"register: argument 'platform' must not redefine the built-in {platform.name!r}; "
                          "register it under another name")

@@ -20,7 +20,7 @@ NUMERICS = ASCEND
 PLATFORM = ASCEND.platform_record
 
 
-def _name(dtype) -> str:
+def dtype_name(dtype) -> str:
     """The golden dtype name of a torch dtype (``torch.bfloat16`` -> ``"bfloat16"``)."""
     return str(dtype).replace("torch.", "")
 
@@ -28,34 +28,34 @@ def _name(dtype) -> str:
 def dynamic_quant(shape, dtype, *, dst: str = "int8", smooth: bool = False, groups: int | None = None) -> Numerics:
     """The record of ``dynamic_quant`` on x of ``shape`` / ``dtype`` (the scale formula it decides)."""
     rows = math.prod(shape[:-1])
-    v = _dq.select(rows, shape[-1], x_dtype=_name(dtype), dst=dst, smooth=smooth, groups=groups, platform=PLATFORM)
+    v = _dq.select(rows, shape[-1], x_dtype=dtype_name(dtype), dst=dst, smooth=smooth, groups=groups, platform=PLATFORM)
     return v.numerics(NUMERICS)
 
 
 def swiglu(dtype) -> Numerics:
-    return _sw.swiglu(_name(dtype), platform=PLATFORM).numerics(NUMERICS)
+    return _sw.swiglu(dtype_name(dtype), platform=PLATFORM).numerics(NUMERICS)
 
 
 def dequant_swiglu_quant(*, x_dtype, tokens: int, groups: int | None, quant_mode: int, quant_scale, bias,
                          scalar: bool) -> Numerics:
     """``quant_scale`` / ``bias``: the checked tensors (their dtype and size) or None."""
     v = _sw.dequant_swiglu_quant(
-        x_dtype=_name(x_dtype), tokens=tokens, groups=groups, quant_mode=quant_mode,
-        quant_scale_dtype=None if quant_scale is None else _name(quant_scale.dtype),
+        x_dtype=dtype_name(x_dtype), tokens=tokens, groups=groups, quant_mode=quant_mode,
+        quant_scale_dtype=None if quant_scale is None else dtype_name(quant_scale.dtype),
         quant_scale_size=0 if quant_scale is None else quant_scale.numel(),
-        bias_dtype=None if bias is None else _name(bias.dtype), scalar=scalar, platform=PLATFORM)
+        bias_dtype=None if bias is None else dtype_name(bias.dtype), scalar=scalar, platform=PLATFORM)
     return v.numerics(NUMERICS)
 
 
 def finalize(*, dtype, scale_dtype, n: int, k: int, h: int, bias: bool, skip1: bool, skip2: bool,
              drop_pad_mode: int) -> Numerics:
-    v = _moe.finalize(dtype=_name(dtype), scale_dtype=None if scale_dtype is None else _name(scale_dtype), n=n, k=k,
-                      h=h, bias=bias, skip1=skip1, skip2=skip2, drop_pad_mode=drop_pad_mode, platform=PLATFORM)
+    v = _moe.finalize(dtype=dtype_name(dtype), scale_dtype=None if scale_dtype is None else dtype_name(scale_dtype),
+                      n=n, k=k, h=h, bias=bias, skip1=skip1, skip2=skip2, drop_pad_mode=drop_pad_mode, platform=PLATFORM)
     return v.numerics(NUMERICS)
 
 
 def gating_softmax(*, e: int, k: int, dtype) -> Numerics:
-    return _moe.gating_softmax(e=e, k=k, dtype=_name(dtype), platform=PLATFORM).numerics(NUMERICS)
+    return _moe.gating_softmax(e=e, k=k, dtype=dtype_name(dtype), platform=PLATFORM).numerics(NUMERICS)
 
 
 def init_routing_v2(**facts) -> Numerics:

@@ -48,11 +48,11 @@ from w8a8.numerics import ASCEND
 from ..torch_common import from_torch, to_torch
 from .arith import absmax, any_nonfinite, to_float
 from .gemm import acc_bound
+from . import kernel_variants
 from .linear import load_dynamic, w8a8_dynamic_linear
 from .moe_experts import ExpertGemm
 from .moe_gating import gating_options, gating_top_k, gating_top_k_softmax
 from .moe_gmm import may_nan
-from . import kernel_variants
 from .moe_math import F32, clamped_swiglu, dsq_quantize_rows, silu, sum_f32
 from .moe_routing import dynamic_quant_rows
 from .runtime import claim_threads
@@ -451,7 +451,7 @@ def forward(x, x_scale, shared_input, ids, weights, logits, bias, *, layer: MoeL
     tokens = torch.div(order, k, rounding_mode="floor")
     if x_scale is None:  # the golden's moe_init_routing_v2(quant_mode=1) of this layer: its kernel's rounding
         rec = kernel_variants.init_routing_v2(
-            n=t, k=k, h=h, x_dtype=kernel_variants._name(x.dtype), quant_mode=1, scale_shape=None, offset=False,
+            n=t, k=k, h=h, x_dtype=kernel_variants.dtype_name(x.dtype), quant_mode=1, scale_shape=None, offset=False,
             start=0, end=layer.e, expert_num=layer.e, count_type=1, row_idx_type=0)
         q_tok, s_tok = dynamic_quant_rows(x.to(F32), rec.routing_quant_round)
     else:

@@ -137,7 +137,7 @@ def init_routing_v2(x: torch.Tensor, expert_idx: torch.Tensor, *, scale, offset,
                     row_idx_type: int, count_type: int, count_flag: bool):
     """``(expanded_x, expanded_row_idx, expert_token_cumsum_or_count, expanded_scale)``: see the golden."""
     rec = kernel_variants.init_routing_v2(
-        n=x.shape[0], k=k, h=h, x_dtype=kernel_variants._name(x.dtype), quant_mode=quant_mode,
+        n=x.shape[0], k=k, h=h, x_dtype=kernel_variants.dtype_name(x.dtype), quant_mode=quant_mode,
         scale_shape=None if scale is None else tuple(scale.shape), offset=offset is not None, start=start, end=end,
         expert_num=expert_num, count_type=count_type, row_idx_type=row_idx_type)
     r = route(expert_idx, start=start, end=end, drop_pad=drop_pad, capacity=capacity, rows=rows,

@@ -163,7 +163,8 @@ def moe_finalize_routing(expanded_permuted_rows: np.ndarray, skip1: np.ndarray |
     # or product rounded to fp16 is the correctly rounded fp16 result (a product of two fp16 values is
     # exact in fp32; a sum is exact unless the exponents differ by more than 12, and then the smaller
     # operand is below a quarter ulp of the larger, which both roundings return).
-    work = np.dtype(np.float16) if (n.finalize_precision == "io_dtype" and a.dtype == _dt.float16) else np.dtype(np.float32)
+    half = n.finalize_precision == "io_dtype" and a.dtype == _dt.float16
+    work = np.dtype(np.float16) if half else np.dtype(np.float32)
 
     def rnd(v):
         return v if work == np.float32 else v.astype(work).astype(np.float32)

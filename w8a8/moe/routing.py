@@ -529,8 +529,8 @@ def moe_init_routing_v2_valid(x: np.ndarray, expert_idx: np.ndarray, *, scale: n
     variant = _variant_rules.init_routing_v2(
         n=opts["n"], k=opts["k"], h=x.shape[1], x_dtype=_dt.name(x.dtype), quant_mode=quant_mode,
         scale_shape=None if scale is None else tuple(np.shape(scale)), offset=offset is not None, start=opts["start"],
-        end=opts["end"], expert_num=opts["expert_num"], count_type=opts["count_type"], row_idx_type=opts["row_idx_type"],
-        platform=numerics.platform_record)
+        end=opts["end"], expert_num=opts["expert_num"], count_type=opts["count_type"],
+        row_idx_type=opts["row_idx_type"], platform=numerics.platform_record)
     plan = _Routing(opts, _variant_rules.writes_full_scatter(variant))
     h = x.shape[1]
     rows = plan.valid_rows if not plan.drop_pad else np.ones(plan.rows, bool)  # padded slots are zeros

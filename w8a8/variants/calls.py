@@ -62,7 +62,8 @@ def moe_gating_top_k_softmax(a, numerics: Numerics) -> Variant:
 def moe_init_routing_v2(p, numerics: Numerics) -> Variant:
     """:class:`~w8a8.moe.RoutingV2Plan` -> the routing kernel."""
     return _moe.init_routing_v2(n=p.n, k=p.k, h=p.h, x_dtype=_name(p.x.dtype), quant_mode=p.quant_mode,
-                                scale_shape=None if p.scale is None else tuple(p.scale.shape), offset=p.offset is not None,
+                                scale_shape=None if p.scale is None else tuple(p.scale.shape),
+                                offset=p.offset is not None,
                                 start=p.start, end=p.end, expert_num=p.expert_num, count_type=p.count_type,
                                 row_idx_type=p.row_idx_type, platform=numerics.platform_record)
 
@@ -74,7 +75,8 @@ def quant_matmul(a, numerics: Numerics) -> Variant:
 
 
 def grouped_matmul(a, numerics: Numerics) -> Variant:
-    return _mm.grouped_matmul(out=_name(a.out), pertoken=a.per_token_scale is not None, platform=numerics.platform_record)
+    return _mm.grouped_matmul(out=_name(a.out), pertoken=a.per_token_scale is not None,
+                              platform=numerics.platform_record)
 
 
 def weight_quant_batchmatmul(p, numerics: Numerics) -> Variant:
