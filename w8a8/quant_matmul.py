@@ -89,8 +89,10 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
     ``scale`` where the torch_npu adapter packs it (fp32 scale, no pertoken_scale, fp16 or int8
     output; spec §3.5) is silently reduced to FP19 by truncation — up to 2^-10 relative error —
     and a packed int64 scale decodes to its FP19 value (and its offset bits when ``offset`` is
-    None). The bf16-output and per-token paths use the scale at full precision. Whether the CANN
-    per-tensor FP19 rule also applies to bf16 output is not confirmed; the golden does not apply it.
+    None). The bf16-output and per-token paths use the scale at full precision: for int8 x1 the adapter
+    packs only an fp32 scale without pertoken_scale and with an fp16 / int8 output (op-plugin
+    ``QuantMatmulKernelNpuOpApi.cpp:261-298`` @ 517f2e7d: ``use_trans_quant_param``). Whether CANN itself
+    reduces a bf16-output fp32 scale inside the kernel is not confirmed; the golden does not.
     Without pertoken_scale the bf16 output comes from ``AscendDequant``, whose internal rounding
     is not documented: the golden rounds the fp32 product once (RNE).
 

@@ -118,6 +118,18 @@ def test_grouped_matmul_illegal_combinations(kwargs, exc, arg):
         lower("grouped_matmul", x, w, output_dtype="int32", **kwargs)
 
 
+def test_grouped_matmul_refuses_what_the_schema_refuses():
+    # Tensor[] arguments take no None element (op_plugin_functions.yaml:6346 @ 517f2e7d); an int8 x has no
+    # bf16-weight pattern (aclnn_grouped_matmul.cpp:984-1005 @ c29bc106): refused before any call is built
+    x, w, gl = gmm_args()
+    with pytest.raises(TypeError, match="'per_token_scale'"):
+        lower("grouped_matmul", x, w, scale=f32(3, 64), per_token_scale=[None], group_list=gl, group_list_type=1,
+              output_dtype="float16")
+    with pytest.raises(TypeError, match="'weight'"):
+        lower("grouped_matmul", x, w.astype(np.float32).astype(BF16), scale=f32(3, 64), group_list=gl,
+              group_list_type=1, output_dtype="float16")
+
+
 def test_grouped_matmul_inner_limit():
     with pytest.raises(ConstraintError, match="'weight'.*65535"):
         lower("grouped_matmul", i8(2, 16), np.zeros((1, 16, 65536), np.int8), group_list=np.array([2], np.int64),
