@@ -2,8 +2,9 @@
 
 Each is a small, independent NumPy implementation of ``dynamic_quant``, ``quant_matmul`` and
 ``w8a8_dynamic_linear`` (written here, not by re-running the golden with another ``Numerics``),
-which declares the Ascend numerics but gets one thing wrong, the way kernels do. Like any backend it
-gets the golden's checked arguments (:meth:`backends.base.Backend.prepare` runs the golden's check):
+which declares the Ascend numerics without shape-dependent kernel variants (``variants="fixed"``: one
+kernel per op, the main-path formulas) but gets one thing wrong, the way kernels do. Like any backend
+it gets the golden's checked arguments (:meth:`backends.base.Backend.prepare` runs the golden's check):
 its own code is the arithmetic only.
 
 * ``TiesAwayBackend`` — rounds .5 ties away from zero (``floor(|x| + 0.5)``) instead of to even;
@@ -22,12 +23,16 @@ from __future__ import annotations
 import numpy as np
 
 from backends.base import Backend, Unsupported, implements
+from w8a8 import ASCEND
 from w8a8 import dtypes as _dt
 
 
 class _PlantedBase(Backend):
     device = "cpu"
     bug = ""
+    # One kernel per op (the dynamic_quant scale 1 / inv whatever the shape): the record these backends
+    # implement, bugs aside. The golden under it computes the same fixed formulas (w8a8.variants).
+    numerics = ASCEND.replace(name="ascend-a2a3-fixed", variants="fixed")
 
     @property
     def description(self):  # type: ignore[override]

@@ -1,9 +1,10 @@
 """A third-party backend in one file: pure NumPy, two ops, its own numerics (docs/adding-a-backend.md).
 
-``dynamic_quant`` here returns the scale ``amax * fp32(1/127)`` (the formula of the Ascend kernel's
-double-buffer path) instead of the main path's ``1 / (127 / amax)``: the two differ in the last bit
-for some rows. The backend declares it through its ``Numerics`` record (``scale_out``), so
-conformance holds it to the golden run under *that* record, bit for bit. ``int_matmul`` shows a
+``dynamic_quant`` here returns the scale ``amax * fp32(1/127)`` at every shape (the formula of the
+Ascend single-row, multi-row and double-buffer kernels) where the Ascend large-shape and MoE kernels
+write ``1 / (127 / amax)``: the two differ in the last bit for some rows. The backend declares it
+through its ``Numerics`` record (``scale_out``, and ``variants="fixed"``: one kernel, no shape
+dependence), so conformance holds it to the golden run under *that* record, bit for bit. ``int_matmul`` shows a
 loader: the operands are converted once, outside the timed call.
 
 The base class does the rest: the golden's argument checks (this file has none, and raises the
@@ -30,7 +31,7 @@ class AmaxScaleBackend(Backend):
     description = "pure NumPy: dynamic_quant returning scale = amax * fp32(1/127); int_matmul in float64"
     device = "cpu"
     compute = "fp32"
-    numerics = w8a8.ASCEND.replace(name="amax-scale", scale_out="amax_mul_rcp")
+    numerics = w8a8.ASCEND.replace(name="amax-scale", variants="fixed", scale_out="amax_mul_rcp")
 
     @implements("dynamic_quant")
     def _dynamic_quant(self, a, *, numerics):

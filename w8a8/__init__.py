@@ -3,7 +3,8 @@
 Same op names without the ``npu_`` prefix, same arguments and defaults, same shapes, dtypes and
 semantics, on NumPy arrays. bf16 is :data:`ml_dtypes.bfloat16`; dtype arguments take NumPy dtypes or
 names (``"bfloat16"``, ``"int8"``). Every arithmetic choice on which backends differ is a field of
-:class:`Numerics`, whose defaults are the Ascend A2/A3 kernels.
+:class:`Numerics`, whose defaults are the Ascend A2/A3 kernels; each op computes the kernel variant
+the host tiling picks for the call (:mod:`w8a8.variants`, the chip: :mod:`w8a8.platforms`).
 
 Every op is registered where it is defined (:func:`w8a8.registry.golden_op`); :mod:`w8a8.registry`
 lists them. Importing this package imports every module of it (the dense ops at the top, the

@@ -20,6 +20,7 @@ from . import _check
 from . import dtypes as _dt
 from .dynamic_quant import DynamicQuantArgs, dynamic_quant_args, dynamic_quant_from_args
 from .numerics import ASCEND, Numerics
+from .variants import calls as _variants
 from .quant_matmul import quant_matmul_args, quant_matmul_stages
 from .quantize import QuantizeArgs, quantize_args, quantize_from_args
 from .registry import golden_op
@@ -156,7 +157,8 @@ def w8a8_dynamic_linear_args(x, weight, weight_scale, *, bias=None,
 def dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, *,
                           bias: np.ndarray | None = None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`w8a8_dynamic_linear` with every intermediate: ``x_q``, ``x_scale``, ``weight_kn``,
-    ``weight_scale`` (as loaded), ``bias`` (as loaded), ``acc`` (int32) and ``y``."""
+    ``weight_scale`` (as loaded), ``bias`` (as loaded), ``acc`` (int32), ``y``, and ``variants``: the
+    kernels modelled (``{"dynamic_quant": Variant, "quant_matmul": Variant}``, :mod:`w8a8.variants`)."""
     a = w8a8_dynamic_linear_args(x, weight, weight_scale, bias=bias, numerics=numerics)
     p = a.params
     w_kn = p.weight.T
@@ -164,7 +166,8 @@ def dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: np.nd
     mm = quant_matmul_stages(x_q, w_kn, p.weight_scale, pertoken_scale=x_scale, bias=p.bias, output_dtype=a.x.dtype,
                              numerics=numerics)
     return {"x_q": x_q, "x_scale": x_scale, "weight_kn": w_kn, "weight_scale": p.weight_scale, "bias": p.bias,
-            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (p.n,))}
+            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (p.n,)),
+            "variants": {"dynamic_quant": _variants.dynamic_quant(a.quant, numerics), **mm["variants"]}}
 
 
 @golden_op("dense", check=w8a8_dynamic_linear_args)
@@ -318,14 +321,15 @@ def static_linear_stages(x: np.ndarray, weight: np.ndarray, *, input_scale: np.n
                          deq_scale: np.ndarray, quant_bias: np.ndarray | None, bias: np.ndarray | None = None,
                          numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`w8a8_static_linear` with its intermediates: ``input_scale_reciprocal``, ``input_offset``
-    (as loaded, ``[K]``), ``x_q``, ``acc`` and ``y``."""
+    (as loaded, ``[K]``), ``x_q``, ``acc``, ``y`` and ``variants`` (the kernels modelled)."""
     a = w8a8_static_linear_args(x, weight, input_scale=input_scale, input_offset=input_offset, deq_scale=deq_scale,
                            quant_bias=quant_bias, bias=bias, numerics=numerics)
     x_q = quantize_from_args(a.quant, numerics)
     mm = quant_matmul_stages(x_q, a.weight.T, a.deq_scale, bias=a.matmul_bias, output_dtype=a.x.dtype,
                              numerics=numerics)
     return {"input_scale_reciprocal": a.input_scale_reciprocal, "input_offset": a.input_offset, "x_q": x_q,
-            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (a.n,))}
+            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (a.n,)),
+            "variants": {"quantize": _variants.quantize(a.quant, numerics), **mm["variants"]}}
 
 
 @golden_op("dense", check=w8a8_static_linear_args)

@@ -23,6 +23,7 @@ from .numerics import ASCEND, Numerics
 from .registry import golden_op
 from .rounding import round_to_integral, to_float, to_int
 from .trans_quant_param import decode_quant_param, fp19
+from .variants import calls as _variants
 
 if TYPE_CHECKING:
     from .lowbit.w4a8 import QuantMatmulInt4Args
@@ -236,10 +237,18 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
     ``scale`` where the torch_npu adapter packs it (fp32 scale, no pertoken_scale, fp16 or int8
     output; spec §3.5) is silently reduced to FP19 by truncation — up to 2^-10 relative error —
     and a packed int64 scale decodes to its FP19 value (and its offset bits when ``offset`` is
-    None). The bf16-output and per-token paths use the scale at full precision. Whether the CANN
-    per-tensor FP19 rule also applies to bf16 output is not confirmed; the golden does not apply it.
+    None). The bf16-output and per-token paths use the scale at full precision: for int8 x1 the adapter
+    packs only an fp32 scale without pertoken_scale and with an fp16 / int8 output (op-plugin
+    ``QuantMatmulKernelNpuOpApi.cpp:261-298`` @ 517f2e7d: ``use_trans_quant_param``). Whether CANN itself
+    reduces a bf16-output fp32 scale inside the kernel is not confirmed; the golden does not.
     Without pertoken_scale the bf16 output comes from ``AscendDequant``, whose internal rounding
     is not documented: the golden rounds the fp32 product once (RNE).
+
+    Kernel variants (:func:`w8a8.variants.select`): with ``pertoken_scale`` and a bf16 / fp16 output the
+    decode ("opt") kernel computes ``acc * (scale[n] * pertoken[m])`` (``epilogue_order="combined"``)
+    where M is at most the closed TBE tiling's ``baseM``; that threshold is not derivable from public
+    source, so the golden selects the opt kernel only on a platform record that carries a measured
+    limit (:mod:`w8a8.platforms`) and otherwise computes the basic / TBE order above.
 
     Errors
     ------
@@ -256,8 +265,9 @@ def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, of
                         pertoken_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
                         output_dtype=None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`quant_matmul` with its stages: ``acc`` (the raw int32 accumulator ``x1 @ x2``, before
-    any bias), ``scale`` (the fp32 scale the epilogue used, after FP19 packing where it applies)
-    and ``y``. Same arguments, checks and result.
+    any bias), ``scale`` (the fp32 scale the epilogue used, after FP19 packing where it applies),
+    ``y``, and ``variants`` (``{"quant_matmul": Variant}``: the kernel modelled). Same arguments,
+    checks and result.
 
     int4 operands (int32 words packing 8 codes, LSB first: A4W4, A8W4) are routed to
     :func:`w8a8.lowbit.w4a8.quant_matmul_int4_stages`, whose stages add ``x1_codes``/``x2_codes``.
@@ -269,16 +279,20 @@ def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, of
                                         output_dtype=output_dtype, numerics=numerics)
     a = quant_matmul_args(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
                           output_dtype=output_dtype, numerics=numerics)
+    variant = _variants.quant_matmul(a, numerics)
+    numerics = variant.numerics(numerics)
     raw = int_matmul(a.x1, a.x2, op=_OP)
     raw = np.broadcast_to(raw, a.batch + (a.m, a.n)) if raw.shape[:-2] != a.batch else raw
     acc = raw
     if a.int_bias and (numerics.int32_bias == "accumulator" or a.out == _dt.int32):
         acc = add_int32(_OP, acc, a.bias)
     if a.out == _dt.int32:
-        return {"acc": raw, "scale": None, "y": np.ascontiguousarray(acc, dtype=np.int32)}
+        return {"acc": raw, "scale": None, "y": np.ascontiguousarray(acc, dtype=np.int32),
+                "variants": {_OP: variant}}
     deq, packed_offset = effective_scale(a.scale, a.out, a.pertoken_scale is not None, numerics)
     return {"acc": raw, "scale": deq,
-            "y": epilogue(acc, deq, packed_offset, a.offset, a.pertoken_scale, a.bias, a.out, numerics)}
+            "y": epilogue(acc, deq, packed_offset, a.offset, a.pertoken_scale, a.bias, a.out, numerics),
+            "variants": {_OP: variant}}
 
 
 def epilogue(acc: np.ndarray, deq: np.ndarray, packed_offset: np.ndarray | None, off: np.ndarray | None,

@@ -5,8 +5,12 @@
 * ``div_mode=False`` -> ``aclnnAscendQuantV3``: **multiply**, ``y = rint(x * scale + offset)``.
   This is the W8A8-static activation quantizer of SGLang / vllm-ascend, which pass the reciprocal
   of ``input_scale`` as ``scales``.
-* ``div_mode=True`` -> ``aclnnQuantize`` (torch ``quantize_per_channel`` semantics): **divide**,
-  ``y = rint(x / scale) + zero_point``.
+* ``div_mode=True`` -> ``aclnnQuantize``, whose A2/A3 kernel is not public (ops-nn has only the arch35
+  regbase one, kernel-variants §10). Its vendor reference is ``torch.quantize_per_channel``, which
+  (x86, torch 2.13, measured in ``tests/golden/test_quantize.py``) **multiplies by the fp32 reciprocal
+  and adds the zero point before rounding**: ``y = rint(zero_point + x * fp32(1 / scale))``. The golden
+  follows that reference (``Numerics.quantize_div="mul_rcp"``, ``zero_point_position="before_rounding"``);
+  the device kernel's choice can only be settled on a device.
 
 Each op's argument checks are one public function (:func:`quantize_args`, :func:`dequantize_args`,
 :func:`anti_quant_args`) that the op calls first and the backends call instead of copying them.
@@ -139,18 +143,23 @@ def quantize(x: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None =
         **every axis other than -2 means the last axis** (-2 the second to last), whatever the
         rank. ``div_mode=True``: an ordinary axis (negative counts from the end).
     div_mode : selects the kernel (module docstring).
-    numerics : ``round_mode``, ``saturate``, ``nan_policy``; ``div_mode=True`` also
-        ``zero_point_position`` (see below).
+    numerics : ``round_mode``, ``saturate``, ``nan_policy``; ``div_mode=True`` also ``quantize_div``
+        and ``zero_point_position`` (see below).
 
     Formula (fp32)::
 
         div_mode=False:  y = sat(rint(fp32(x) * fp32(scale) + fp32(offset)))     # A2/A3: RINT
-        div_mode=True:   y = sat(rint(fp32(x) / fp32(scale)) + zero_point)
+        div_mode=True:   t = fp32(x) * fp32(1 / fp32(scale))                      # quantize_div="mul_rcp"
+                         y = sat(rint(fp32(zero_point) + t))                      # "before_rounding"
 
     ``sat`` clamps to the output range ([-128, 127] int8, [0, 255] uint8, [-8, 7] int4, int32).
-    With ``div_mode=True`` it is not confirmed whether the device rounds before or after adding the
-    zero point; the golden rounds first (torch ``quantize_per_channel`` semantics) and adds
-    ``rint(zero_point)`` (``numerics.zero_point_position="before_rounding"`` adds it first).
+    ``div_mode=True`` follows torch ``quantize_per_channel`` (module docstring): the A2/A3 kernel is
+    closed, so whether it divides or multiplies by the reciprocal, and where it adds the zero point,
+    is not confirmed. ``quantize_div="div"`` computes ``fp32(x) / fp32(scale)``;
+    ``zero_point_position="after_rounding"`` computes ``rint(t) + rint(zero_point)``. The two zero-point
+    positions differ at ties even for integer zero points (``rint(0.5) + 1 = 1``, ``rint(1.5) = 2``);
+    division and reciprocal differ by one code where ``x / s`` and ``x * fp32(1/s)`` fall on opposite
+    sides of a .5.
 
     Errors: TypeError for dtypes outside these lists, ValueError for shapes, axis, NaN/Inf in x,
     scales or a float zero_points (under ``nan_policy="raise"``).
@@ -172,7 +181,7 @@ def quantize_from_args(a: QuantizeArgs, numerics: Numerics = ASCEND) -> np.ndarr
             return pack_int4(to_int(t, _dt.int4, mode=numerics.round_mode, saturate=numerics.saturate))
         return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        t = xf / sf
+        t = xf * (np.float32(1) / sf) if numerics.quantize_div == "mul_rcp" else xf / sf
     if a.zero_points_b is None:
         return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate)
     zf = a.zero_points_b

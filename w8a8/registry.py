@@ -155,9 +155,12 @@ def import_modules(package: str, path: Iterable[str]) -> list[ModuleType]:
 
 def exports(modules: Iterable[ModuleType]) -> dict[str, object]:
     """``{name: object}`` for every name in the ``__all__`` of each module (modules without one export
-    nothing), in module order; a name exported by two modules is a ValueError."""
+    nothing, and so does a subpackage that sets ``FLATTEN = False``: it stays a namespace, e.g.
+    ``w8a8.variants``), in module order; a name exported by two modules is a ValueError."""
     out: dict[str, object] = {}
     for module in modules:
+        if getattr(module, "FLATTEN", True) is False:
+            continue
         for name in getattr(module, "__all__", ()):
             if name in out and out[name] is not getattr(module, name):
                 raise ValueError(f"w8a8: {name!r} is exported by two modules (the second is {module.__name__})")

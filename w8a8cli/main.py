@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "inspect": "w8a8cli.inspect_cmd",
     "replay": "w8a8cli.replay_cmd",
     "run": "w8a8cli.run_cmd",
+    "explain": "w8a8cli.explain_cmd",
 }
 
 

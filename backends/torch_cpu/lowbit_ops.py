@@ -21,6 +21,7 @@ import importlib
 import numpy as np
 
 from w8a8 import dtypes as _dt
+from w8a8.variants import calls as variant_calls
 
 from ..base import implements, loads
 from .dense_ops import Bits, raw_bits
@@ -55,12 +56,14 @@ class LowbitOps:
 
     # -- W8A16 / W4A16 ----------------------------------------------------------------------------
     @loads("weight_quant_batchmatmul")
-    def _load_weight_quant_batchmatmul(self, a):
+    def _load_weight_quant_batchmatmul(self, a, *, numerics):
         """Once per weight: ``w_hat`` (the antiquantized weight, as float64 for the exact GEMM), the
         requant values and the fp32 bias."""
         d = self.transfer(a)
         m = _mod("lowbit_int4")
-        w_hat = m.antiquant_weight(d.weight, a.layout, d.scale, a.group, d.offset, a.packed, d.x.dtype)
+        precision = variant_calls.weight_quant_batchmatmul(a, numerics).numerics(numerics).antiquant_precision
+        w_hat = m.antiquant_weight(d.weight, a.layout, d.scale, a.group, d.offset, a.packed, d.x.dtype,
+                                   precision=precision)
         qs, qo = m.quant_values(d.quant_scale, d.quant_offset)
         return d.x, w_hat.double(), qs, qo, None if d.bias is None else d.bias.float()
 

@@ -51,11 +51,12 @@ from w8a8.numerics import ASCEND
 from ..torch_common import from_torch, to_torch
 from .arith import absmax, any_nonfinite, to_float
 from .gemm import acc_bound
+from . import kernel_variants
 from .linear import load_dynamic, w8a8_dynamic_linear
 from .moe_experts import ExpertGemm
 from .moe_gating import gating_options, gating_top_k, gating_top_k_softmax
 from .moe_gmm import may_nan
-from .moe_math import F32, clamped_swiglu, quantize_rows_div, silu, sum_f32
+from .moe_math import F32, clamped_swiglu, dsq_quantize_rows, silu, sum_f32
 from .moe_routing import dynamic_quant_rows
 from .runtime import claim_threads
 
@@ -312,13 +313,16 @@ def _expert_chain(c: _Expert, runs, threads: bool, sink: dict | None):
     Returns the first non-finite rows of GEMM1's output, the requant scale and GEMM2's output."""
     layer, i, clock = c.layer, c.layer.i, _Clock(sink)
     bad_g, bad_scale, bad_o = _FirstBad(), _FirstBad(), _FirstBad()
+    # the golden's dequant_swiglu_quant without group_index: the legacy kernel's quantization
+    dsq = kernel_variants.dequant_swiglu_quant(x_dtype=_BF16, tokens=c.x_e.shape[0], groups=None, quant_mode=1,
+                                               quant_scale=None, bias=None, scalar=False)
     for ex, start, stop in runs:
         acc = layer.w13.f32(ex, c.x_e[start:stop], threads=threads)
         clock.lap("gemm1")
         g = to_float(acc.mul_(layer.s13f[ex]).mul_(c.s_e[start:stop, None]), _BF16, may_nan=c.nan1)
         bad_g.note(start, g, c.nan1)
         gf = g.to(F32)
-        a_q, a_s = quantize_rows_div(clamped_swiglu(gf[:, :i], gf[:, i:], layer.swiglu_limit), "amax_mul_rcp")
+        a_q, a_s = dsq_quantize_rows(clamped_swiglu(gf[:, :i], gf[:, i:], layer.swiglu_limit), dsq)
         bad_scale.note(start, a_s, True)
         clock.lap("act")
         acc = layer.w2.f32(ex, a_q, threads=threads)
@@ -452,8 +456,11 @@ def forward(x, x_scale, shared_input, ids, weights, logits, bias, *, layer: MoeL
     order = torch.sort(flat, stable=True).indices
     counts = torch.bincount(flat, minlength=layer.e).tolist()
     tokens = torch.div(order, k, rounding_mode="floor")
-    if x_scale is None:
-        q_tok, s_tok = dynamic_quant_rows(x.to(F32))
+    if x_scale is None:  # the golden's moe_init_routing_v2(quant_mode=1) of this layer: its kernel's rounding
+        rec = kernel_variants.init_routing_v2(
+            n=t, k=k, h=h, x_dtype=kernel_variants.dtype_name(x.dtype), quant_mode=1, scale_shape=None, offset=False,
+            start=0, end=layer.e, expert_num=layer.e, count_type=1, row_idx_type=0)
+        q_tok, s_tok = dynamic_quant_rows(x.to(F32), rec.routing_quant_round)
     else:
         q_tok, s_tok = x, x_scale
     x_e = q_tok.index_select(0, tokens)

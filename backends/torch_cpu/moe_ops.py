@@ -94,7 +94,8 @@ class MoeOps:
     @implements("moe_finalize_routing")
     def _moe_finalize_routing(self, a):
         experts = a.experts if a.bias is not None else None   # read for the bias only
-        return _mod("moe_finalize").finalize_routing(a.rows, a.skip1, a.skip2, a.bias, a.scales, a.slots, experts)
+        return _mod("moe_finalize").finalize_routing(a.rows, a.skip1, a.skip2, a.bias, a.scales, a.slots, experts,
+                                                     drop_pad_mode=a.drop_pad_mode)
 
     # -- the W8A8 MoE layer ------------------------------------------------------------------------------------
     @loads("w8a8_moe", "w8a8_moe_prequantized")

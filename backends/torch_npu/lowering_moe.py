@@ -218,8 +218,8 @@ def lower_moe_init_routing_v2(p, options: Options = DEFAULT) -> Plan:
     b.fixup(sc, _prefix(scale_mask) if scale_mask.size else 0, scale_mask.shape[0] if scale_mask.size else 0,
             "expanded_scale is defined for routed rows only (all undefined with quant_mode=-1 and no scale)")
     if r.row_idx_type == 1:
-        b.fixup(row, _prefix(idx_mask), idx_mask.shape[0], "scatter indices past the routed rows are undefined",
-                value=-1)
+        b.fixup(row, _prefix(idx_mask), idx_mask.shape[0], "scatter indices past the routed rows are undefined "
+                "(the gather-sort perf kernels; the sort kernels write all N*K)", value=-1)
     if r.count_flag and r.count_type == 2:
         b.fixup(counts, _prefix(count_mask), count_mask.shape[0], "key-value rows past the (0, 0) terminator")
     return b.build((ex, row, counts, sc))

@@ -311,6 +311,31 @@ def test_epilogue_order_is_visible_in_fp16():
     assert same_bits(ys["token_then_scale"], ys["combined"])
 
 
+def test_pertoken_opt_kernel_needs_a_measured_platform_limit():
+    # The decode ("opt") kernel computes acc * (t[m] * s[n]) (quant_batch_matmul_v3_pertoken_opt.h:507-586
+    # @ e5c3fa93) where M <= baseM of the closed TBE tiling (quant_batch_matmul_v3_tiling.cpp:669-694): not
+    # derivable from public source, so A3 keeps the basic / TBE order; a platform record carrying a
+    # measured limit selects the opt kernel at M <= limit. Data of test_epilogue_order_is_visible_in_fp16.
+    from w8a8 import Numerics, platforms, variants
+
+    x1, x2 = np.array([[27]], np.int8), np.array([[35]], np.int8)
+    s = np.array([0x3C1065B0], np.uint32).view(np.float32)
+    t = np.array([0x3BBC351C], np.uint32).view(np.float32)
+    assert variants.select("quant_matmul", x1, x2, s, pertoken_scale=t, output_dtype="float16").name == "pertoken-basic"
+    platforms.register(platforms.A3.replace(name="test-a3-opt-m1", qbmm_pertoken_opt_max_m=1))
+    opt = Numerics(platform="test-a3-opt-m1")
+    assert variants.select("quant_matmul", x1, x2, s, pertoken_scale=t, output_dtype="float16",
+                           numerics=opt).name == "pertoken-opt"
+    y = quant_matmul(x1, x2, s, pertoken_scale=t, output_dtype="float16", numerics=opt)
+    combined = quant_matmul(x1, x2, s, pertoken_scale=t, output_dtype="float16",
+                            numerics=ASCEND.replace(epilogue_order="combined"))
+    assert same_bits(y, combined)
+    assert not same_bits(y, quant_matmul(x1, x2, s, pertoken_scale=t, output_dtype="float16"))
+    x1b = np.array([[27], [27]], np.int8)       # M = 2 > 1: the basic order again
+    assert variants.select("quant_matmul", x1b, x2, s, pertoken_scale=np.repeat(t, 2), output_dtype="float16",
+                           numerics=opt).name == "pertoken-basic"
+
+
 @pytest.mark.parametrize("b1, b2", [((2,), ()), ((), (3,)), ((2, 1), (3,)), ((2, 3), (1, 3)), ((1,), (4,))])
 def test_batch_broadcasting(b1, b2):
     rng = np.random.default_rng(6)

@@ -22,6 +22,7 @@ from .. import dtypes as _dt
 from ..numerics import ASCEND, Numerics
 from ..registry import golden_op
 from ..rounding import to_float
+from ..variants import calls as _variants
 from . import _common as C
 
 __all__ = ["moe_gating_top_k_softmax", "moe_gating_top_k"]
@@ -156,7 +157,8 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
     x : float16 / bfloat16 / float32, 2-D ``[N, E]`` or 3-D ``[B, S, E]`` router logits.
     finished : optional bool of shape ``x.shape[:-1]``: rows marked True get expert id ``E``.
     k : experts per row, ``1 <= k <= min(E, 1024)``.
-    numerics : fields used: ``transcendental`` (exp), ``nan_policy``.
+    numerics : fields used: ``transcendental`` (exp), ``nan_policy``; the template
+        (:func:`w8a8.variants.select`) decides ``gating_precision``.
 
     Returns
     -------
@@ -172,6 +174,12 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
         expert_idx = stable top-k of p (ties: lower expert index first)
         y = cast(p[expert_idx] -> x.dtype, RNE)
 
+    Templates (kernel-variants §9): the perf kernel (``(E <= 1024 and E % 8 == 0 and k <= 8) or E < 8``)
+    ranks the fp32 probabilities. Outside it the full-load kernels run ``SoftMax<half>`` /
+    ``TopK<half>`` on fp16 logits: the probabilities are rounded to fp16 **before** ranking
+    (``gating_precision="fp16"``), so probabilities that differ only below fp16 precision tie and the
+    lower expert index wins; bf16 and fp32 logits are ranked in fp32 there too.
+
     The row sum is taken in float64 and rounded once to fp32 (the device sums fp32 partials in a
     tree: a few-ulp difference). ``y`` of a finished row keeps its softmax values; only its ids
     change.
@@ -180,6 +188,7 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
     ``nan_policy="raise"``.
     """
     a = moe_gating_top_k_softmax_args(x, finished, k, numerics=numerics)
+    n16 = _variants.moe_gating_top_k_softmax(a, numerics).numerics(numerics).gating_precision == "fp16"
     x, k, fin = a.x, a.k, a.finished
     e = x.shape[-1]
     xf = x.reshape(-1, e).astype(np.float32)
@@ -189,6 +198,8 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
     ex = C.exp(shifted, numerics)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = ex / C.sum_f32(ex)
+    if n16 and x.dtype == _dt.float16:  # SoftMax<half> then TopK<half>: rank the fp16 probabilities
+        p = p.astype(np.float16).astype(np.float32)
     idx = _topk_desc(p, k)
     y = to_float(np.take_along_axis(p, idx, axis=-1), x.dtype)
     expert_idx = idx.astype(np.int32)

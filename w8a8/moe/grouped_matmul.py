@@ -44,6 +44,12 @@ def _single(arg: str, value, *, optional: bool = False):
         if len(value) != 1:
             _check.fail(_OP, arg, "a single tensor or a one-element list (the golden implements the "
                         "single-tensor form: one x [M, K], one weight [E, K, N], one y)", f"a list of {len(value)}")
+        if value[0] is None:
+            # torch_npu's schema types every list argument Tensor[] / Tensor[]? (op-plugin
+            # op_plugin_functions.yaml:6346 @ 517f2e7d): a None element is refused by the argument
+            # parser before the op runs (field report: per_token_scale=[None]).
+            _check.fail(_OP, arg, "None or a list of arrays (torch_npu's Tensor[] takes no None element)",
+                        "[None]", TypeError)
         return value[0], True
     return value, False
 
@@ -140,6 +146,9 @@ def _checked(x, w, b, s, o, pt, group_list, group_list_type, act_type, output_dt
         _check.fail(_OP, "act_type", "0 (none), 1 (relu), 2 (gelu_tanh), 4 (fast_gelu) or 5 (silu); 3 is "
                     "not supported by the device", str(act_type))
     x = _check.array(_OP, "x", x, dtypes=(_dt.int8,), ndim=2)
+    # int8 x takes only an int8 weight here: aclnnGroupedMatmul has no int8-x / bf16-weight pattern
+    # ("GMM: there is no matching xDtype and weightDtype pattern", ops-transformer
+    # gmm/grouped_matmul/op_host/op_api/aclnn_grouped_matmul.cpp:984-1005 @ c29bc106).
     w = _check.array(_OP, "weight", w, dtypes=(_dt.int8,), ndim=3)
     m, k = x.shape
     e, wk, n = w.shape

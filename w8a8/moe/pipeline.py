@@ -281,7 +281,33 @@ def _forward(a: W8a8MoeArgs, numerics: Numerics) -> dict:
         y = to_float(routed.astype(np.float32) + shared.astype(np.float32), _dt.bfloat16)
     return {"topk_ids": ids, "topk_weights": wts, "expanded_x": x_e, "expanded_scale": s_e,
             "expanded_row_idx": row_idx, "expert_tokens": counts, "w13_scale": s13, "w2_scale": s2w,
-            "gmm1": gmm1, "act_q": a_q, "act_scale": a_s, "gmm2": gmm2, "routed": routed, "shared": shared, "y": y}
+            "gmm1": gmm1, "act_q": a_q, "act_scale": a_s, "gmm2": gmm2, "routed": routed, "shared": shared, "y": y,
+            "variants": _layer_variants(a, ids.shape[1], gmm1.shape[0], numerics)}
+
+
+def _layer_variants(a: "MoeArgs", k: int, rows: int, numerics: Numerics) -> dict:
+    """The kernel variant of each op of the layer (:mod:`w8a8.variants`), from the layer's wiring above."""
+    from ..variants import matmul as vm, moe as vmoe, swiglu as vsw
+
+    plat = numerics.platform_record
+    e = a.experts.e
+    out = {}
+    g = a.routing.gating
+    if a.routing.mode == "softmax":
+        out["moe_gating_top_k_softmax"] = vmoe.gating_softmax(e=e, k=k, dtype=_dt.name(g.x.dtype), platform=plat)
+    quant = 1 if a.x_scale is None else -1
+    out["moe_init_routing_v2"] = vmoe.init_routing_v2(
+        n=a.t, k=k, h=a.h, x_dtype=_dt.name(a.x.dtype), quant_mode=quant, scale_shape=None if quant == 1 else (a.t,),
+        offset=False, start=0, end=e, expert_num=e, count_type=1, row_idx_type=0, platform=plat)
+    out["grouped_matmul"] = vm.grouped_matmul(out="bfloat16", pertoken=True, platform=plat)
+    out["dequant_swiglu_quant"] = vsw.dequant_swiglu_quant(
+        x_dtype="bfloat16", tokens=rows, groups=None, quant_mode=1, quant_scale_dtype=None, quant_scale_size=0,
+        bias_dtype=None, scalar=False, platform=plat)
+    out["moe_finalize_routing"] = vmoe.finalize(dtype="bfloat16", scale_dtype="bfloat16", n=a.t, k=k, h=a.h,
+                                                bias=False, skip1=False, skip2=False, drop_pad_mode=2, platform=plat)
+    if a.shared_expert is not None:
+        out["swiglu"] = vsw.swiglu("bfloat16", platform=plat)
+    return out
 
 
 def w8a8_moe_args(hidden, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None, topk_ids=None,

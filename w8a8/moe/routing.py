@@ -26,6 +26,8 @@ from ..dynamic_quant import quantize_rows
 from ..numerics import ASCEND, Numerics
 from ..registry import golden_op
 from ..rounding import to_int
+from ..variants import calls as _variants
+from ..variants import moe as _variant_rules
 from . import _common as C
 
 __all__ = ["moe_init_routing", "moe_init_routing_v2", "moe_init_routing_v2_valid", "dispatch_quant"]
@@ -163,19 +165,29 @@ def dispatch_quant(hidden: np.ndarray, *, numerics: Numerics = ASCEND) -> tuple[
     Parameters
     ----------
     hidden : float16 / bfloat16 / float32 ``[T, H]``.
-    numerics : fields used: ``routing_quant_round``, ``zero_row``, ``saturate``, ``nan_policy``.
+    numerics : fields used: ``routing_quant_round`` (decided, under ``variants="select"``, as for
+        :func:`moe_init_routing_v2`'s gather kernel), ``zero_row``, ``saturate``, ``nan_policy``.
 
     Returns ``(x_q int8 [T, H], scale float32 [T])`` with exactly the per-row formula of
-    :func:`moe_init_routing_v2` ``quant_mode=1`` (no smooth scale)::
+    :func:`moe_init_routing_v2` ``quant_mode=1`` without smooth scale (its gather kernel: every such
+    shape)::
 
-        scale = max_h |fp32(x)| / 127;   x_q = round(fp32(x) / scale)
+        scale = max_h |fp32(x)| / 127;   t = fp32(x) / scale;   x_q = half_away(fp16_trunc(t))
 
     so that ``moe_init_routing_v2(*dispatch_quant(h) ..., quant_mode=-1, scale=s)`` and
-    ``moe_init_routing_v2(h, ..., quant_mode=1)`` give the same int8 rows and scales. Whether the
-    Ascend DeepEP kernel uses this very formula is not confirmed (spec/serving-paths.md §5.4, §8.3).
+    ``moe_init_routing_v2(h, ..., quant_mode=1)`` give the same int8 rows and scales. This is a model,
+    not the dispatch kernel: ``MoeDistributeDispatchV2::QuantProcess`` (ops-transformer
+    ``mc2/moe_distribute_dispatch_v2/op_kernel/moe_distribute_dispatch_v2.h:988-1037`` @ c29bc106)
+    quantizes with ``inv = 127 / amax``, ``rint(x * inv)`` and writes ``1 / inv`` (the
+    ``npu_dynamic_quant`` main formula), so a device dispatch differs from this model at ties and in
+    the last bit of the scale (kernel-variants §8).
     """
     hidden = dispatch_quant_args(hidden, numerics=numerics).hidden
-    return _routing_quant(hidden.astype(np.float32), numerics)
+    t, h = hidden.shape
+    variant = _variant_rules.init_routing_v2(n=t, k=1, h=h, x_dtype=_dt.name(hidden.dtype), quant_mode=1,
+                                             scale_shape=None, offset=False, start=0, end=1, expert_num=1,
+                                             count_type=1, row_idx_type=0, platform=numerics.platform_record)
+    return _routing_quant(hidden.astype(np.float32), variant.numerics(numerics))
 
 
 def _expert_range(op: str, active_expert_range, expert_num: int) -> tuple[int, int]:
@@ -328,9 +340,12 @@ def moe_init_routing_v2_args(x, expert_idx, *, scale=None, offset=None, active_n
 
 
 class _Routing:
-    """The index work of routing v2 (shared by the op and its validity masks), on checked options ``o``."""
+    """The index work of routing v2 (shared by the op and its validity masks), on checked options ``o``.
 
-    def __init__(self, o: RoutingV2Options):
+    ``full_scatter``: a ``row_idx_type=1`` kernel writes the whole sorted permutation (every sort
+    kernel) or only its active entries (the gather-sort perf kernels)."""
+
+    def __init__(self, o: RoutingV2Options, full_scatter: bool = True):
         self.o = o
         nk = o.n * o.k
         flat = o.expert_idx.reshape(-1).astype(np.int64)
@@ -364,9 +379,10 @@ class _Routing:
                 self.row_idx[self.src] = self.dst
             else:
                 self.row_idx[src] = np.arange(self.available)
-        else:
-            self.row_idx[:self.available] = src
-            self.row_idx_valid[self.available:] = False
+        else:  # the sort kernels write all N*K sorted source ids (moe_v3_sort_one_core.h:52-112)
+            self.row_idx[:] = self.order
+            if not full_scatter:
+                self.row_idx_valid[self.available:] = False
 
     def counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(expert_token_cumsum_or_count int64, its validity mask)."""
@@ -428,10 +444,13 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
     active_expert_range : ``[start, end)``, or None / ``[]`` for ``[0, expert_num)``. Pass it
         explicitly on the device (spec §7.6: the adapter caches the first call's expert_num).
     row_idx_type : 0 gather (``expanded_row_idx[t*K + j] = dst row``, -1 for dropped pairs);
-        1 scatter (``expanded_row_idx[i] = t*K + j`` of dst row i, for the first ``available``
-        rows; the rest unspecified on the device, -1 here). Must be 0 with drop_pad_mode=1.
-    numerics : fields used: ``routing_quant_round``, ``round_mode`` (static), ``zero_row``,
-        ``saturate``, ``nan_policy``.
+        1 scatter (``expanded_row_idx[i] = t*K + j`` of sorted position i: the whole stable
+        permutation, N*K entries, as the one-core and multi-core sort kernels write it; the
+        gather-sort perf kernels — quant_mode -1, count type 1, expert_num 256, a range of at most 32,
+        384 <= N <= 8192, k = 8 — write only the first ``available``, the rest unspecified:
+        :func:`moe_init_routing_v2_valid`). Must be 0 with drop_pad_mode=1.
+    numerics : fields used: ``round_mode`` (static), ``zero_row``, ``saturate``, ``nan_policy``; the
+        kernel (:func:`w8a8.variants.select`) decides ``routing_quant_round``.
 
     Returns
     -------
@@ -450,8 +469,9 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
     Quantization (fp32 rows ``xf``; smooth ``xf = fp32(x) * smooth[e - start]``)::
 
         quant_mode=1: expanded_scale = rowmax|xf| / 127;  t = xf / expanded_scale
-                      q = RINT(t)                        (Numerics.routing_quant_round="half_even")
-                        | half_away(fp16_trunc(t))       ("trunc_fp16_half_away", column-tiled path)
+                      q = half_away(fp16_trunc(t))       (gather kernel: every shape but the one below)
+                        | RINT(t)                        (full-load perf kernel: x [1, 7168] bf16, k = 8,
+                                                          smooth scale [256, 7168], key-value counts)
         quant_mode=0: q = round(fp16(fp16(fp16(x) * fp16(scale)) + fp16(offset)))   # fp16 math
                       saturated to [-128, 127] (torch_npu documents static mode as unsupported)
 
@@ -464,7 +484,9 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
                                  expert_tokens_num_flag=expert_tokens_num_flag, quant_mode=quant_mode,
                                  active_expert_range=active_expert_range, row_idx_type=row_idx_type, numerics=numerics)
     x, s, o, h, quant_mode, r = p.x, p.scale, p.offset, p.h, p.quant_mode, p.routing
-    plan = _Routing(r)
+    variant = _variants.moe_init_routing_v2(p, numerics)
+    numerics = variant.numerics(numerics)
+    plan = _Routing(r, _variant_rules.writes_full_scatter(variant))
 
     tokens = plan.src // max(r.k, 1)
     expanded_x = np.zeros((r.rows, h), dtype=p.out_dtype)
@@ -518,7 +540,8 @@ def moe_init_routing_v2_valid(x: np.ndarray, expert_idx: np.ndarray, *, scale: n
     Takes exactly the op's arguments and returns four bool arrays of the outputs' shapes. False
     marks what the device leaves unwritten or undefined (the golden writes zeros / -1 there):
     dropless ``expanded_x`` / ``expanded_scale`` rows past ``min(rows, available)``; the
-    ``row_idx_type=1`` entries past ``available``; ``expanded_scale`` entirely for
+    ``row_idx_type=1`` entries past ``available`` in the gather-sort perf kernels (the sort kernels
+    write all ``N*K``); ``expanded_scale`` entirely for
     ``quant_mode=-1`` without ``scale``; key-value rows past the ``(0, 0)`` terminator. Conformance
     compares only where True.
     """
@@ -527,16 +550,20 @@ def moe_init_routing_v2_valid(x: np.ndarray, expert_idx: np.ndarray, *, scale: n
     quant_mode = _check.choice(op, "quant_mode", quant_mode, (-1, 0, 1))
     r = routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
                            expert_tokens_num_type, expert_tokens_num_flag, active_expert_range, row_idx_type)
-    return _valid(r, x.shape[1], quant_mode, scale is None)
+    variant = _variants.routing_v2_kernel(r, h=x.shape[1], x_dtype=x.dtype, quant_mode=quant_mode,
+                                          scale_shape=None if scale is None else tuple(np.shape(scale)),
+                                          offset=offset is not None, numerics=numerics)
+    return _valid(r, x.shape[1], quant_mode, scale is None, _variant_rules.writes_full_scatter(variant))
 
 
-def moe_init_routing_v2_masks(a: MoeInitRoutingV2Args) -> tuple[np.ndarray, ...]:
+def moe_init_routing_v2_masks(a: MoeInitRoutingV2Args, numerics: Numerics = ASCEND) -> tuple[np.ndarray, ...]:
     """:func:`moe_init_routing_v2_valid` of a call :func:`moe_init_routing_v2_args` has checked."""
-    return _valid(a.routing, a.h, a.quant_mode, a.scale is None)
+    full = _variant_rules.writes_full_scatter(_variants.moe_init_routing_v2(a, numerics))
+    return _valid(a.routing, a.h, a.quant_mode, a.scale is None, full)
 
 
-def _valid(r: RoutingV2Options, h: int, quant_mode: int, no_scale: bool) -> tuple[np.ndarray, ...]:
-    plan = _Routing(r)
+def _valid(r: RoutingV2Options, h: int, quant_mode: int, no_scale: bool, full_scatter: bool) -> tuple[np.ndarray, ...]:
+    plan = _Routing(r, full_scatter)
     rows = plan.valid_rows if not r.drop_pad else np.ones(r.rows, bool)  # padded slots are zeros
     x_mask = np.broadcast_to(rows[:, None], (r.rows, h))
     if r.drop_pad:
