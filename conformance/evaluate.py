@@ -101,7 +101,7 @@ def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures:
         kind, name, expected = "corpus", named.key, named.expected
     record = {"op": spec.name, "backend": backend.name, "case_id": case_id(spec.name, params), "params": params,
               "kind": kind, "name": name, "numerics": backend.numerics.name,
-              "repro": repro_command(backend.name, spec.name, params)}
+              "repro": repro_command(getattr(backend, "spec", backend.name), spec.name, params)}
     args, kwargs = build_inputs(spec, params)
     golden = NumpyBackend(backend.numerics)
     gargs, gkw = _copy(args, kwargs)

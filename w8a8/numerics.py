@@ -173,6 +173,9 @@ epilogue_intermediate : ``"float32"`` | ``"output"``
     ``"combined"`` the single product) to the output dtype; the second product is fp32 of that
     value, then ``+ fp32(bias)`` and the final cast. torchao's int8 linear is
     ``token_then_scale`` + ``"output"``: ``y = out(fp32(out(fp32(acc) * s_x[m])) * s_w[n] + b[n])``.
+    The rounding is modelled, an **overflow is not**: where the first product is finite but beyond the
+    output dtype's range (fp16: 65504) the golden keeps its fp32 value, so a kernel that writes Inf
+    there (torchao 0.18 with fp16 models) fails with that cause instead of being declared away.
     Without a per-token scale it does not apply.
 antiquant_dtype : ``"input"`` | ``"float32"``
     ``weight_quant_batchmatmul``: the dequantized weight ``w_hat`` is rounded to x's dtype before the

@@ -315,7 +315,8 @@ def epilogue(acc: np.ndarray, deq: np.ndarray, packed_offset: np.ndarray | None,
     out : int8, float16, bfloat16 or float32 (float32: no rounding, for a later activation).
     numerics : ``round_mode``, ``requant_clamp9``, ``saturate``, ``epilogue_order``, ``int32_bias``,
         ``epilogue_intermediate`` (with ``pt``: ``"output"`` rounds the first product of the order to
-        ``out`` before the second, as torchao's int8 linear does).
+        ``out`` before the second, as torchao's int8 linear does; a product beyond ``out``'s range keeps
+        its fp32 value — the overflow to Inf of such a kernel is a defect the golden does not model).
 
     fp32 overflow and NaN are computed through (IEEE, no warning): the caller's checks decide what
     reaches here.
@@ -344,7 +345,8 @@ def epilogue(acc: np.ndarray, deq: np.ndarray, packed_offset: np.ndarray | None,
                              else (deq * t, None))
             v *= first
             if numerics.epilogue_intermediate == "output":   # torchao: the first product in the output dtype
-                v = to_float(v, out).astype(np.float32)
+                r = to_float(v, out).astype(np.float32)
+                v = np.where(np.isinf(r) & np.isfinite(v), v, r)  # an overflow is a defect, not modelled
             if second is not None:
                 v *= second
         else:

@@ -50,7 +50,7 @@ def test_one_short_file_that_imports_no_other_backend():
              "t.AmaxScaleBackend().dynamic_quant(__import__('numpy').ones((2, 8), 'float16')); "
              "print(sorted(m for m in sys.modules if m.startswith('backends') or m.split('.')[0] == 'torch'))")
     out = subprocess.run([sys.executable, "-c", probe, str(EXAMPLES)], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.replace("'", '"')) == ["backends", "backends.base", "backends.ops"]
+    assert json.loads(out.stdout.replace("'", '"')) == ["backends", "backends.base", "backends.capabilities", "backends.ops"]
     assert BACKEND.ops() == ("dynamic_quant", "int_matmul")
     assert w8a8.ASCEND.differences(BACKEND.numerics) == {"scale_out": ("reciprocal", "amax_mul_rcp"),
                                                          "variants": ("select", "fixed")}

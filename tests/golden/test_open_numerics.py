@@ -362,3 +362,15 @@ def test_the_variant_deltas_only_name_fields_that_exist():
     # the new fields are arithmetic choices, so a Variant could decide them; none does today
     assert set(NEW_FIELDS) <= set(Numerics.defaults())
     assert all(f in Numerics.choices() for f in dataclasses.asdict(ASCEND) if f not in ("name", "platform", "variants"))
+
+
+def test_epilogue_intermediate_models_the_rounding_not_an_overflow():
+    # fp16: acc = 127 * 127 * 8 = 129032, token 1 -> 129032 > 65504 would be Inf in fp16; the golden keeps the
+    # fp32 value, so y = 129032 * 2^-4 = 8064.5 -> fp16 (spacing 4 in [4096, 8192)) 8064. A kernel writing Inf
+    # here (torchao fp16) is a failure, not a declared choice.
+    x1 = np.full((1, 8), 127, np.int8)
+    x2 = np.full((8, 1), 127, np.int8)
+    n = FIXED.replace(epilogue_order="token_then_scale", epilogue_intermediate="output")
+    y = w8a8.quant_matmul(x1, x2, np.array([2.0 ** -4], F32), pertoken_scale=np.ones(1, F32), output_dtype="float16",
+                          numerics=n)
+    assert y.tolist() == [[8064.0]]
