@@ -62,8 +62,14 @@ def _no_int_matmul_overflow(a) -> bool:
     return a.k * _bound(a.a.dtype) * _bound(a.b.dtype) <= _I32_MAX
 
 
-def _zero_points_of_the_output_dtype(a) -> bool:
-    return a.zero_points is None or a.zero_points.dtype == np.dtype(a.out)
+def _zero_points_fit_the_output(a) -> bool:
+    """QuantizeLinear's zero point has the output dtype: a zero point of another dtype is taken where it
+    rounds (``rint``, as the golden's ``zero_point_position="after_rounding"`` rounds it) into that range."""
+    if a.zero_points is None or a.zero_points.dtype == np.dtype(a.out):
+        return True
+    lo, hi = _dt.int_range(a.out)
+    z = np.rint(a.zero_points.astype(np.float64))
+    return bool(((z >= lo) & (z <= hi)).all())
 
 
 def _dequantize_zero_point_ok(a) -> bool:
@@ -122,8 +128,8 @@ def _nbits_offset(a) -> bool:
 CAPABILITIES = Capabilities({
     # QuantizeLinear: the divide kernel (div_mode=True); int8 / uint8 out (no int32); zero point of the output dtype
     "quantize": Accepts(values={"div_mode": (True,), "out_name": ("int8", "uint8")},
-                        require=(("a zero point of the output dtype (QuantizeLinear's y_zero_point)",
-                                  _zero_points_of_the_output_dtype),)),
+                        require=(("zero points that round into the output range (QuantizeLinear's y_zero_point "
+                                  "has the output dtype)", _zero_points_fit_the_output),)),
     # DequantizeLinear: int8 / uint8 / int32 codes, a zero point of the codes' dtype (none for int32)
     "dequantize": Accepts(require=(("a zero point of y's dtype, none for int32 codes (DequantizeLinear)",
                                     _dequantize_zero_point_ok),)),
@@ -217,20 +223,18 @@ class OnnxruntimeBackend(_OrtBackend):
     def _load_quantize(self, a):
         """QuantizeLinear on fp32 x (fp16 / bf16 widened: onnxruntime computes fp16 in fp32 anyway)."""
         s = a.scales_b.astype(np.float32).reshape(-1)
-        z = None if a.zero_points_b is None else a.zero_points_b.reshape(-1)
-        per_axis = s.size > 1 or (z is not None and z.size > 1)
+        # without a zero point QuantizeLinear writes uint8: a zero point 0 of the output dtype selects it
+        z = np.zeros(1, a.out) if a.zero_points_b is None else a.zero_points_b.reshape(-1)
+        if z.dtype != np.dtype(a.out):   # the load conversion to y_zero_point's dtype (exact: range checked)
+            z = np.rint(z.astype(np.float64)).astype(a.out)
+        per_axis = s.size > 1 or z.size > 1
         if per_axis:
             c = a.x.shape[a.channel_axis]
-            s = np.broadcast_to(s, (c,))
-            z = None if z is None else np.broadcast_to(z, (c,))
+            s, z = np.broadcast_to(s, (c,)), np.broadcast_to(z, (c,))
         else:
-            s, z = s.reshape(()), None if z is None else z.reshape(())
-        sess = self._graphs().quantize_linear(a.out_name, a.channel_axis if per_axis else None, z is not None,
-                                              self.threads)
-        feeds = {"x": self._f32(a.x), "s": s}
-        if z is not None:
-            feeds["z"] = z
-        return sess, feeds
+            s, z = s.reshape(()), z.reshape(())
+        sess = self._graphs().quantize_linear(a.out_name, a.channel_axis if per_axis else None, self.threads)
+        return sess, {"x": self._f32(a.x), "s": s, "z": z}
 
     @implements("quantize")
     def _quantize(self, loaded):

@@ -72,15 +72,14 @@ def _out_elem(out: str) -> int:
 
 # -- quantizers -------------------------------------------------------------------------------------
 
-def quantize_linear(out: str, axis: int | None, with_zp: bool, threads: int) -> ort.InferenceSession:
+def quantize_linear(out: str, axis: int | None, threads: int) -> ort.InferenceSession:
     """``QuantizeLinear`` (opset 21): x fp32, scale fp32 (scalar, or ``[C]`` along ``axis``), zero point of
-    the output dtype -> int8 / uint8."""
-    names = ["x", "s"] + (["z"] if with_zp else [])
+    the output dtype (it selects int8 / uint8) -> ``sat(rint(x / s) + z)``."""
     attrs = {} if axis is None else {"axis": axis}
     sdim = [] if axis is None else [None]
-    inputs = [("x", TP.FLOAT, None), ("s", TP.FLOAT, sdim)] + ([("z", ELEM[out], sdim)] if with_zp else [])
-    node = h.make_node("QuantizeLinear", names, ["y"], **attrs)
-    return _session(("quantize_linear", out, axis, with_zp), [node], inputs, [("y", ELEM[out], None)], threads)
+    inputs = [("x", TP.FLOAT, None), ("s", TP.FLOAT, sdim), ("z", ELEM[out], sdim)]
+    node = h.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], **attrs)
+    return _session(("quantize_linear", out, axis), [node], inputs, [("y", ELEM[out], None)], threads)
 
 
 def dequantize_linear(codes: str, axis: int | None, with_zp: bool, out: str, threads: int) -> ort.InferenceSession:
