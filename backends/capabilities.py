@@ -75,6 +75,10 @@ def _dtype_name(value) -> str:
         return str(getattr(value, "dtype", value))
 
 
+def _value_name(value) -> str:
+    return _dtype_name(value) if isinstance(value, np.dtype) else repr(value)
+
+
 def _shown(value) -> str:
     if isinstance(value, np.ndarray):
         return f"{_dtype_name(value)} of shape {tuple(value.shape)}"
@@ -136,7 +140,7 @@ class Accepts:
         for name, allowed in self.values.items():
             v = resolve(a, name)
             if v is not _MISSING and v not in allowed:
-                return f"{name}: {' / '.join(map(repr, allowed))} only; got {v!r}"
+                return f"{name}: {' / '.join(map(_value_name, allowed))} only; got {_value_name(v)}"
         for name in self.absent:
             v = resolve(a, name)
             if v is not None and v is not _MISSING:
@@ -170,7 +174,7 @@ class Accepts:
         if self.never:
             return [f"never: {self.never}"]
         out = [f"{n}: {' / '.join(d)}" for n, d in self.dtypes.items()]
-        out += [f"{n} in {list(v)}" for n, v in self.values.items()]
+        out += [f"{n}: {' / '.join(_value_name(x) for x in v)}" for n, v in self.values.items()]
         out += [f"{n}: none" for n in self.absent]
         out += [f"{n}: per-tensor" for n in self.per_tensor]
         out += [f"{n}: {k} dims" for n, k in self.ndim.items()]
