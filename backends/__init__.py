@@ -144,15 +144,18 @@ def get(name: str) -> Backend:
     return backend
 
 
-def available() -> list[Backend]:
-    """The backends that can run here (a backend whose factory fails to load is left out)."""
+def available(*, named_only: bool = False) -> list[Backend]:
+    """The backends that can run here and take part in default runs (a backend whose factory fails to load is
+    left out). ``named_only=True`` adds those that run only when named (``Backend.in_default_runs = False``:
+    ``onnxruntime``, ``onnxruntime-dqmm``, ``torchao`` — libraries judged here, whose genuine bugs fail by
+    design, so a default ``w8a8 conformance`` / test suite stays the project's own gate)."""
     result = []
     for name in names():
         try:
             backend = get(name)
         except Exception:  # noqa: BLE001 - a broken third-party backend must not break discovery
             continue
-        if backend.available()[0]:
+        if backend.available()[0] and (named_only or backend.in_default_runs):
             result.append(backend)
     return result
 
@@ -166,7 +169,8 @@ def describe_all() -> list[dict]:
         except Exception as exc:  # noqa: BLE001
             rows.append({"name": name, "spec": name, "available": False,
                          "reason": f"failed to load: {type(exc).__name__}: {exc}", "device": "?", "description": "",
-                         "numerics": None, "numerics_differences": {}, "ops": [], "capabilities": {}})
+                         "numerics": None, "numerics_differences": {}, "ops": [], "capabilities": {},
+                         "in_default_runs": False})
     return rows
 
 

@@ -169,6 +169,7 @@ class Backend:
     numerics: Numerics = ASCEND
     compute: str = "int8"  # what its GEMMs run on: "int8" (int8 units) or "fp32" (float BLAS); bench's peak
     capabilities = None    # a backends.capabilities.Capabilities: what the kernels take (read by declines)
+    in_default_runs = True  # False: run only when named (`--backend`): a library judged here, bugs and all
 
     _implementations: dict[str, str] = {}   # op -> the name of its registered method (implements)
     _loaders: dict[str, str] = {}           # op -> the name of its registered method (loads)
@@ -223,7 +224,8 @@ class Backend:
         return {"name": self.name, "spec": self.spec, "available": ok, "reason": reason, "device": self.device,
                 "description": self.description, "numerics": self.numerics.as_dict(),
                 "numerics_differences": {k: list(v) for k, v in ASCEND.differences(self.numerics).items()},
-                "ops": list(self.ops()), "capabilities": {} if caps is None else caps.describe(self.ops())}
+                "ops": list(self.ops()), "capabilities": {} if caps is None else caps.describe(self.ops()),
+                "in_default_runs": self.in_default_runs}
 
     # -- the boundary -------------------------------------------------------------------------
     def to_device(self, array: np.ndarray):

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         print("| op | fields that change its result vs Ascend (drawn cases changed / accepted) | what the kernel takes |")
         print("|---|---|---|")
         for op, changed, caps in rows(name, args.cases, args.seed):
-            print(f"| `{op}` | {changed} | {caps} |")
+            print(f"| `{op}` | {changed} | {caps.replace('|', chr(92) + '|')} |")
         print()
     return 0
 

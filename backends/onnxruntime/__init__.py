@@ -165,6 +165,7 @@ class _OrtBackend(Backend):
 
     device = "cpu"
     compute = "int8"
+    in_default_runs = False   # judged when named: `w8a8 conformance --backend onnxruntime`
 
     def __init__(self, threads: int = 1):
         if not isinstance(threads, int) or threads < 1:

@@ -70,6 +70,7 @@ class TorchaoBackend(Backend):
     compute = "int8"
     numerics: Numerics = NUMERICS
     capabilities = CAPABILITIES
+    in_default_runs = False   # judged when named (its genuine bugs fail by design): `--backend torchao`
 
     def available(self) -> tuple[bool, str]:
         try:
