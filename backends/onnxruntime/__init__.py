@@ -202,6 +202,32 @@ class _OrtBackend(Backend):
         """An exact widening to fp32 (bf16 / fp16 / fp32 values; integers as they are)."""
         return np.ascontiguousarray(x, dtype=np.float32)
 
+    def _rows_feeds(self, a, numerics, op: str) -> dict:
+        """A dynamic quantizer's rows as fp32 (exact) and its smooth scales as the row each token uses, after
+        the golden's data check of ``x * smooth_scales`` (the golden's ValueError where it overflows)."""
+        from w8a8.dynamic_quant import smoothed_rows
+
+        feeds = {"x": self._f32(a.x.reshape(a.rows, a.h))}
+        if a.smooth_scales is not None:
+            smoothed_rows(a, numerics, op=op)   # the data check only: the multiply runs in the graph
+            sm = self._f32(a.smooth_scales)
+            feeds["sm"] = sm.reshape(1, a.h) if a.row_groups is None else np.ascontiguousarray(sm[a.row_groups])
+        return feeds
+
+    def _linear_feeds(self, a, x_name: str) -> dict:
+        """A W8A8_DYNAMIC Linear's load step as a serving stack does it: the weight transposed to ``[K, N]``,
+        the weight scale and bias **as the golden loaded them** (a bf16-rounded scale for a bf16 model: part of
+        the op's contract) widened to fp32 — never the checkpoint's fp32 scale."""
+        p = a.params
+        feeds = {x_name: self._f32(a.x.reshape(-1, p.k)), "w": np.ascontiguousarray(p.weight.T),
+                 "sw": self._f32(p.weight_scale)}
+        if p.bias is not None:
+            feeds["fb"] = self._f32(p.bias)
+        return feeds
+
+    def _linear_out(self, y: np.ndarray, a) -> np.ndarray:
+        return self._narrow(y.reshape(a.x.shape[:-1] + (a.params.n,)), a.x.dtype)
+
     @staticmethod
     def _narrow(y: np.ndarray, out) -> np.ndarray:
         """A graph result to the op's output dtype: bf16 results are fp32 holding bf16 values (exact)."""
@@ -288,16 +314,7 @@ class OnnxruntimeBackend(_OrtBackend):
 
     @loads("dynamic_quant")
     def _load_dynamic_quant(self, a, *, numerics):
-        """The rows as fp32 (exact); smooth scales as the row each token uses; the golden's data check of
-        ``x * smooth_scales`` (it raises the golden's ValueError where the product overflows)."""
-        from w8a8.dynamic_quant import smoothed_rows
-
-        x = self._f32(a.x.reshape(a.rows, a.h))
-        feeds = {"x": x}
-        if a.smooth_scales is not None:
-            smoothed_rows(a, numerics)   # the data check only: the multiply runs in the graph
-            sm = self._f32(a.smooth_scales)
-            feeds["sm"] = sm.reshape(1, a.h) if a.row_groups is None else np.ascontiguousarray(sm[a.row_groups])
+        feeds = self._rows_feeds(a, numerics, "dynamic_quant")
         return self._graphs().dynamic_quant(a.qmax, "sm" in feeds, self.threads), feeds, a
 
     @implements("dynamic_quant")
@@ -359,22 +376,13 @@ class OnnxruntimeBackend(_OrtBackend):
 
     @loads("w8a8_dynamic_linear")
     def _load_dynamic_linear(self, a):
-        """The Linear's load step as a serving stack does it: the weight transposed to ``[K, N]``, the
-        weight scale and bias **as the golden loaded them** (bf16-rounded scale for a bf16 model) widened
-        to fp32 — never the checkpoint's fp32 scale."""
-        p = a.params
-        feeds = {"x": self._f32(a.x.reshape(-1, p.k)), "w": np.ascontiguousarray(p.weight.T),
-                 "sw": self._f32(p.weight_scale)}
-        if p.bias is not None:
-            feeds["fb"] = self._f32(p.bias)
-        sess = self._graphs().dynamic_linear(p.bias is not None, _dt.name(a.x.dtype), self.threads)
-        return sess, feeds, a
+        sess = self._graphs().dynamic_linear(a.params.bias is not None, _dt.name(a.x.dtype), self.threads)
+        return sess, self._linear_feeds(a, "x"), a
 
     @implements("w8a8_dynamic_linear")
     def _dynamic_linear(self, loaded):
         sess, feeds, a = loaded
-        y = self._graphs().run(sess, feeds)[0]
-        return self._narrow(y.reshape(a.x.shape[:-1] + (a.params.n,)), a.x.dtype)
+        return self._linear_out(self._graphs().run(sess, feeds)[0], a)
 
     @loads("weight_quant_batchmatmul")
     def _load_wqbmm(self, a):
@@ -425,29 +433,17 @@ class OnnxruntimeDqmmBackend(_OrtBackend):
 
     @loads("w8a8_dynamic_linear")
     def _load_dynamic_linear(self, a):
-        """As :meth:`OnnxruntimeBackend._load_dynamic_linear`: the loaded (bf16-rounded) weight scale and bias."""
-        p = a.params
-        feeds = {"a": self._f32(a.x.reshape(-1, p.k)), "w": np.ascontiguousarray(p.weight.T),
-                 "sw": self._f32(p.weight_scale)}
-        if p.bias is not None:
-            feeds["fb"] = self._f32(p.bias)
-        return self._graphs().dynamic_quantize_matmul(p.bias is not None, _dt.name(a.x.dtype), self.threads), feeds, a
+        sess = self._graphs().dynamic_quantize_matmul(a.params.bias is not None, _dt.name(a.x.dtype), self.threads)
+        return sess, self._linear_feeds(a, "a"), a
 
     @implements("w8a8_dynamic_linear")
     def _dynamic_linear(self, loaded):
         sess, feeds, a = loaded
-        y = self._graphs().run(sess, feeds)[0]
-        return self._narrow(y.reshape(a.x.shape[:-1] + (a.params.n,)), a.x.dtype)
+        return self._linear_out(self._graphs().run(sess, feeds)[0], a)
 
     @loads("dynamic_quant_asymmetric")
     def _load_dql(self, a, *, numerics):
-        from w8a8.dynamic_quant import smoothed_rows
-
-        feeds = {"x": self._f32(a.x.reshape(a.rows, a.h))}
-        if a.smooth_scales is not None:
-            smoothed_rows(a, numerics, op="dynamic_quant_asymmetric")   # the golden's data check
-            sm = self._f32(a.smooth_scales)
-            feeds["sm"] = sm.reshape(1, a.h) if a.row_groups is None else np.ascontiguousarray(sm[a.row_groups])
+        feeds = self._rows_feeds(a, numerics, "dynamic_quant_asymmetric")
         return self._graphs().dynamic_quantize_linear("sm" in feeds, self.threads), feeds, a
 
     @implements("dynamic_quant_asymmetric")

@@ -22,7 +22,7 @@ import backends
 import w8a8
 from backends import Unsupported
 from backends.numpy_backend import NumpyBackend
-from backends.testing import BitwiseChecker, assert_bits
+from backends.testing import ADVERSARIAL_KINDS, BitwiseChecker, adversarial_rows, assert_bits
 
 pytest.importorskip("onnxruntime", reason="the onnxruntime backends need onnxruntime (pip install -e '.[ort]')")
 pytest.importorskip("onnx", reason="the onnxruntime backends build graphs with onnx (pip install -e '.[ort]')")
@@ -41,24 +41,10 @@ SIZES = (1, 7, 17, 1025)
 
 
 def rows(rng, m, k, kind, dtype=BF16):
-    """Adversarial rows: gauss, outlier channels, exact .5 ties (amax 127 -> scale 1), zero rows, subnormal."""
-    if kind == "ties":
-        x = rng.integers(-127, 127, (m, k)).astype(F32) + F32(0.5)
-        x[:, 0] = 127
-    elif kind == "zeros":
-        x = rng.standard_normal((m, k)).astype(F32)
-        x[::2] = 0
-    elif kind == "subnormal":
-        x = rng.integers(-50, 50, (m, k)).astype(F32) * F32(2.0 ** -133)
-    elif kind == "outlier":
-        x = rng.standard_normal((m, k)).astype(F32)
-        x[:, :: max(k // 5, 1)] *= 100
-    else:
-        x = rng.standard_normal((m, k)).astype(F32) * F32(np.exp(rng.uniform(-4, 4)))
-    return x.astype(dtype)
+    return adversarial_rows(rng, m, k, kind, dtype)
 
 
-KINDS = ("gauss", "outlier", "ties", "zeros", "subnormal")
+KINDS = ADVERSARIAL_KINDS
 
 
 def test_available_and_named():
@@ -244,15 +230,18 @@ def test_quant_matmul_declines_what_qlinear_matmul_cannot_take():
         ORT.quant_matmul(x1, x2, np.ones(3, F32), offset=np.array([1.0, 2.0, 3.0], F32), output_dtype="int8")
 
 
+@pytest.mark.parametrize("check", [CHECK, CHECK_DQMM], ids=["per-token-graph", "dynamic-quantize-matmul"])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dt", [BF16, np.float16])
-def test_per_token_graph_is_w8a8_dynamic_linear(kind, dt):
+def test_w8a8_dynamic_linear_under_the_declared_record(check, kind, dt):
+    # onnxruntime: the per-token graph of ONNX ops (the Ascend record, fixed); onnxruntime-dqmm: the fused
+    # DynamicQuantizeMatMul under its own record
     for lead, k, n in (((1,), 1, 1), ((7,), 17, 5), ((3,), 1025, 17), ((2, 8), 64, 33)):
         x = rows(RNG, int(np.prod(lead)), k, kind, dt).reshape(lead + (k,))
         w = RNG.integers(-128, 128, (n, k)).astype(np.int8)
         ws = np.exp(RNG.uniform(-8, -3, n)).astype(F32)
-        CHECK.same("w8a8_dynamic_linear", x, w, ws)
-        CHECK.same("w8a8_dynamic_linear", x, w, ws, bias=RNG.standard_normal(n).astype(F32))
+        check.same("w8a8_dynamic_linear", x, w, ws)
+        check.same("w8a8_dynamic_linear", x, w, ws, bias=RNG.standard_normal(n).astype(F32))
 
 
 def test_the_loaded_weight_scale_is_what_the_graph_multiplies_by():
@@ -328,17 +317,6 @@ def test_matmul_nbits_declines_bf16_and_odd_blocks():
 
 
 # -- DynamicQuantizeMatMul / DynamicQuantizeLinear -------------------------------------------------------------
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("dt", [BF16, np.float16])
-def test_dynamic_quantize_matmul_under_its_record(kind, dt):
-    for lead, k, n in (((1,), 1, 1), ((7,), 17, 5), ((3,), 1025, 17), ((2, 8), 64, 33)):
-        x = rows(RNG, int(np.prod(lead)), k, kind, dt).reshape(lead + (k,))
-        w = RNG.integers(-128, 128, (n, k)).astype(np.int8)
-        ws = np.exp(RNG.uniform(-8, -3, n)).astype(F32)
-        CHECK_DQMM.same("w8a8_dynamic_linear", x, w, ws, bias=RNG.standard_normal(n).astype(F32))
-        CHECK_DQMM.same("w8a8_dynamic_linear", x, w, ws)
-
 
 def test_dynamic_quantize_matmul_is_not_the_ascend_linear():
     x = rows(RNG, 8, 64, "outlier")

@@ -28,7 +28,7 @@ import backends
 import w8a8
 from backends import Unsupported
 from backends.numpy_backend import NumpyBackend
-from backends.testing import BitwiseChecker
+from backends.testing import ADVERSARIAL_KINDS, BitwiseChecker, adversarial_rows
 
 pytest.importorskip("torch", reason="the torchao backend needs torch (pip install -e '.[torchao]')")
 pytest.importorskip("torchao", reason="the torchao backend needs torchao 0.18 (pip install -e '.[torchao]')")
@@ -53,23 +53,10 @@ def _k():
 
 
 def rows(rng, m, k, kind, dtype=BF16):
-    if kind == "ties":           # amax 127.5 -> s = 1 exactly: every other element is an exact .5 tie
-        x = rng.integers(-127, 127, (m, k)).astype(F32) + F32(0.5)
-        x[:, 0] = 127.5
-    elif kind == "zeros":
-        x = rng.standard_normal((m, k)).astype(F32)
-        x[::2] = 0
-    elif kind == "subnormal":
-        x = rng.integers(-50, 50, (m, k)).astype(F32) * F32(2.0 ** -133)
-    elif kind == "outlier":
-        x = rng.standard_normal((m, k)).astype(F32)
-        x[:, :: max(k // 5, 1)] *= 100
-    else:
-        x = rng.standard_normal((m, k)).astype(F32) * F32(np.exp(rng.uniform(-3, 3)))
-    return x.astype(dtype)
+    return adversarial_rows(rng, m, k, kind, dtype, tie_amax=127.5)
 
 
-KINDS = ("gauss", "outlier", "ties", "zeros", "subnormal")
+KINDS = ADVERSARIAL_KINDS
 
 
 def test_available_and_the_declared_record():
