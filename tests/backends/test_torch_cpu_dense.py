@@ -126,7 +126,8 @@ def test_an_op_it_does_not_implement_is_unsupported():
 def test_gemm_path_follows_amx():
     from backends.torch_cpu import runtime
 
-    assert TC.gemm_path == ("qlinear" if runtime.has_amx_int8() and runtime.has_qlinear() else "int_mm")
+    amx = runtime.has_amx_int8() and runtime.has_qlinear()
+    assert TC.gemm_path == ("qlinear" if amx else "vnni" if runtime.vnni_status()[0] else "int_mm")
     with pytest.raises(ValueError, match="'gemm'"):
         TorchCpuBackend(gemm="fast")
 

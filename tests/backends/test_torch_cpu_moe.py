@@ -708,12 +708,14 @@ def _loaded_layer(w, hidden, ids, wts):
     return ml.load(dargs, dkw, TC.gemm_path)[1]["layer"]
 
 
-@pytest.mark.parametrize("path", ["int_mm", "fbgemm"])
+@pytest.mark.parametrize("path", ["int_mm", "fbgemm", "vnni"])
 def test_loaded_layer_and_both_gemm_paths(path, monkeypatch):
-    from backends.torch_cpu import moe_experts
+    from backends.torch_cpu import moe_experts, packed
 
     if path == "fbgemm" and not moe_experts.fbgemm_usable()[0]:
         pytest.skip(moe_experts.fbgemm_usable()[1])
+    if path == "vnni" and not packed.available()[0]:
+        pytest.skip(packed.available()[1])
     monkeypatch.setenv("W8A8_TORCH_CPU_MOE_GEMM", path)
     rng = np.random.default_rng(8)
     w = moe_layer(rng, 3, 32, 16)
@@ -725,8 +727,10 @@ def test_loaded_layer_and_both_gemm_paths(path, monkeypatch):
     if path == "int_mm":   # [E, H, 2I]: each expert's [K, N] row-major, the layout _int_mm streams best
         assert layer.w13.kn.shape == (3, 32, 32) and layer.w13.kn[1].is_contiguous()
         assert torch.equal(layer.w13.kn[1], torch.from_numpy(w[0][1].T.copy()))
-    else:
+    elif path == "fbgemm":
         assert len(layer.w13.packed) == 3 and layer.w13.kn is None
+    else:
+        assert layer.w13.vnni.e == 3 and layer.w13.kn is None
     check_same("w8a8_moe", hidden, *w, topk_ids=ids, topk_weights=wts)
     check_same("grouped_matmul", i8(rng, 9, 33), i8(rng, 3, 33, 7), scale=rng.uniform(0, 1, (3, 7)).astype(BF16),
                group_list=np.array([4, 0, 5], np.int64), group_list_type=1, output_dtype="bfloat16")
@@ -739,7 +743,10 @@ def test_moe_gemm_path_selection(monkeypatch):
     with pytest.raises(ValueError, match="W8A8_TORCH_CPU_MOE_GEMM"):
         moe_experts.resolve_path()
     monkeypatch.setenv("W8A8_TORCH_CPU_MOE_GEMM", "auto")
-    assert moe_experts.resolve_path() == ("fbgemm" if moe_experts.fbgemm_usable()[0] else "int_mm")
+    from backends.torch_cpu import packed
+
+    fallback = "fbgemm" if moe_experts.fbgemm_usable()[0] else "int_mm"
+    assert moe_experts.resolve_path() == ("vnni" if packed.available()[0] else fallback)
     assert moe_experts.resolve_path("int_mm") == "int_mm"
 
 
