@@ -1,6 +1,13 @@
-/* Compute ceilings of this CPU: independent chains of the widest int8 dot-product instruction and
- * of fp64 FMAs, on N threads. Prints one line per unit: "<unit> <ops per second>".
- * Built and run by bench/peak.py with the system C compiler (-O2 -march=native). */
+/* Ceilings of this CPU, measured by bench/peak.py (built with the system C compiler, -O2 -march=native).
+ *
+ *   peak <threads> [iters]               compute: independent chains of the widest int8 dot-product
+ *                                        instruction and of fp64 FMAs; one line per unit,
+ *                                        "<unit> <ops per second>"
+ *   peak bw <threads> <bytes> <seconds>  memory: every thread reads its own <bytes> buffer (touched by
+ *                                        that thread first) over and over, 64-byte loads summed into
+ *                                        independent accumulators (a STREAM-like read-only kernel: what a
+ *                                        GEMM does with its weights); "bw_read <bytes per second>" of
+ *                                        the best of the timed passes of all threads together */
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <pthread.h>
@@ -97,6 +104,74 @@ static void *amx_worker(void *arg) {
 #define AMX_OPS_PER_ITER (16.0 * 16 * 64 * 2)
 #endif
 
+/* -- memory bandwidth ---------------------------------------------------------------------------- */
+
+typedef struct { size_t bytes; double seconds; pthread_barrier_t *bar; double best; volatile long sum; } bw_arg;
+
+static long read_pass(const long *p, size_t n) {
+#if defined(__AVX512F__)
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_add_epi64(s0, _mm512_load_si512((const void *)(p + i)));
+        s1 = _mm512_add_epi64(s1, _mm512_load_si512((const void *)(p + i + 8)));
+        s2 = _mm512_add_epi64(s2, _mm512_load_si512((const void *)(p + i + 16)));
+        s3 = _mm512_add_epi64(s3, _mm512_load_si512((const void *)(p + i + 24)));
+    }
+    long s = _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+#else
+    long s = 0, t = 0, u = 0, v = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) { s += p[i]; t += p[i + 1]; u += p[i + 2]; v += p[i + 3]; }
+    s += t + u + v;
+#endif
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+
+static void *bw_worker(void *arg) {
+    bw_arg *a = (bw_arg *)arg;
+    size_t n = a->bytes / sizeof(long);
+    long *p = aligned_alloc(64, n * sizeof(long) + 64);
+    if (p == NULL) { a->best = 0; pthread_barrier_wait(a->bar); return NULL; }
+    for (size_t i = 0; i < n; i++) p[i] = (long)i;   /* first touch: this thread's pages */
+    long s = read_pass(p, n);                          /* warm (caches / TLB) */
+    pthread_barrier_wait(a->bar);
+    double best = 1e30, t_end = now() + a->seconds;
+    int passes = 0;
+    while (passes < 3 || now() < t_end) {
+        double t0 = now();
+        s += read_pass(p, n);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+        passes++;
+    }
+    a->sum = s;
+    a->best = best;
+    free(p);
+    return NULL;
+}
+
+static int bw_main(int threads, size_t bytes, double seconds) {
+    pthread_t t[256];
+    bw_arg a[256];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)threads);
+    for (int i = 0; i < threads; i++) {
+        a[i].bytes = bytes; a[i].seconds = seconds; a[i].bar = &bar; a[i].best = 0;
+        pthread_create(&t[i], NULL, bw_worker, &a[i]);
+    }
+    double slowest = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(t[i], NULL);
+        if (a[i].best <= 0) return 3;
+        if (a[i].best > slowest) slowest = a[i].best;
+    }
+    /* every thread's best pass, the slowest of them: all threads were reading at that rate at once */
+    printf("bw_read %.6e\n", (double)(bytes / sizeof(long) * sizeof(long)) * threads / slowest);
+    return 0;
+}
+
 static double run(void *(*fn)(void *), int threads, double ops_per_iter, long iters) {
     pthread_t t[256];
     double t0 = now();
@@ -106,6 +181,14 @@ static double run(void *(*fn)(void *), int threads, double ops_per_iter, long it
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "bw") == 0) {
+        if (argc < 5) return 2;
+        int threads = atoi(argv[2]);
+        long bytes = atol(argv[3]);
+        double seconds = atof(argv[4]);
+        if (threads < 1 || threads > 256 || bytes < 4096 || seconds < 0) return 2;
+        return bw_main(threads, (size_t)bytes, seconds);
+    }
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     if (argc > 2) ITERS = atol(argv[2]);
     if (threads < 1 || threads > 256) return 2;
