@@ -107,8 +107,8 @@ def print_table(records: list[dict], peaks, console=None) -> None:
 
 def ceilings_line(peaks) -> str:
     """The ceilings in one line (table titles, HTML)."""
-    line = (f"peaks: int8 {peaks.int8 / 1e12:.2f} TOPS [{peaks.int8_unit}], fp64 {peaks.fp64 / 1e9:.0f} GFLOP/s "
-            f"[{peaks.fp64_unit}], {peaks.threads} threads")
+    line = (f"peaks: int8 {peaks.int8 / 1e12:.2f} TOPS ({peaks.int8_unit}), fp64 {peaks.fp64 / 1e9:.0f} GFLOP/s "
+            f"({peaks.fp64_unit}), {peaks.threads} threads")
     if getattr(peaks, "bw_dram", 0):
         line += (f"; read bandwidth: L2 {peaks.bw_l2 / 1e9:.0f} GB/s, in cache (LLC {peaks.llc_bytes >> 20} MiB) "
                  f"{peaks.bw_llc / 1e9:.0f} GB/s, out of cache {peaks.bw_dram / 1e9:.1f} GB/s")

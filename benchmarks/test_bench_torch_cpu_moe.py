@@ -12,9 +12,13 @@ that shape (:func:`backends.torch_cpu.gemm.int_matmul`: ``torch._int_mm`` on the
   GEMM1 -> SwiGLU + requant -> GEMM2 chains, finalize), timed through ``backend.prepare(...).run`` (the
   weights prepared once at load: prepacked / transposed, scales rounded to bf16). Bit-identical to the
   golden (checked once per configuration, outside the timing).
-* ``test_torch_cpu_w8a8_moe_int_mm``: the same with the per-expert GEMMs forced to ``torch._int_mm``
-  (``W8A8_TORCH_CPU_MOE_GEMM=int_mm``): what fbgemm's prepacked kernel (the default on AVX512-VNNI CPUs,
-  :mod:`backends.torch_cpu.moe_experts`) buys.
+* ``test_torch_cpu_w8a8_moe_int_mm`` / ``_fbgemm``: the same with the per-expert GEMMs forced to
+  ``torch._int_mm`` / fbgemm's prepacked kernel (``W8A8_TORCH_CPU_MOE_GEMM``) and the chain in torch: what
+  the default (``vnni``: the whole per-expert chain in torch-cpu's own kernel, on AVX512-VNNI CPUs,
+  :mod:`backends.torch_cpu.moe_layer`) buys.
+* the roofline: the layer must stream every touched expert's weights once (``bench.roofline``); the
+  summary gives each time as a % of the time that takes at the measured out-of-cache read bandwidth
+  (``bench.peak.measure_bandwidth``, once per module; target issue 18: >= 70 % at 6 rows per expert).
 * ``test_dense_int8_gemm_equal_flops``: ``[T*6, 4096] x [4096, 6144]`` through torch-cpu's dense GEMM.
 * ``test_interleaved_ratio``: the layer and the dense GEMM round-robin; the ratio of the medians (the
   number to trust on a shared, noisy machine) goes into ``extra_info`` and the summary.
@@ -129,12 +133,37 @@ def _bench_layer(benchmark, layer, prepared, load_s, resolved, name):
     benchmark.extra_info.update({f"profile_{k}_ms": round(v * 1e3, 2) for k, v in phases.items()})
 
 
-# int_mm first: its loaded copy is freed before the module fixture of the default path loads (FULL: 6 GB each)
+# int_mm / fbgemm first: their loaded copies are freed before the module fixture of the default path loads
+# (FULL: 6 GB each)
 def test_torch_cpu_w8a8_moe_int_mm(benchmark, layer):
     prepared, load_s, resolved = _prepare(layer, "int_mm")
     _bench_layer(benchmark, layer, prepared, load_s, resolved, "int_mm")
     del prepared
     gc.collect()
+
+
+def test_torch_cpu_w8a8_moe_fbgemm(benchmark, layer):
+    from backends.torch_cpu import moe_experts
+
+    if not moe_experts.fbgemm_usable()[0]:
+        pytest.skip(moe_experts.fbgemm_usable()[1])
+    prepared, load_s, resolved = _prepare(layer, "fbgemm")
+    _bench_layer(benchmark, layer, prepared, load_s, resolved, "fbgemm")
+    del prepared
+    gc.collect()
+
+
+@pytest.fixture(scope="module")
+def dram_bandwidth():
+    from bench.peak import measure_bandwidth
+
+    return measure_bandwidth(seconds=0.5)["bw_dram"]
+
+
+def _weight_bytes(e: int, t: int) -> float:
+    from bench.roofline import touched_experts
+
+    return touched_experts(t, e, TOP_K) * 3 * H * I
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +174,9 @@ def moe_default(layer):
     gc.collect()
 
 
-def test_torch_cpu_w8a8_moe(benchmark, layer, moe_default):
+def test_torch_cpu_w8a8_moe(benchmark, layer, moe_default, dram_bandwidth):
     _bench_layer(benchmark, layer, *moe_default, "auto")
+    _EXTRA["bw_dram"] = dram_bandwidth
 
 
 @pytest.fixture(scope="module")
@@ -197,11 +227,17 @@ def _write_summary(rep):
         rep.write_line(f"E={e} T={t} ({t * TOP_K / e:.0f} rows/expert); dense int8 GEMM [{t * TOP_K}x{H}]x[{H}x{3 * I}]"
                        + (f" {dense * 1e3:.1f} ms ({gop / dense:.0f} GOP/s)" if dense else "")
                        + (f"; golden w8a8_moe {golden:.1f} s (once)" if golden else ""))
-        for name in ("auto", "int_mm"):
+        bw = _EXTRA.get("bw_dram")
+        if bw:
+            rep.write_line(f"    roofline: {_weight_bytes(e, t) / 1e9:.2f} GB of expert weights streamed once at the "
+                           f"measured {bw / 1e9:.1f} GB/s out of cache = {_weight_bytes(e, t) / bw * 1e3:.1f} ms")
+        for name in ("auto", "fbgemm", "int_mm"):
             moe = _MEDIANS.get((e, t, name))
             if moe is None:
                 continue
             line = f"    w8a8_moe, GEMMs {_EXTRA.get((e, t, f'path_{name}'))}: {moe * 1e3:.1f} ms ({gop / moe:.0f} useful GOP/s)"
+            if bw:
+                line += f", {100 * _weight_bytes(e, t) / bw / moe:.0f}% of the bandwidth roofline"
             if dense:
                 line += f" -> {dense / moe:.2f}x the dense rate (target >= 0.7)"
             if golden:

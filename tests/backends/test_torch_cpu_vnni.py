@@ -362,3 +362,22 @@ def test_moe_expert_gemm_vnni_path_exact():
         np.testing.assert_array_equal(experts.i32(g, torch.from_numpy(x)).numpy(), want)
         np.testing.assert_array_equal(experts.f32(g, torch.from_numpy(x), threads=False).numpy(),
                                       want.astype(np.float32))
+
+
+@needs_vnni
+@pytest.mark.parametrize("t, e, k", [(7, 1, 1), (16, 2, 2), (13, 3, 3), (17, 1, 1), (100, 1, 1), (200, 4, 2)])
+def test_moe_fused_chain_every_row_count(t, e, k, monkeypatch):
+    # rows per expert 1..6 (tiles), 7..16 (the small-M kernel), 17..96 (tiles) and past the kernel's
+    # 96-row chunks (100, ~100 per expert); the DeepSeek-V4 clamp on the SwiGLU
+    monkeypatch.setenv("W8A8_TORCH_CPU_MOE_GEMM", "vnni")
+    rng = np.random.default_rng(t * 10 + e)
+    h, i = 72, 40   # K and N tails: 72 = 64 + 8, 2I = 80 = 64 + 16
+    w13 = rng.integers(-128, 128, (e, 2 * i, h), dtype=np.int8)
+    w2 = rng.integers(-128, 128, (e, h, i), dtype=np.int8)
+    s13 = rng.uniform(1e-3, 2e-3, (e, 2 * i, 1)).astype(np.float32)
+    s2 = rng.uniform(1e-3, 2e-3, (e, h, 1)).astype(np.float32)
+    x = (rng.standard_normal((t, h)) * 3).astype(np.float32).astype(BF16)
+    ids = np.argsort(-rng.random((t, e)), 1)[:, :k].astype(np.int32)
+    wts = rng.uniform(0.1, 1, (t, k)).astype(np.float32)
+    for limit in (None, 1.5):
+        BitwiseChecker(VNNI).same("w8a8_moe", x, w13, s13, w2, s2, topk_ids=ids, topk_weights=wts, swiglu_limit=limit)

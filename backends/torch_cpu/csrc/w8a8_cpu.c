@@ -466,6 +466,95 @@ typedef void (*tile_fn)(const uint8_t *, int64_t, const int8_t *, int64_t, const
                         char *const *);
 static const tile_fn TILES[MR + 1] = {NULL, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
 
+/* acc += dot4(u8 broadcast of the 4 bytes at p, w), with the broadcast in a scratch register of its own:
+ * written as intrinsics, GCC hoists all R broadcasts of a k-group into registers and then spills the
+ * accumulators. */
+#define DPB_BCAST(acc, p, w) \
+    __asm__("vpbroadcastd %1, %%zmm31\n\tvpdpbusd %2, %%zmm31, %0" : "+v"(acc) : "m"(*(const int32_t *)(p)), "v"(w) : "xmm31")
+
+/* The small-M micro-kernel: R (7..16) rows x one 16-column block, every weight line loaded once for all R
+ * rows (a decode Linear reads its weights exactly once, in one steady stream). The activation is
+ * k-group-major, at[g][r][4] (R * 4 bytes per k-group: one cache line for R = 16). */
+#define DEFINE_SMALL(R)                                                                                    \
+static void small_##R(const uint8_t *at, const int8_t *wp, int64_t kg, const epi *e, int64_t p,             \
+                      const float *pt, char *const *rowptr) {                                              \
+    for (int j = 0; j < 4; j++) {                                                                          \
+        int64_t n0 = p * NR + j * 16;                                                                      \
+        if (n0 >= e->n) break;                                                                             \
+        __m512i acc[R];                                                                                    \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();              \
+        const int8_t *wj = wp + j * 64;                                                                    \
+        for (int64_t g = 0; g < kg; g++) {                                                                 \
+            _mm_prefetch((const char *)(wj + (g + 4 * PF_GROUPS) * (NR * 4)), _MM_HINT_T0);                \
+            __m512i w = _mm512_loadu_si512(wj + g * (NR * 4));                                             \
+            const uint8_t *ag = at + g * (R * 4);                                                          \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) DPB_BCAST(acc[r], ag + 4 * r, w);         \
+        }                                                                                                  \
+        __mmask16 m = tail_mask(e->n - n0);                                                                \
+        __m512i c = _mm512_loadu_si512(e->comp + n0);                                                      \
+        size_t esz = out_size(e->out_kind);                                                                \
+        if (e->out_kind == 3) {                                                                            \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
+                _mm512_mask_storeu_epi32(rowptr[r] + (size_t)(j * 16) * 4, m, _mm512_sub_epi32(acc[r], c)); \
+            continue;                                                                                      \
+        }                                                                                                  \
+        __m512 d = _mm512_maskz_loadu_ps(m, e->deq + n0);                                                  \
+        __m512 fb = e->fbias ? _mm512_maskz_loadu_ps(m, e->fbias + n0) : _mm512_setzero_ps();              \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                             \
+            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], c));                                    \
+            v = _mm512_mul_ps(v, d);                                                                       \
+            if (pt) v = _mm512_mul_ps(v, _mm512_set1_ps(pt[r]));                                           \
+            if (e->fbias) v = _mm512_add_ps(v, fb);                                                        \
+            store_lanes(e, v, rowptr[r] + (size_t)(j * 16) * esz, m);                                      \
+        }                                                                                                  \
+    }                                                                                                      \
+}
+DEFINE_SMALL(7)
+DEFINE_SMALL(8)
+DEFINE_SMALL(9)
+DEFINE_SMALL(10)
+DEFINE_SMALL(11)
+DEFINE_SMALL(12)
+DEFINE_SMALL(13)
+DEFINE_SMALL(14)
+DEFINE_SMALL(15)
+DEFINE_SMALL(16)
+
+#ifndef SMALL_MIN
+#define SMALL_MIN 7      /* rows from which the small-M kernel is used (below: one 6-row tile does the same) */
+#endif
+#define SMALL_MAX 16
+typedef void (*small_fn)(const uint8_t *, const int8_t *, int64_t, const epi *, int64_t, const float *, char *const *);
+static const small_fn SMALLS[SMALL_MAX + 1] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, small_7, small_8, small_9,
+                                               small_10, small_11, small_12, small_13, small_14, small_15, small_16};
+
+/* row-major a [rows][lda] -> k-group-major at [kp/4][rows][4] */
+static void to_kgroup_major(const uint8_t *a, int64_t lda, int64_t rows, int64_t kp, uint8_t *at) {
+    for (int64_t g = 0; g < kp / 4; g++)
+        for (int64_t r = 0; r < rows; r++) memcpy(at + (g * rows + r) * 4, a + r * lda + 4 * g, 4);
+}
+
+/* `rows` rows against panel p (weights wp, kg k-groups); output row r starts at rowbase[r] (column 0).
+ * With `at` (the same rows k-group-major, SMALL_MIN <= rows <= SMALL_MAX) the small-M kernel, else MR-row
+ * tiles of the row-major `a`. */
+static void panel_rows(const uint8_t *a, int64_t lda, const uint8_t *at, int64_t rows, const int8_t *wp, int64_t kg,
+                       const epi *e, int64_t p, const float *pt, char *const *rowbase) {
+    size_t off = (size_t)(p * NR) * out_size(e->out_kind);
+    char *rowptr[SMALL_MAX];
+    if (at != NULL) {
+        for (int64_t r = 0; r < rows; r++) rowptr[r] = rowbase[r] + off;
+        SMALLS[rows](at, wp, kg, e, p, pt, rowptr);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r += MR) {
+        int nr = (int)(rows - r < MR ? rows - r : MR);
+        for (int q = 0; q < nr; q++) rowptr[q] = rowbase[r + q] + off;
+        TILES[nr](a + r * lda, lda, wp, kg, e, p, pt ? pt + r : NULL, rowptr);
+    }
+}
+
+static inline int small_rows(int64_t rows) { return rows >= SMALL_MIN && rows <= SMALL_MAX; }
+
 /* rows [r0, r1) of a (u8 [rows][lda]) against panel p; output row r at out + r * ldy (elements) */
 static void rows_x_panel(const uint8_t *a, int64_t lda, int64_t r0, int64_t r1, const int8_t *wpack, int64_t kp,
                          int64_t p, const epi *e, const float *pt, char *out, int64_t ldy) {
@@ -533,6 +622,22 @@ static void gemm_item(void *vc, int64_t item, int worker) {
     rows_x_panel(c->a, c->kp, r0, r1, c->w, c->kp, p, &c->e, c->pt, c->y, c->ldy);
 }
 
+typedef struct {
+    const uint8_t *at;
+    int64_t kp;
+    const int8_t *w;
+    epi e;
+    const float *pt;
+    char *rowbase[SMALL_MAX];
+    int64_t m;
+} small_ctx;
+
+static void small_item(void *vc, int64_t p, int worker) {
+    (void)worker;
+    small_ctx *c = vc;
+    panel_rows(NULL, 0, c->at, c->m, c->w + p * c->kp * NR, c->kp / 4, &c->e, p, c->pt, c->rowbase);
+}
+
 /* y[m][n] (row stride ldy elements) = epilogue(x-codes @ W).
  *   in_kind: 0 / 1 bf16 / fp16 x, dynamic per-token quantization (its scales -> scale_out if not NULL,
  *            and into the epilogue); 2 / 3 bf16 / fp16 x with the static recip / offset [k];
@@ -565,6 +670,21 @@ int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, c
     pool_run(prep_item, &pc, prep_items, m * k >= (1 << 18) ? threads : 1);
     const float *token = dynamic ? pt : pertoken;
     if (dynamic && scale_out) memcpy(scale_out, pt, pt_bytes);
+    if (small_rows(m)) {   /* decode: every weight line once, for all rows */
+        uint8_t *at = arena_get(&worker_arena[0], (size_t)(m * kp) + 64);
+        if (at == NULL) {
+            pthread_mutex_unlock(&arena_lock);
+            _mm_setcsr(csr);
+            return -3;
+        }
+        to_kgroup_major(a, kp, m, kp, at);
+        small_ctx sc = {at, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, out_kind == 3 ? NULL : token, {NULL}, m};
+        for (int64_t r = 0; r < m; r++) sc.rowbase[r] = (char *)y + (size_t)r * (size_t)ldy * out_size(out_kind);
+        pool_run(small_item, &sc, panels_of(n), threads);
+        pthread_mutex_unlock(&arena_lock);
+        _mm_setcsr(csr);
+        return 0;
+    }
     gemm_ctx gc;
     gc.a = a;
     gc.kp = kp;
@@ -670,15 +790,18 @@ static void moe_item(void *vc, int64_t item, int worker) {
     const int8_t *w13 = c->w13 + ex * (p1 * kp1 * NR);
     const int8_t *w2 = c->w2 + ex * (p2 * kp2 * NR);
     int64_t rc = c->rows_per_chunk;
-    /* per worker: a1 [rc][kp1] u8, g [rc][2i] fp32, a2 [rc][kp2] u8, scales [rc] x 2, row pointers */
-    size_t a1b = (size_t)(rc * kp1 + 64), gb = (size_t)(rc * i2) * 4 + 64, a2b = (size_t)(rc * kp2 + 64);
-    char *base = arena_get(&worker_arena[worker], a1b + gb + a2b + (size_t)rc * 8 + 256);
+    /* per worker: a1 [rc][kp1] u8 (+ k-group-major copy), g [rc][2i] fp32, a2 [rc][kp2] u8 (+ copy),
+     * scales [rc] x 2, output row pointers [rc] x 2 */
+    size_t a1b = ((size_t)(rc * kp1) + 63) & ~(size_t)63, gb = ((size_t)(rc * i2) * 4 + 63) & ~(size_t)63;
+    size_t a2b = ((size_t)(rc * kp2) + 63) & ~(size_t)63, sb = ((size_t)rc * 8 + 63) & ~(size_t)63;
+    char *base = arena_get(&worker_arena[worker], 2 * a1b + gb + 2 * a2b + sb + 2 * (size_t)rc * sizeof(char *));
     if (base == NULL) { *c->bad = -3; return; }
-    uint8_t *a1 = (uint8_t *)base;
-    float *g = (float *)(base + ((a1b + 63) & ~(size_t)63));
-    uint8_t *a2 = (uint8_t *)((char *)g + ((gb + 63) & ~(size_t)63));
-    float *s_in = (float *)(a2 + ((a2b + 63) & ~(size_t)63));
+    uint8_t *a1 = (uint8_t *)base, *at1 = a1 + a1b;
+    float *g = (float *)(at1 + a1b);
+    uint8_t *a2 = (uint8_t *)g + gb, *at2 = a2 + a2b;
+    float *s_in = (float *)(at2 + a2b);
     float *s_act = s_in + rc;
+    char **rows1 = (char **)((char *)s_in + sb), **rows2 = rows1 + rc;
     epi e1 = {c->s13 + ex * i2, NULL, c->comp13 + ex * (p1 * NR), i2, 4, 1, c->bad};
     epi e2 = {c->s2 + ex * h, NULL, c->comp2 + ex * (p2 * NR), h, 1, 1, c->bad};
     for (int64_t r0 = start; r0 < stop; r0 += rc) {
@@ -688,22 +811,24 @@ static void moe_item(void *vc, int64_t item, int worker) {
             codes_row(c->xq + t * h, h, kp1, a1 + r * kp1);
             s_in[r] = c->xs[t];
         }
-        for (int64_t p = 0; p < p1; p++) rows_x_panel(a1, kp1, 0, rows, w13, kp1, p, &e1, s_in, (char *)g, i2);
+        const uint8_t *t1 = NULL, *t2 = NULL;
+        if (small_rows(rows)) {
+            to_kgroup_major(a1, kp1, rows, kp1, at1);
+            t1 = at1;
+        }
+        for (int64_t r = 0; r < rows; r++) rows1[r] = (char *)(g + r * i2);
+        for (int64_t p = 0; p < p1; p++) panel_rows(a1, kp1, t1, rows, w13 + p * kp1 * NR, kp1 / 4, &e1, p, s_in, rows1);
         for (int64_t r = 0; r < rows; r++) {
             s_act[r] = swiglu_quant_row(g + r * i2, i, c->has_limit, c->limit, kp2, a2 + r * kp2);
             if (!isfinite(s_act[r])) *c->bad = 1;
         }
-        /* GMM2's rows go straight to their token-major slots */
-        for (int64_t p = 0; p < p2; p++) {
-            const int8_t *wp = w2 + p * kp2 * NR;
-            for (int64_t r = 0; r < rows; r += MR) {
-                int nr = (int)(rows - r < MR ? rows - r : MR);
-                char *rowptr[MR];
-                for (int q = 0; q < nr; q++)
-                    rowptr[q] = (char *)(c->out + (size_t)c->order[r0 + r + q] * (size_t)h + (size_t)(p * NR));
-                TILES[nr](a2 + r * kp2, kp2, wp, kp2 / 4, &e2, p, s_act + r, rowptr);
-            }
+        if (small_rows(rows)) {
+            to_kgroup_major(a2, kp2, rows, kp2, at2);
+            t2 = at2;
         }
+        /* GMM2's rows go straight to their token-major slots */
+        for (int64_t r = 0; r < rows; r++) rows2[r] = (char *)(c->out + (size_t)c->order[r0 + r] * (size_t)h);
+        for (int64_t p = 0; p < p2; p++) panel_rows(a2, kp2, t2, rows, w2 + p * kp2 * NR, kp2 / 4, &e2, p, s_act, rows2);
     }
 }
 
