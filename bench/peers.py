@@ -189,37 +189,42 @@ def _ort_session(model, threads: int):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _ort_imports():
+def _onnxruntime():
+    """``(onnxruntime, "")``, or ``(None, why)`` where it (or onnx, which builds the graphs) is missing."""
     try:
-        import onnx
+        import onnx  # noqa: F401
         import onnxruntime
     except ImportError as exc:
         return None, f"{exc.name} is not installed (pip install 'w8a8[bench]')"
-    return (onnx, onnxruntime), ""
+    return onnxruntime, ""
 
 
 def _ort_dqmm(args, kwargs):
-    mods, why = _ort_imports()
-    if mods is None:
+    ort, why = _onnxruntime()
+    if ort is None:
         return None, why
-    onnx, ort = mods
     from onnx import TensorProto, helper, numpy_helper
 
     x, w, ws = args
     n, k = w.shape
     inits = [numpy_helper.from_array(np.ascontiguousarray(w.T), "B"),
              numpy_helper.from_array(ws.astype(np.float32), "S"), numpy_helper.from_array(np.zeros(n, np.int8), "Z")]
-    node = helper.make_node("DynamicQuantizeMatMul", ["A", "B", "S", "Z"], ["Y"], domain="com.microsoft")
-    graph = helper.make_graph([node], "dqmm", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [None, k])],
+    node = helper.make_node("DynamicQuantizeMatMul", ["X", "B", "S", "Z"], ["Y"], domain="com.microsoft")
+    graph = helper.make_graph([node], "dqmm", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, k])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, n])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return _ort_candidate(f"onnxruntime {ort.__version__} DynamicQuantizeMatMul (per-tensor u8)", model, x), ""
+
+
+def _ort_candidate(name: str, model, x: np.ndarray) -> Candidate:
+    """A session of ``model`` (input ``X``) on the fp32 copy of ``x`` (made here, outside the timing)."""
     sess = _ort_session(model, _threads())
     a = np.ascontiguousarray(x.astype(np.float32))
 
     def run():
-        return sess.run(None, {"A": a})[0]
+        return sess.run(None, {"X": a})[0]
 
-    return Candidate(f"onnxruntime {ort.__version__} DynamicQuantizeMatMul (per-tensor u8)", run, result=run), ""
+    return Candidate(name, run, result=run)
 
 
 def per_token_graph(k: int, n: int, w: np.ndarray, ws: np.ndarray):
@@ -252,19 +257,12 @@ def per_token_graph(k: int, n: int, w: np.ndarray, ws: np.ndarray):
 
 
 def _ort_per_token(args, kwargs):
-    mods, why = _ort_imports()
-    if mods is None:
+    ort, why = _onnxruntime()
+    if ort is None:
         return None, why
-    onnx, ort = mods
     x, w, ws = args
-    n, k = w.shape
-    sess = _ort_session(per_token_graph(k, n, w, ws), _threads())
-    a = np.ascontiguousarray(x.astype(np.float32))
-
-    def run():
-        return sess.run(None, {"X": a})[0]
-
-    return Candidate(f"onnxruntime {ort.__version__} per-token graph (u8 codes)", run, result=run), ""
+    graph = per_token_graph(w.shape[1], w.shape[0], w, ws)
+    return _ort_candidate(f"onnxruntime {ort.__version__} per-token graph (u8 codes)", graph, x), ""
 
 
 BUILDERS = (_torch_cpu, _vnni_gemm, _int_mm_gemm, _bf16, _ort_dqmm, _ort_per_token, _torchao)
@@ -370,18 +368,6 @@ def run_peers(cases: list[BenchCase], *, timing: dict | None = None, on_record=N
     p = ctx.Process(target=_worker, args=(child, [c.recipe for c in cases], timing or {}), daemon=True)
     p.start()
     child.close()
-    records = []
-    while True:
-        try:
-            rec = parent.recv()
-        except EOFError:
-            records.append({"backend": "peers", "case": "?", "group": "peers", "status": "crashed",
-                            "note": f"the peers process died (exit code {p.exitcode})"})
-            break
-        if rec is None:
-            break
-        records.append(rec)
-        if on_record:
-            on_record(rec)
-    p.join(timeout=10)
-    return records
+    from .runner import collect
+
+    return collect(parent, p, {"backend": "peers", "case": "?", "group": "peers"}, on_record)

@@ -4,8 +4,9 @@
     python -m bench.readme_table bench.json --readme README.md # replace the block between the markers
 
 Two tables: torch-cpu and its peers on the dense dynamic Linear (times of one round-robin run, each
-relative to torch-cpu's; numerics: bit-identical or the SQNR against the golden), and the roofline of
-every torch-cpu case (the limiting resource and the % of its time, the DRAM-bandwidth view beside it).
+relative to torch-cpu's; numerics: bit-identical or the SQNR against the golden), and every case of the
+backends' runs (each backend's median time, verified results only) with torch-cpu's roofline (the
+limiting resource and the % of its time, the DRAM-bandwidth view beside it).
 The ceilings and the command line come from the JSON's ``machine_info``. The block in the README sits
 between :data:`BEGIN` and :data:`END`; everything else in the file is left as it is.
 """
@@ -59,18 +60,28 @@ def peers_table(benches: list[dict]) -> list[str]:
     return out
 
 
-def roofline_table(benches: list[dict], backend: str = "torch-cpu") -> list[str]:
-    rows = [b for b in benches if b["params"]["backend"] == backend and b["extra_info"].get("roofline")]
+def cases_table(benches: list[dict], backend: str = "torch-cpu") -> list[str]:
+    """Every case of the backends' runs (not the peers run): each backend's median time (verified results
+    only), and ``backend``'s roofline."""
+    rows = [b for b in benches if b["extra_info"].get("group") != "peers"]
     if not rows:
         return []
-    rows.sort(key=lambda b: (b["extra_info"].get("group") == "peers", b["group"], _label_key(b["params"]["shape"])))
-    out = [f"| {backend} case | median time | roofline: limiting resource at % of its time | bytes / ops | "
-           "% of DRAM-bandwidth time |", "|---|---:|---|---:|---:|"]
+    names = sorted({b["params"]["backend"] for b in rows}, key=lambda n: (n != "numpy", n))
+    cases: dict = {}
     for b in rows:
-        r = b["extra_info"]["roofline"]
-        where = " (peers run)" if b["extra_info"].get("group") == "peers" else ""
-        out.append(f"| `{b['group']}` {b['params']['shape']}{where} | {_ms(b['stats']['median'])} | {r['label']} | "
-                   f"{r['bytes'] / 1e6:.1f} MB / {r['ops'] / 1e9:.2f} GOP | {100 * r['dram_pct']:.0f}% |")
+        cases.setdefault((b["group"], b["params"]["shape"]), {})[b["params"]["backend"]] = b
+    out = [f"| case | " + " | ".join(names) + f" | {backend}: roofline | {backend}: % of DRAM-bandwidth time |",
+           "|---|" + "---:|" * len(names) + "---|---:|"]
+    for (op, shape) in sorted(cases, key=lambda c: (c[0], _label_key(c[1]))):
+        by = cases[(op, shape)]
+        cells = []
+        for name in names:
+            b = by.get(name)
+            ok = b is not None and b["extra_info"].get("verified")
+            cells.append(_ms(b["stats"]["median"]) if ok else ("unverified" if b is not None else "—"))
+        r = (by.get(backend) or {}).get("extra_info", {}).get("roofline")
+        out.append(f"| `{op}` {shape} | " + " | ".join(cells)
+                   + (f" | {r['label']} | {100 * r['dram_pct']:.0f}% |" if r else " | — | — |"))
     return out
 
 
@@ -85,7 +96,7 @@ def render(data: dict) -> str:
                      f"out of cache; {peaks.get('threads')} threads; {info.get('processor') or info.get('machine')}, "
                      f"{info.get('cpu', {}).get('count')} CPUs. Command: `{data.get('w8a8_command', 'w8a8 bench')}`.")
         lines.append("")
-    for table in (peers_table(data["benchmarks"]), roofline_table(data["benchmarks"])):
+    for table in (peers_table(data["benchmarks"]), cases_table(data["benchmarks"])):
         if table:
             lines += table + [""]
     return "\n".join(lines).rstrip() + "\n"

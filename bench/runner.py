@@ -99,20 +99,28 @@ def run(backend_names: list[str], cases: list, *, full: bool, registrations: dic
                                               tmp, timing or {}), daemon=True)
         p.start()
         child.close()
-        while True:
-            try:
-                rec = parent.recv()
-            except EOFError:
-                records.append({"backend": backend, "case": "?", "status": "crashed",
-                                "note": f"the benchmark process died (exit code {p.exitcode})"})
-                break
-            if rec is None:
-                break
-            records.append(rec)
-            if on_record:
-                on_record(rec)
-        p.join(timeout=10)
+        records += collect(parent, p, {"backend": backend, "case": "?"}, on_record)
     verify(records, cases)
+    return records
+
+
+def collect(conn, process, crashed: dict, on_record=None) -> list[dict]:
+    """The records a worker ``process`` sends on ``conn`` until its ``None``; if it dies first, a record
+    ``crashed`` + status / note saying so ends the list."""
+    records = []
+    while True:
+        try:
+            rec = conn.recv()
+        except EOFError:
+            records.append(dict(crashed, status="crashed",
+                                note=f"the benchmark process died (exit code {process.exitcode})"))
+            break
+        if rec is None:
+            break
+        records.append(rec)
+        if on_record:
+            on_record(rec)
+    process.join(timeout=10)
     return records
 
 

@@ -64,6 +64,21 @@ def wrap_i32(v: torch.Tensor) -> torch.Tensor:
     return (torch.bitwise_and(v + (1 << 31), 0xFFFFFFFF) - (1 << 31)).to(torch.int32)
 
 
+def _check_weights(op: str, w: torch.Tensor, layout: str) -> None:
+    if w.dtype != torch.int8 or w.ndim != len(layout.split(",")) or 0 in w.shape or w.shape[-1] > MAX_K:
+        raise ValueError(f"{op}: an int8 {layout} weight, non-empty, with K <= {MAX_K}; got {w.dtype} "
+                         f"{tuple(w.shape)}")
+
+
+def _pack_into(w_nk: torch.Tensor, data: torch.Tensor, comp: torch.Tensor) -> None:
+    """Pack one int8 ``[N, K]`` weight into ``data`` / ``comp`` (views of the right sizes)."""
+    w = w_nk.contiguous()
+    n, k = w.shape
+    rc = native.library().w8a8_pack(w.data_ptr(), n, k, k, data.data_ptr(), comp.data_ptr(), threads())
+    if rc != 0:
+        raise RuntimeError(f"w8a8_pack failed ({rc}) for a weight of shape {tuple(w.shape)}")
+
+
 @dataclass
 class PackedWeight:
     """An int8 weight ``[K, N]`` (given as the checkpoint's ``[N, K]``) packed for the kernels.
@@ -79,18 +94,12 @@ class PackedWeight:
 
     @classmethod
     def pack(cls, w_nk: torch.Tensor) -> "PackedWeight":
-        lib = native.library()
-        w = w_nk.contiguous()
-        n, k = w.shape
-        if w.dtype != torch.int8 or not 0 < k <= MAX_K or n <= 0:
-            raise ValueError(f"PackedWeight.pack: an int8 [N, K] weight with 0 < K <= {MAX_K}, N > 0; got "
-                             f"{w.dtype} {tuple(w.shape)}")
-        data = torch.empty(lib.w8a8_packed_bytes(n, k), dtype=torch.int8)
+        _check_weights("PackedWeight.pack", w_nk, "[N, K]")
+        n, k = w_nk.shape
+        data = torch.empty(native.library().w8a8_packed_bytes(n, k), dtype=torch.int8)
         comp = torch.empty(-(-n // NR) * NR, dtype=torch.int32)
-        rc = lib.w8a8_pack(w.data_ptr(), n, k, k, data.data_ptr(), comp.data_ptr(), threads())
-        if rc != 0:
-            raise RuntimeError(f"w8a8_pack failed ({rc}) for {tuple(w.shape)}")
-        return cls(data=data, comp=comp, n=n, k=k, absmax=absmax(w))
+        _pack_into(w_nk, data, comp)
+        return cls(data=data, comp=comp, n=n, k=k, absmax=absmax(w_nk))
 
     def comp_with(self, int_bias: torch.Tensor | None) -> torch.Tensor:
         """The compensation with an int32 bias folded in (``acc + bias = dot - (comp - bias)``), mod 2^32."""
@@ -114,19 +123,13 @@ class PackedExperts:
 
     @classmethod
     def pack(cls, w_enk: torch.Tensor) -> "PackedExperts":
-        lib = native.library()
+        _check_weights("PackedExperts.pack", w_enk, "[E, N, K]")
         e, n, k = w_enk.shape
-        if w_enk.dtype != torch.int8 or not 0 < k <= MAX_K or n <= 0 or e <= 0:
-            raise ValueError(f"PackedExperts.pack: an int8 [E, N, K] stack with E, N > 0, 0 < K <= {MAX_K}; got "
-                             f"{w_enk.dtype} {tuple(w_enk.shape)}")
-        per = lib.w8a8_packed_bytes(n, k)
+        per = native.library().w8a8_packed_bytes(n, k)
         data = torch.empty(e * per, dtype=torch.int8)
         comp = torch.empty(e, -(-n // NR) * NR, dtype=torch.int32)
         for g in range(e):
-            wg = w_enk[g].contiguous()
-            rc = lib.w8a8_pack(wg.data_ptr(), n, k, k, data[g * per:].data_ptr(), comp[g].data_ptr(), threads())
-            if rc != 0:
-                raise RuntimeError(f"w8a8_pack failed ({rc}) for expert {g} of {tuple(w_enk.shape)}")
+            _pack_into(w_enk[g], data[g * per:(g + 1) * per], comp[g])
         return cls(data=data, comp=comp, e=e, n=n, k=k)
 
     @property

@@ -169,6 +169,7 @@ def test_readme_tables_are_generated_from_the_json(tmp_path):
     assert "| torch bf16 matmul | 2.00 ms (2.00 ms–2.00 ms) **2.00×** |" in text
     assert "| torch-cpu | 1.00 ms (1.00 ms–1.00 ms) |" in text
     assert "bandwidth-bound (DRAM) at" in text and "`w8a8 bench --peers`" in text
+    assert "| `w8a8_moe` T16xE16xk6 | 20.00 ms | bandwidth-bound (DRAM) at" in text
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\nbefore\n{readme_table.BEGIN}\nold table\n{readme_table.END}\nafter\n")
     assert readme_table.main([str(tmp_path / "bench.json"), "--readme", str(readme)]) == 0

@@ -409,6 +409,30 @@ static inline __attribute__((always_inline)) void store_lanes(const epi *e, __m5
 
 static inline size_t out_size(int kind) { return kind == 1 || kind == 2 ? 2 : 4; }
 
+/* The epilogue of R rows x one 16-column block at column n0 (accumulator of row r: acc[r * stride]); the
+ * block's output columns start `col` elements into each row (rowptr). */
+static inline __attribute__((always_inline)) void epilogue_block(const epi *e, const __m512i *acc, int stride, int R,
+                                                                 int64_t n0, const float *pt, char *const *rowptr,
+                                                                 size_t col) {
+    __mmask16 m = tail_mask(e->n - n0);
+    __m512i c = _mm512_loadu_si512(e->comp + n0);
+    if (e->out_kind == 3) {
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)
+            _mm512_mask_storeu_epi32(rowptr[r] + col * 4, m, _mm512_sub_epi32(acc[r * stride], c));
+        return;
+    }
+    size_t esz = out_size(e->out_kind);
+    __m512 d = _mm512_maskz_loadu_ps(m, e->deq + n0);
+    __m512 fb = e->fbias ? _mm512_maskz_loadu_ps(m, e->fbias + n0) : _mm512_setzero_ps();
+    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {
+        __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r * stride], c));
+        v = _mm512_mul_ps(v, d);
+        if (pt) v = _mm512_mul_ps(v, _mm512_set1_ps(pt[r]));
+        if (e->fbias) v = _mm512_add_ps(v, fb);
+        store_lanes(e, v, rowptr[r] + col * esz, m);
+    }
+}
+
 /* rows r of one MR-row tile: a (u8 codes, row stride lda), panel wp; output rows via dst_row(r).
  * `pt` per-row scales or NULL; `rowptr` the rows' output pointers (already offset to column p*64). */
 #define DEFINE_TILE(R)                                                                                     \
@@ -436,23 +460,7 @@ static void tile_##R(const uint8_t *a, int64_t lda, const int8_t *wp, int64_t kg
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                                  \
         int64_t n0 = p * NR + j * 16;                                                                      \
         if (n0 >= e->n) break;                                                                             \
-        __mmask16 m = tail_mask(e->n - n0);                                                                \
-        __m512i c = _mm512_loadu_si512(e->comp + n0);                                                      \
-        size_t esz = out_size(e->out_kind);                                                                \
-        if (e->out_kind == 3) {                                                                            \
-            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                            \
-                _mm512_mask_storeu_epi32(rowptr[r] + (size_t)(j * 16) * 4, m, _mm512_sub_epi32(acc[r][j], c)); \
-            continue;                                                                                      \
-        }                                                                                                  \
-        __m512 d = _mm512_maskz_loadu_ps(m, e->deq + n0);                                                  \
-        __m512 fb = e->fbias ? _mm512_maskz_loadu_ps(m, e->fbias + n0) : _mm512_setzero_ps();              \
-        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                              \
-            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], c));                                 \
-            v = _mm512_mul_ps(v, d);                                                                       \
-            if (pt) v = _mm512_mul_ps(v, _mm512_set1_ps(pt[r]));                                           \
-            if (e->fbias) v = _mm512_add_ps(v, fb);                                                        \
-            store_lanes(e, v, rowptr[r] + (size_t)(j * 16) * esz, m);                                      \
-        }                                                                                                  \
+        epilogue_block(e, &acc[0][j], 4, R, n0, pt, rowptr, (size_t)(j * 16));                             \
     }                                                                                                      \
 }
 DEFINE_TILE(1)
@@ -490,23 +498,7 @@ static void small_##R(const uint8_t *at, const int8_t *wp, int64_t kg, const epi
             const uint8_t *ag = at + g * (R * 4);                                                          \
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) DPB_BCAST(acc[r], ag + 4 * r, w);         \
         }                                                                                                  \
-        __mmask16 m = tail_mask(e->n - n0);                                                                \
-        __m512i c = _mm512_loadu_si512(e->comp + n0);                                                      \
-        size_t esz = out_size(e->out_kind);                                                                \
-        if (e->out_kind == 3) {                                                                            \
-            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
-                _mm512_mask_storeu_epi32(rowptr[r] + (size_t)(j * 16) * 4, m, _mm512_sub_epi32(acc[r], c)); \
-            continue;                                                                                      \
-        }                                                                                                  \
-        __m512 d = _mm512_maskz_loadu_ps(m, e->deq + n0);                                                  \
-        __m512 fb = e->fbias ? _mm512_maskz_loadu_ps(m, e->fbias + n0) : _mm512_setzero_ps();              \
-        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                             \
-            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], c));                                    \
-            v = _mm512_mul_ps(v, d);                                                                       \
-            if (pt) v = _mm512_mul_ps(v, _mm512_set1_ps(pt[r]));                                           \
-            if (e->fbias) v = _mm512_add_ps(v, fb);                                                        \
-            store_lanes(e, v, rowptr[r] + (size_t)(j * 16) * esz, m);                                      \
-        }                                                                                                  \
+        epilogue_block(e, acc, 1, R, n0, pt, rowptr, (size_t)(j * 16));                                    \
     }                                                                                                      \
 }
 DEFINE_SMALL(7)
