@@ -534,10 +534,9 @@ def forward(x, x_scale, shared_input, ids, weights, logits, bias, *, layer: MoeL
             clock.lap("dispatch")
         records = _run_experts(c, runs, sink)
     clock.lap("experts")
-    c_out = o_tok
     weights_bf16 = to_float(weights.to(F32), _BF16)   # SGLang: topk_weights.to(hidden.dtype)
     _raise_data_errors(layer, *(_first([r[n] for r in records]) for n in range(3)), weights_bf16, ids, m, h)
-    routed = _finalize(c_out, weights_bf16, t, k, h)
+    routed = _finalize(o_tok, weights_bf16, t, k, h)
     clock.lap("finalize")
     y = _add_shared(layer, routed, shared_input)
     clock.lap("shared")

@@ -17,9 +17,10 @@
  * (which also raises the golden's OverflowError).
  *
  * Packed weight layout (w8a8_pack): panels of NR = 64 output columns; panel p holds K padded to a
- * multiple of 4 (kp) as [kp/4][64 columns][4 consecutive k] bytes, the operand order of vpdpbusd (one
- * int32 lane = 4 k of one column). Padding k and columns are 0 (contribute nothing); activation padding
- * is the code of 0 (u = 128): 128 * 0 = 0.
+ * multiple of 4 (kp) as four blocks of 16 columns, each [kp/4][16 columns][4 consecutive k] bytes: one
+ * 64-byte line per k-group and block, the operand order of vpdpbusd (one int32 lane = 4 k of one
+ * column), each block one contiguous stream. Padding k and columns are 0 (contribute nothing);
+ * activation padding is the code of 0 (u = 128): 128 * 0 = 0.
  *
  * The epilogue is the golden quant_matmul epilogue, in its order, on fp32 lanes:
  *     v = fp32(acc)            (int32 -> fp32, round to nearest even: NumPy's astype)
@@ -57,7 +58,7 @@
 #define MR 6
 #define MAX_THREADS 64
 #ifndef PF_GROUPS
-#define PF_GROUPS 8      /* software prefetch distance in k-groups of 256 bytes */
+#define PF_GROUPS 8      /* software prefetch distance, in k-groups (64 bytes of each 16-column stream) */
 #endif
 
 int w8a8_abi(void) { return W8A8_ABI; }
@@ -341,7 +342,7 @@ static void pack_item(void *vc, int64_t p, int worker) {
         if (n < c->n) {
             const int8_t *row = c->w + n * c->ldw;
             for (int64_t k = 0; k < c->k; k++) {
-                dst[(k >> 2) * (NR * 4) + j * 4 + (k & 3)] = row[k];
+                dst[(j >> 4) * (c->kp * 16) + (k >> 2) * 64 + (j & 15) * 4 + (k & 3)] = row[k];
                 sum += row[k];
             }
         }
@@ -441,12 +442,17 @@ static void tile_##R(const uint8_t *a, int64_t lda, const int8_t *wp, int64_t kg
     __m512i acc[R][4];                                                                                     \
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                                    \
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_si512();            \
+    const int64_t bs = kg * 64;   /* bytes per 16-column block */                                        \
     for (int64_t g = 0; g < kg; g++) {                                                                     \
-        const int8_t *wg = wp + g * (NR * 4);                                                              \
-        _mm_prefetch((const char *)(wg + PF_GROUPS * NR * 4), _MM_HINT_T0);                                \
-        _mm_prefetch((const char *)(wg + PF_GROUPS * NR * 4 + 128), _MM_HINT_T0);                          \
-        __m512i w0 = _mm512_loadu_si512(wg), w1 = _mm512_loadu_si512(wg + 64);                                \
-        __m512i w2 = _mm512_loadu_si512(wg + 128), w3 = _mm512_loadu_si512(wg + 192);                         \
+        const int8_t *wg = wp + g * 64;                                                                    \
+        if ((g & 1) == 0) {   /* one line per block every other k-group: 128 bytes of each stream ahead */  \
+            _mm_prefetch((const char *)(wg + PF_GROUPS * 64), _MM_HINT_T0);                                \
+            _mm_prefetch((const char *)(wg + bs + PF_GROUPS * 64), _MM_HINT_T0);                           \
+            _mm_prefetch((const char *)(wg + 2 * bs + PF_GROUPS * 64), _MM_HINT_T0);                       \
+            _mm_prefetch((const char *)(wg + 3 * bs + PF_GROUPS * 64), _MM_HINT_T0);                       \
+        }                                                                                                  \
+        __m512i w0 = _mm512_loadu_si512(wg), w1 = _mm512_loadu_si512(wg + bs);                             \
+        __m512i w2 = _mm512_loadu_si512(wg + 2 * bs), w3 = _mm512_loadu_si512(wg + 3 * bs);                \
         _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                              \
             int32_t q4;                                                                                    \
             memcpy(&q4, a + r * lda + 4 * g, 4);                                                           \
@@ -491,10 +497,10 @@ static void small_##R(const uint8_t *at, const int8_t *wp, int64_t kg, const epi
         if (n0 >= e->n) break;                                                                             \
         __m512i acc[R];                                                                                    \
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();              \
-        const int8_t *wj = wp + j * 64;                                                                    \
+        const int8_t *wj = wp + j * kg * 64;                                                               \
         for (int64_t g = 0; g < kg; g++) {                                                                 \
-            _mm_prefetch((const char *)(wj + (g + 4 * PF_GROUPS) * (NR * 4)), _MM_HINT_T0);                \
-            __m512i w = _mm512_loadu_si512(wj + g * (NR * 4));                                             \
+            _mm_prefetch((const char *)(wj + (g + 4 * PF_GROUPS) * 64), _MM_HINT_T0);                      \
+            __m512i w = _mm512_loadu_si512(wj + g * 64);                                                   \
             const uint8_t *ag = at + g * (R * 4);                                                          \
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) DPB_BCAST(acc[r], ag + 4 * r, w);         \
         }                                                                                                  \
