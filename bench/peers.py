@@ -36,17 +36,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cases import BenchCase, dynamic_linear_case, register
+from .cases import BenchCase, dynamic_linear_case
 
 PEER_SHAPES_QUICK = ((16, 4096, 4096), (512, 4096, 4096), (2048, 2048, 2048))
 PEER_SHAPES_FULL = ((1, 4096, 4096), (64, 4096, 4096)) + PEER_SHAPES_QUICK
-
-
-@register
-def peer_cases(full: bool) -> list[BenchCase]:
-    """The dense Linear at 2048^3 (the issue's third shape; the others are in ``bench.cases``), tagged
-    ``peers`` with the shapes the peers run on."""
-    return [dynamic_linear_case(2048, 2048, 2048, ("quick", "peers"))]
 
 
 def shapes(full: bool) -> tuple:

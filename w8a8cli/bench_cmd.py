@@ -40,8 +40,8 @@ def run(args) -> int:
     import backends
     from rich.console import Console
 
-    from bench import peers as bench_peers  # noqa: F401 - registers the 2048^3 case
-    from bench import report
+    from bench import peers as bench_peers
+    from bench import report, roofline_cases  # noqa: F401 - registers the 2048^3 and MoE T=256 cases
     from bench.cases import all_cases
     from bench.peak import Peaks, measure
     from bench.runner import run as run_bench
