@@ -156,9 +156,10 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
             continue
         st = dict(r["stats"])
         st["data"] = r.get("data", [])
-        name = f"test_{r['op']}[{r['backend']}-{r['label']}]"
+        peers = r.get("group") == "peers"   # the peers run: a name and group of its own (same case, other run)
+        name = f"test_{r['op']}{'_peers' if peers else ''}[{r['backend']}-{r['label']}]"
         benches.append({
-            "group": r["op"], "name": name, "fullname": f"w8a8-bench::{name}",
+            "group": r["op"] + (" (peers)" if peers else ""), "name": name, "fullname": f"w8a8-bench::{name}",
             "params": {"backend": r["backend"], "shape": r["label"]}, "param": f"{r['backend']}-{r['label']}",
             "extra_info": {k: r.get(k) for k in ("work", "unit", "verified", "verify_note", "throughput",
                                                   "ratio_to_fastest", "ratio_to_peak", "peak_kind", "roofline",
