@@ -57,8 +57,15 @@
 #define NR 64
 #define MR 6
 #define MAX_THREADS 64
+/* Software prefetch of the weight streams into L2, PF_GROUPS k-groups (64 bytes of each 16-column stream)
+ * ahead in the tile kernel, 4x that in the small-M kernel's single stream. Measured on the 2-core Zen 4
+ * (6 rows x 4096^2 int8 weights streamed from memory, one thread): 12.5 GB/s with an L1 prefetch 8
+ * groups ahead, 15.9 at 64 groups, 24.7-26.1 GB/s with L2 (T1) prefetches 32-256 groups ahead. */
 #ifndef PF_GROUPS
-#define PF_GROUPS 8      /* software prefetch distance, in k-groups (64 bytes of each 16-column stream) */
+#define PF_GROUPS 32
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T1
 #endif
 
 int w8a8_abi(void) { return W8A8_ABI; }
@@ -446,10 +453,10 @@ static void tile_##R(const uint8_t *a, int64_t lda, const int8_t *wp, int64_t kg
     for (int64_t g = 0; g < kg; g++) {                                                                     \
         const int8_t *wg = wp + g * 64;                                                                    \
         if ((g & 1) == 0) {   /* one line per block every other k-group: 128 bytes of each stream ahead */  \
-            _mm_prefetch((const char *)(wg + PF_GROUPS * 64), _MM_HINT_T0);                                \
-            _mm_prefetch((const char *)(wg + bs + PF_GROUPS * 64), _MM_HINT_T0);                           \
-            _mm_prefetch((const char *)(wg + 2 * bs + PF_GROUPS * 64), _MM_HINT_T0);                       \
-            _mm_prefetch((const char *)(wg + 3 * bs + PF_GROUPS * 64), _MM_HINT_T0);                       \
+            _mm_prefetch((const char *)(wg + PF_GROUPS * 64), PF_HINT);                                    \
+            _mm_prefetch((const char *)(wg + bs + PF_GROUPS * 64), PF_HINT);                               \
+            _mm_prefetch((const char *)(wg + 2 * bs + PF_GROUPS * 64), PF_HINT);                           \
+            _mm_prefetch((const char *)(wg + 3 * bs + PF_GROUPS * 64), PF_HINT);                           \
         }                                                                                                  \
         __m512i w0 = _mm512_loadu_si512(wg), w1 = _mm512_loadu_si512(wg + bs);                             \
         __m512i w2 = _mm512_loadu_si512(wg + 2 * bs), w3 = _mm512_loadu_si512(wg + 3 * bs);                \
@@ -499,7 +506,7 @@ static void small_##R(const uint8_t *at, const int8_t *wp, int64_t kg, const epi
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();              \
         const int8_t *wj = wp + j * kg * 64;                                                               \
         for (int64_t g = 0; g < kg; g++) {                                                                 \
-            _mm_prefetch((const char *)(wj + (g + 4 * PF_GROUPS) * 64), _MM_HINT_T0);                      \
+            _mm_prefetch((const char *)(wj + (g + 4 * PF_GROUPS) * 64), PF_HINT);                          \
             __m512i w = _mm512_loadu_si512(wj + g * 64);                                                   \
             const uint8_t *ag = at + g * (R * 4);                                                          \
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) DPB_BCAST(acc[r], ag + 4 * r, w);         \
