@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 
 static long ITERS = 20000000;
@@ -157,8 +158,12 @@ static long read_pass(const long *p, size_t n, int mode) {
 static void *bw_worker(void *arg) {
     bw_arg *a = (bw_arg *)arg;
     size_t n = a->bytes / sizeof(long);
-    long *p = aligned_alloc(64, n * sizeof(long) + 64);
+    size_t bytes = (n * sizeof(long) + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    long *p = aligned_alloc(2u << 20, bytes);
     if (p == NULL) { a->best = 0; pthread_barrier_wait(a->bar); return NULL; }
+#if defined(MADV_HUGEPAGE) && !defined(NO_HUGE)
+    madvise(p, bytes, MADV_HUGEPAGE);   /* as the packed weights of torch-cpu's kernels (fewer TLB misses) */
+#endif
     for (size_t i = 0; i < n; i++) p[i] = (long)i;   /* first touch: this thread's pages */
     long s = read_pass(p, n, 0);                       /* warm (caches / TLB) */
     pthread_barrier_wait(a->bar);

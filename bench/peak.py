@@ -10,8 +10,8 @@ result says so — a library ceiling is a floor of the real one.
 The memory-bandwidth ceilings come from the same program (``peak bw``): a STREAM-like read-only
 kernel (every thread sums its own buffer with 64-byte loads, over and over, passes alternating between
 one stream on the hardware prefetcher and four streams with software L2 prefetches — on the Zen 4 VM
-this was written on the second reads memory at 28-30 GB/s per core against 20-22 for the first; the
-best pass of all threads reading at once) at three working-set sizes taken from this CPU's caches (sysfs): half the
+this was written on the second reads memory at 28-30 GB/s per core against 20-22 for the first; buffers
+on transparent huge pages, as torch-cpu's packed weights; the best pass of all threads reading at once) at three working-set sizes taken from this CPU's caches (sysfs): half the
 L2 per thread (``bw_l2``), half the last-level cache in total (``bw_llc``: data that fits in cache) and
 eight times the last-level cache (``bw_dram``: data that does not). Read-only, because that is what a
 GEMM does with its weights (the bytes that bound a small-M Linear or a small-T MoE layer). Without a
@@ -150,6 +150,24 @@ def measure_bandwidth(threads: int | None = None, seconds: float = 0.4) -> dict:
         out[name] = a.nbytes / (time.perf_counter() - t0)
     out["bw_method"] = "numpy sum, one thread (no C compiler: a floor of the real ceilings)"
     return out
+
+
+def dram_bandwidth(threads: int | None = None, seconds: float = 0.2) -> float:
+    """The out-of-cache read bandwidth alone (bytes/s; 0.0 without a compiler): a probe quick enough to
+    interleave with the timed rounds of a bandwidth-bound case, on a machine whose memory bandwidth
+    changes from minute to minute (a VM sharing its host's memory channels)."""
+    threads = threads or os.cpu_count() or 1
+    exe = _compile()
+    if exe is None:
+        return 0.0
+    size = bandwidth_sizes(threads, *cache_sizes())["bw_dram"]
+    r = subprocess.run([str(exe), "bw", str(threads), str(size), str(seconds)], capture_output=True, text=True,
+                       timeout=120)
+    for line in r.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "bw_read":
+            return float(value)
+    return 0.0
 
 
 def measure(threads: int | None = None, iters: int = 10_000_000, bandwidth: bool = True, repeats: int = 5) -> Peaks:

@@ -99,6 +99,8 @@ def _declare(lib) -> None:
     lib.w8a8_abi.argtypes = []
     lib.w8a8_packed_bytes.restype = _I64
     lib.w8a8_packed_bytes.argtypes = [_I64, _I64]
+    lib.w8a8_advise_huge.restype = _I32
+    lib.w8a8_advise_huge.argtypes = [_P, _I64]
     lib.w8a8_pack.restype = _I32
     lib.w8a8_pack.argtypes = [_P, _I64, _I64, _I64, _P, _P, _I32]
     lib.w8a8_linear.restype = _I32

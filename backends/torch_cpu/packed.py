@@ -70,6 +70,23 @@ def _check_weights(op: str, w: torch.Tensor, layout: str) -> None:
                          f"{tuple(w.shape)}")
 
 
+_HUGE = 2 << 20
+
+
+def _buffer(nbytes: int) -> torch.Tensor:
+    """An int8 buffer for packed weights: 2 MiB-aligned and advised to transparent huge pages (before its
+    first touch), where it is large enough to hold one. The weights are streamed: with 4 KiB pages every
+    4 KiB costs a TLB walk and stops the hardware prefetcher (measured: 6- and 16-row GEMMs over eight
+    4096^2 weights from memory, 8-14 % faster on huge pages)."""
+    if nbytes < _HUGE:
+        return torch.empty(nbytes, dtype=torch.int8)
+    base = torch.empty(nbytes + _HUGE, dtype=torch.int8)
+    off = (-base.data_ptr()) % _HUGE
+    data = base[off:off + nbytes]   # the view keeps the whole allocation alive
+    native.library().w8a8_advise_huge(data.data_ptr(), (nbytes // _HUGE) * _HUGE)
+    return data
+
+
 def _pack_into(w_nk: torch.Tensor, data: torch.Tensor, comp: torch.Tensor) -> None:
     """Pack one int8 ``[N, K]`` weight into ``data`` / ``comp`` (views of the right sizes)."""
     w = w_nk.contiguous()
@@ -96,7 +113,7 @@ class PackedWeight:
     def pack(cls, w_nk: torch.Tensor) -> "PackedWeight":
         _check_weights("PackedWeight.pack", w_nk, "[N, K]")
         n, k = w_nk.shape
-        data = torch.empty(native.library().w8a8_packed_bytes(n, k), dtype=torch.int8)
+        data = _buffer(native.library().w8a8_packed_bytes(n, k))
         comp = torch.empty(-(-n // NR) * NR, dtype=torch.int32)
         _pack_into(w_nk, data, comp)
         return cls(data=data, comp=comp, n=n, k=k, absmax=absmax(w_nk))
@@ -126,7 +143,7 @@ class PackedExperts:
         _check_weights("PackedExperts.pack", w_enk, "[E, N, K]")
         e, n, k = w_enk.shape
         per = native.library().w8a8_packed_bytes(n, k)
-        data = torch.empty(e * per, dtype=torch.int8)
+        data = _buffer(e * per)
         comp = torch.empty(e, -(-n // NR) * NR, dtype=torch.int32)
         for g in range(e):
             _pack_into(w_enk[g], data[g * per:(g + 1) * per], comp[g])

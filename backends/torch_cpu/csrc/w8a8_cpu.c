@@ -49,6 +49,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -335,6 +336,17 @@ static inline int64_t round4(int64_t k) { return (k + 3) & ~(int64_t)3; }
 static inline int64_t panels_of(int64_t n) { return (n + NR - 1) / NR; }
 
 int64_t w8a8_packed_bytes(int64_t n, int64_t k) { return panels_of(n) * round4(k) * NR; }
+
+/* Ask for transparent huge pages on [p, p + bytes) (2 MiB-aligned, not yet touched): the packed weights
+ * are streamed, and 4 KiB pages cost a TLB walk every 4 KiB. 0, or -1 where the kernel refused. */
+int w8a8_advise_huge(void *p, int64_t bytes) {
+#ifdef MADV_HUGEPAGE
+    return madvise(p, (size_t)bytes, MADV_HUGEPAGE) == 0 ? 0 : -1;
+#else
+    (void)p; (void)bytes;
+    return -1;
+#endif
+}
 
 typedef struct { const int8_t *w; int64_t n, k, ldw, kp; int8_t *out; int32_t *comp; } pack_ctx;
 
