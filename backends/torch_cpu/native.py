@@ -32,7 +32,7 @@ from .runtime import cpu_flags
 ABI = 3
 SOURCE = Path(__file__).with_name("csrc") / "w8a8_cpu.c"
 FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-pthread")
-REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c")
+REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c")
 
 
 class NativeUnavailable(RuntimeError):
@@ -99,6 +99,8 @@ def _declare(lib) -> None:
     lib.w8a8_abi.argtypes = []
     lib.w8a8_packed_bytes.restype = _I64
     lib.w8a8_packed_bytes.argtypes = [_I64, _I64]
+    lib.w8a8_exp32.restype = _I32
+    lib.w8a8_exp32.argtypes = [_P, _P, _I64]
     lib.w8a8_advise_huge.restype = _I32
     lib.w8a8_advise_huge.argtypes = [_P, _I64]
     lib.w8a8_pack.restype = _I32
