@@ -157,8 +157,9 @@ def test_torch_cpu_w8a8_moe_fbgemm(benchmark, layer):
 
 @pytest.fixture(scope="module")
 def dram_bandwidth():
-    from bench.peak import measure_bandwidth
+    from bench.peak import measure, measure_bandwidth
 
+    _EXTRA["int8_peak"] = measure(bandwidth=False).int8   # the compute side of the roofline
     return measure_bandwidth(seconds=0.5)["bw_dram"]
 
 
@@ -238,17 +239,21 @@ def _write_summary(rep):
         rep.write_line(f"E={e} T={t} ({t * TOP_K / e:.0f} rows/expert); dense int8 GEMM [{t * TOP_K}x{H}]x[{H}x{3 * I}]"
                        + (f" {dense * 1e3:.1f} ms ({gop / dense:.0f} GOP/s)" if dense else "")
                        + (f"; golden w8a8_moe {golden:.1f} s (once)" if golden else ""))
-        bw = _EXTRA.get("bw_dram")
-        if bw:
+        bw, peak = _EXTRA.get("bw_dram"), _EXTRA.get("int8_peak")
+        need, limit = 0.0, ""
+        if bw and peak:   # the limiting resource: streaming the weights once, or the int8 work
+            t_bw, t_ops = _weight_bytes(e, t) / bw, gop * 1e9 / peak
+            need, limit = max(t_bw, t_ops), ("bandwidth" if t_bw >= t_ops else "int8")
             rep.write_line(f"    roofline: {_weight_bytes(e, t) / 1e9:.2f} GB of expert weights streamed once at the "
-                           f"measured {bw / 1e9:.1f} GB/s out of cache = {_weight_bytes(e, t) / bw * 1e3:.1f} ms")
+                           f"measured {bw / 1e9:.1f} GB/s out of cache = {t_bw * 1e3:.1f} ms; {gop:.1f} GOP at "
+                           f"{peak / 1e12:.2f} TOPS int8 = {t_ops * 1e3:.1f} ms: {limit}-bound")
         for name in ("auto", "fbgemm", "int_mm"):
             moe = _MEDIANS.get((e, t, name))
             if moe is None:
                 continue
             line = f"    w8a8_moe, GEMMs {_EXTRA.get((e, t, f'path_{name}'))}: {moe * 1e3:.1f} ms ({gop / moe:.0f} useful GOP/s)"
-            if bw:
-                line += f", {100 * _weight_bytes(e, t) / bw / moe:.0f}% of the bandwidth roofline"
+            if need:
+                line += f", {limit}-bound at {100 * need / moe:.0f}% of the roofline"
             if dense:
                 line += f" -> {dense / moe:.2f}x the dense rate (target >= 0.7)"
             if golden:
@@ -269,7 +274,7 @@ def _write_summary(rep):
             med, ratio, roof = inter
             rep.write_line(f"    interleaved medians: w8a8_moe {med['moe'] * 1e3:.1f} ms, dense {med['dense'] * 1e3:.1f} ms"
                            f" -> {ratio:.2f}x the dense rate (target >= 0.7)")
-            if roof:
+            if roof and limit != "int8":
                 rep.write_line(f"    bandwidth roofline, per round (bandwidth probed in each): median "
                                f"{100 * float(np.median(roof)):.0f}% (range {100 * min(roof):.0f}-{100 * max(roof):.0f}%; "
                                f"target >= 70%)")
