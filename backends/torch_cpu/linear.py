@@ -18,6 +18,8 @@ accumulator could leave the int32 range (static: ``K * 128 * max|w| + max|quant_
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -120,12 +122,17 @@ def _blockwise(x: torch.Tensor, layer, bias_absmax: int, forward) -> torch.Tenso
 
 def w8a8_dynamic_linear(x: torch.Tensor, layer: DynamicLinear) -> torch.Tensor:
     """Per-token dynamic int8 ``x``, then ``quant_matmul(x_q, W, s_w, pertoken_scale=s_tok, bias=b)``
-    (row block by row block, see :func:`_blocks`; fused in one kernel on the "vnni" path)."""
+    (row block by row block, see :func:`_blocks`; fused in one kernel on the "vnni" path). The scale formula
+    is the one of the kernel the tiling picks for the whole activation ``[prod(x.shape[:-1]), K]`` (not
+    for a block)."""
+    from .kernel_variants import dynamic_quant as variant
+
+    scale_out = variant((math.prod(x.shape[:-1]), x.shape[-1]), x.dtype).scale_out
     if layer.fused is not None:
-        return _run_fused(x, layer, "dynamic")
+        return _run_fused(x, layer, scale_out)
 
     def forward(rows):
-        x_q, x_scale = dynamic_quant(rows)
+        x_q, x_scale = dynamic_quant(rows, scale_out=scale_out)
         return quant_matmul(x_q, layer.weight, layer.scale, pertoken_scale=x_scale, bias=layer.bias,
                             output_dtype=layer.dtype)
 
@@ -183,7 +190,7 @@ def w8a8_static_linear(x: torch.Tensor, layer: StaticLinear) -> torch.Tensor:
     """``x_q = quantize(x, r, o, int8, div_mode=False)``, then ``quant_matmul(x_q, W, deq, bias=...)``
     (row block by row block, see :func:`_blocks`; fused in one kernel on the "vnni" path)."""
     if layer.fused is not None:
-        return _run_fused(x, layer, "static")
+        return _run_fused(x, layer, None)
 
     def forward(rows):
         x_q = quantize(rows, layer.recip, layer.offset, dtype="int8", div_mode=False)
@@ -193,15 +200,16 @@ def w8a8_static_linear(x: torch.Tensor, layer: StaticLinear) -> torch.Tensor:
     return _blockwise(x, layer, layer.bias_absmax if int_bias else 0, forward)
 
 
-def _run_fused(x: torch.Tensor, layer, mode: str) -> torch.Tensor:
-    """The fused kernel on ``x.reshape(-1, K)`` (:func:`.packed.run`), into ``[..., N]``."""
+def _run_fused(x: torch.Tensor, layer, scale_out: str | None) -> torch.Tensor:
+    """The fused kernel on ``x.reshape(-1, K)`` (:func:`.packed.run`), into ``[..., N]``: the dynamic path
+    with the per-token scale formula ``scale_out`` (the kernel variant's), or the static path (None)."""
     from . import packed
 
     f = layer.fused
     k, n = layer.weight.shape
     x2 = x.reshape(-1, k)
-    if mode == "dynamic":
-        y = packed.run(packed.IN_DYNAMIC[x.dtype], x2, f.weight, layer.dtype, deq=f.deq, fbias=f.fbias)
+    if scale_out is not None:
+        y = packed.run(packed.dynamic_kind(x.dtype, scale_out), x2, f.weight, layer.dtype, deq=f.deq, fbias=f.fbias)
     else:
         y = packed.run(packed.IN_STATIC[x.dtype], x2, f.weight, layer.dtype, deq=f.deq, comp=f.comp, fbias=f.fbias,
                        recip=f.recip, offset=f.offset)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .runtime import cpu_flags
 
-ABI = 3
+ABI = 4
 SOURCE = Path(__file__).with_name("csrc") / "w8a8_cpu.c"
 FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-pthread")
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c")
@@ -109,8 +109,8 @@ def _declare(lib) -> None:
     lib.w8a8_linear.argtypes = [_I32, _P, _I64, _I64, _I64, _P, _P, _P, _P, _I64, _P, _P, _P, _I32, _P, _I64, _P,
                                 _I32]
     lib.w8a8_moe_experts.restype = _I32
-    lib.w8a8_moe_experts.argtypes = [_P, _P, _P, _P, _P, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _I32, _F, _P,
-                                     _I32]
+    lib.w8a8_moe_experts.argtypes = [_P, _P, _P, _P, _P, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _I32, _F, _I32,
+                                     _I32, _P, _I32]
 
 
 @lru_cache(maxsize=1)

@@ -37,9 +37,19 @@ from . import native
 from .arith import I32_MAX, absmax
 from .runtime import claim_threads
 
-IN_DYNAMIC = {torch.bfloat16: 0, torch.float16: 1}
+IN_DYNAMIC = {torch.bfloat16: 0, torch.float16: 1}          # the "reciprocal" per-token scale
+IN_DYNAMIC_RCP = {torch.bfloat16: 5, torch.float16: 6}      # the "amax_mul_rcp" one
 IN_STATIC = {torch.bfloat16: 2, torch.float16: 3}
 IN_CODES = 4
+SCALE_OUTS = ("reciprocal", "amax_mul_rcp")
+
+
+def dynamic_kind(dtype: torch.dtype, scale_out: str) -> int:
+    """The kernel's input kind of a dynamic Linear on ``dtype`` rows with the per-token scale formula
+    ``scale_out`` (the kernel variant's, :mod:`.kernel_variants`): ``1 / (127 / m)`` or ``m * fp32(1/127)``."""
+    if scale_out not in SCALE_OUTS:
+        raise ValueError(f"packed: scale_out must be one of {SCALE_OUTS}; got {scale_out!r}")
+    return (IN_DYNAMIC if scale_out == "reciprocal" else IN_DYNAMIC_RCP)[dtype]
 OUT_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.int32: 3}
 NR = 64
 MAX_K = (1 << 17) - 1
@@ -164,7 +174,7 @@ def run(kind: int, x2: torch.Tensor, w: PackedWeight, out_dtype: torch.dtype, *,
         out: torch.Tensor | None = None, n_threads: int | None = None) -> torch.Tensor:
     """The fused Linear on 2-D rows ``x2 [M, K]`` (see the module docstring); ``[M, N]`` of ``out_dtype``.
 
-    ``kind``: :data:`IN_DYNAMIC` / :data:`IN_STATIC` of x's dtype, or :data:`IN_CODES` (int8 ``x2``).
+    ``kind``: :func:`dynamic_kind` / :data:`IN_STATIC` of x's dtype, or :data:`IN_CODES` (int8 ``x2``).
     ``deq`` fp32 ``[N]`` (unused for int32 output); ``comp`` defaults to the weight's (no int32 bias);
     ``pertoken`` fp32 ``[M]`` for ``IN_CODES``; ``fbias`` fp32 ``[N]``; ``recip`` / ``offset`` fp32 ``[K]`` for
     the static kinds; ``scale_out`` fp32 ``[M]`` receives the dynamic per-token scales; ``n_threads``: the
@@ -193,12 +203,12 @@ def run(kind: int, x2: torch.Tensor, w: PackedWeight, out_dtype: torch.dtype, *,
 
 # -- the reference the probes compare with -------------------------------------------------------------------
 
-def _reference_dynamic(x2, w_nk, deq, fbias, out_dtype):
+def _reference_dynamic(x2, w_nk, deq, fbias, out_dtype, scale_out):
     from .gemm import Int8Weight
     from .qmatmul import epilogue
     from .quant import dynamic_quant
 
-    x_q, s = dynamic_quant(x2)
+    x_q, s = dynamic_quant(x2, scale_out=scale_out)
     acc = torch._int_mm(x_q, Int8Weight(kn=w_nk.mT, absmax=absmax(w_nk)).kn.contiguous())
     return epilogue(acc.to(torch.float32), deq, None, None, s, fbias, out_dtype, I32_MAX + 1)
 
@@ -247,11 +257,14 @@ def probe_rows(w_nk: torch.Tensor, dtype: torch.dtype, rows: int = 8) -> torch.T
 
 
 def probe_dynamic(w: PackedWeight, w_nk: torch.Tensor, deq: torch.Tensor, fbias, x_dtype, out_dtype) -> str:
-    """``""`` if the fused dynamic Linear equals the reference on :func:`probe_rows`, else why not."""
+    """``""`` if the fused dynamic Linear equals the reference on :func:`probe_rows` under both per-token
+    scale formulas (which one a call takes depends on its row count), else why not."""
     x = probe_rows(w_nk, x_dtype)
-    got = run(IN_DYNAMIC[x_dtype], x, w, out_dtype, deq=deq, fbias=fbias)
-    want = _reference_dynamic(x, w_nk, deq, fbias, out_dtype)
-    return "" if _bits_equal(got, want) else "vnni: the load-time probe differed from the reference path"
+    for scale_out in SCALE_OUTS:
+        got = run(dynamic_kind(x_dtype, scale_out), x, w, out_dtype, deq=deq, fbias=fbias)
+        if not _bits_equal(got, _reference_dynamic(x, w_nk, deq, fbias, out_dtype, scale_out)):
+            return f"vnni: the load-time probe ({scale_out} scale) differed from the reference path"
+    return ""
 
 
 def probe_static(w: PackedWeight, w_nk, recip, offset, deq, int_bias, fbias, x_dtype, out_dtype) -> str:
@@ -324,9 +337,10 @@ def self_test() -> str:
         for x_dtype, out, bias in ((torch.bfloat16, torch.bfloat16, fbias), (torch.float16, torch.float16, None),
                                    (torch.bfloat16, torch.float32, None)):
             x = torch.cat([probe_rows(w_nk, x_dtype), torch.randn(m, k, generator=gen).to(x_dtype)])
-            got = run(IN_DYNAMIC[x_dtype], x, w, out, deq=deq, fbias=bias)
-            if not _bits_equal(got, _reference_dynamic(x, w_nk, deq, bias, out)):
-                return f"vnni self-test: dynamic {x_dtype} -> {out} differs at K={k} N={n}"
+            for scale_out in SCALE_OUTS:
+                got = run(dynamic_kind(x_dtype, scale_out), x, w, out, deq=deq, fbias=bias)
+                if not _bits_equal(got, _reference_dynamic(x, w_nk, deq, bias, out, scale_out)):
+                    return f"vnni self-test: dynamic {x_dtype} -> {out} ({scale_out}) differs at K={k} N={n}"
             ib = torch.randint(-1000, 1000, (n,), dtype=torch.int32, generator=gen)
             ints = torch.randint(-140, 140, (m, k), generator=gen).to(x_dtype)   # x + 0.5: exact ties
             for recip, offset, xs in ((torch.rand(k, generator=gen) * 200.0,

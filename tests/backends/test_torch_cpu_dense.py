@@ -201,13 +201,16 @@ def test_dynamic_quant_ties_round_half_even():
 
 
 def test_dynamic_quant_zero_and_tiny_rows():
-    # Row 0 is all zero: inv = 127/0 = inf, 0*inf = NaN -> code 0, scale 1/inf = +0.
-    # Row 1 has amax 1e-39 (an fp32 subnormal; bf16 keeps it): 127/1e-39 overflows to inf, so the
-    # nonzero codes saturate to +-127, the zero stays 0 (NaN code), the scale is 0.
+    # Row 0 is all zero: inv = 127/0 = inf, 0*inf = NaN -> code 0, scale 0.
+    # Row 1 has amax 1e-39 (an fp32 subnormal; bf16 rounds it to 0x000B0000 = 720896 * 2^-149): 127/amax
+    # overflows to inf, so the nonzero codes saturate to +-127, the zero stays 0 (NaN code). H = 3
+    # runs the double-buffer kernel (key 2), whose scale is amax * fp32(1/127) (dynamic_quant_db.h:319):
+    # 720896 * 2^-149 * 0.0078740157... = 5676.35 * 2^-149, the fp32 subnormal 5676 * 2^-149 = 0x162C
+    # (the basic kernels' 1 / inf would give 0).
     x = np.array([[0.0, -0.0, 0.0], [1e-39, -1e-39, 0.0]], BF16)
     y, scale = check_same("dynamic_quant", x)
     assert y.tolist() == [[0, 0, 0], [127, -127, 0]]
-    assert scale.view(np.uint32).tolist() == [0, 0]
+    assert scale.view(np.uint32).tolist() == [0, 0x162C]
 
 
 def test_dynamic_quant_int4_packing():
@@ -293,9 +296,11 @@ def test_quantize_saturation_and_ties():
     # int4: the same codes clamp to [-8, 7] and pack: 7, -8, 2, 0, 2, 7, -8, 0 -> nibbles 7 8 2 0 2 7 8 0
     y4 = check_same("quantize", x, np.float32([1.0]), None, dtype="int4", axis=-1, div_mode=False)
     assert y4.tolist() == [[0x08720287]]
-    # div_mode=True, uint8 with zero point 1: rint(x / 1) + 1 -> 255 (saturated), 0 (saturated), 3, 1, 3, 127 ...
+    # div_mode=True, uint8 with zero point 1, the zero point added before rounding (torch
+    # quantize_per_channel: rint(zp + x * fp32(1/s))): 301 -> 255 (saturated), -299 -> 0 (saturated),
+    # rint(3.5) = 4, rint(0.5) = 0, rint(2.5) = 2, rint(127.5) = 128, rint(-126.5) -> 0 (saturated), 1
     z = check_same("quantize", x, np.float32([1.0]), np.array([1], np.uint8), dtype="uint8", axis=1)
-    assert z.tolist() == [[255, 0, 3, 1, 3, 127, 0, 1]]
+    assert z.tolist() == [[255, 0, 4, 0, 2, 128, 0, 1]]
 
 
 def test_quantize_int32_bounds():
@@ -612,9 +617,10 @@ def test_quant_matmul_large_k_with_pertoken():
 
 def test_quant_matmul_int4_weights_unsupported():
     # int32 x2 is the golden's packed-int4 route (A8W4 / A4W4): not a torch-cpu op (a skip, not a failure).
+    # A valid A8W4 call (the golden's checks run first: an invalid one gets the golden's error).
     with pytest.raises(backends.Unsupported, match="int4"):
-        TC.call("quant_matmul", _I8, np.ones((16, 1), np.int32), np.float32([1.0]), pertoken_scale=np.ones(3, np.float32),
-                output_dtype="bfloat16")
+        TC.call("quant_matmul", _I8, np.ones((16, 1), np.int32), w8a8.trans_quant_param(np.ones(8, np.float32)),
+                offset=np.zeros(8, np.float32), pertoken_scale=np.ones((3, 1), np.float32), output_dtype="bfloat16")
 
 
 def test_quant_matmul_overflowing_epilogue_nan():

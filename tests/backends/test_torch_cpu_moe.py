@@ -89,8 +89,8 @@ def test_every_moe_op_is_implemented_under_the_ascend_record():
 
 def test_the_validators_are_public_and_importable():
     # The golden's MoE argument checks, shared with torch-cpu and the torch-npu lowering.
-    for name in w8a8.moe.VALIDATORS:
-        assert callable(getattr(w8a8.moe, name)), name
+    for op in w8a8.registry.ops("moe"):
+        assert callable(op.check) and op.check.__name__ == f"{op.name}_args", op.name
 
 
 # -- Hypothesis over the conformance strategies, every op --------------------------------------------
@@ -206,16 +206,17 @@ def test_hand_derived_finalize_modes(mode, want):
 
 
 def test_hand_derived_finalize_dropped_slot_skips_and_bias():
-    # Mode 3, idx [2, -1, 3, 1]: token 0's slot 1 is dropped -> a zero row, but its bias and weight still
-    # apply: out0 = 0.5 * (3 + b[e0]) + 0.25 * (0 + b[e1]); token 1 = 1 * (4 + b[e1]) + 2 * (2 + b[e0]).
-    # b = [10, 100] (experts [[0, 1], [1, 0]]), skip1 = [1, 2], skip2 = [0.5, 0.5]:
-    # out0 = 1.5 + 0.5*13 + 0.25*100 = 33.0; out1 = 2.5 + 104 + 2*12 = 130.5.
+    # Mode 3, idx [2, -1, 3, 1]: token 0's slot 1 is dropped. H = 1, K = 2 runs the all-bias template,
+    # which skips a dropped slot entirely, bias included (ops-transformer
+    # moe_finalize_routing_v2_fp_db_all_bias.h:477-494 @ c29bc106): out0 = 0.5 * (3 + b[e0]) + 0;
+    # token 1 = 1 * (4 + b[e1]) + 2 * (2 + b[e0]). b = [10, 100] (experts [[0, 1], [1, 0]]),
+    # skip1 = [1, 2], skip2 = [0.5, 0.5]: out0 = 1.5 + 0.5*13 = 8.0; out1 = 2.5 + 104 + 2*12 = 130.5.
     rows = np.array([[1], [2], [3], [4]], F32)
     idx = np.array([2, -1, 3, 1], np.int32)
     y = check_same("moe_finalize_routing", rows, np.array([[1], [2]], F32), np.array([[0.5], [0.5]], F32),
                    np.array([[10], [100]], F32), np.array([[0.5, 0.25], [1, 2]], F32), idx,
                    np.array([[0, 1], [1, 0]], np.int32), drop_pad_mode=3)
-    assert y[:, 0].tolist() == [33.0, 130.5]
+    assert y[:, 0].tolist() == [8.0, 130.5]
     # Without scales, K comes from k; every weight is 1: token 0 = 3 + 0, token 1 = 4 + 2 (mode 3)
     y = check_same("moe_finalize_routing", rows, None, None, None, None, idx, None, drop_pad_mode=3, k=2)
     assert y[:, 0].tolist() == [3.0, 6.0]
@@ -702,10 +703,8 @@ def test_prepare_loads_once_and_reruns():
 def _loaded_layer(w, hidden, ids, wts):
     from backends.torch_cpu import moe_layer as ml
 
-    args, kwargs = ml.check("w8a8_moe", w8a8.moe.w8a8_moe_args(hidden, *w, topk_ids=ids, topk_weights=wts))
-    dargs = tuple(TC.to_device(a) if isinstance(a, np.ndarray) else a for a in args)
-    dkw = {k: TC.to_device(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
-    return ml.load(dargs, dkw, TC.gemm_path)[1]["layer"]
+    return ml.load(w8a8.registry.get("w8a8_moe").check(hidden, *w, topk_ids=ids, topk_weights=wts), TC.transfer,
+                   TC.gemm_path)[1]
 
 
 @pytest.mark.parametrize("path", ["int_mm", "fbgemm", "vnni"])

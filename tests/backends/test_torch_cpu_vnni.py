@@ -402,3 +402,41 @@ def test_exp32_matches_numpy():
     nan = np.isnan(x)
     assert np.isnan(y[nan]).all()
     np.testing.assert_array_equal(y[~nan].view(np.int32), want[~nan].view(np.int32))
+
+
+@needs_vnni
+@pytest.mark.parametrize("k, formula", [(4096, "amax_mul_rcp"), (16400, "reciprocal")])
+def test_dynamic_linear_takes_the_kernel_variants_scale(k, formula, monkeypatch):
+    # The per-token scale written depends on the kernel the tiling picks for [rows, K] (w8a8.variants):
+    # m * fp32(1/127) for the single-row / multi-row / double-buffer kernels (K = 4096), 1 / (127 / m) for
+    # the basic kernel (K = 16400 > the multi-row limit 16320, 13 * align16(K) bytes past the UB). The
+    # codes are the same. Rows are picked whose two scales differ (by an ulp): the kernel's scales equal
+    # the golden quantizer's under each formula, and the Linear hands the kernel the formula of its shape.
+    from backends.torch_cpu import kernel_variants
+
+    rng = np.random.default_rng(k)
+    rows = []
+    while len(rows) < 4:
+        v = (rng.standard_normal(k) * 3).astype(np.float32).astype(BF16)
+        m = np.abs(v.astype(np.float32)).max()
+        if np.float32(1) / (np.float32(127) / m) != m * (np.float32(1) / np.float32(127)):
+            rows.append(v)
+    x = np.stack(rows)
+    assert kernel_variants.dynamic_quant(x.shape, torch.bfloat16).scale_out == formula
+    n = 64
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    ws = (rng.random(n) * 1e-3).astype(np.float32)
+    pw = packed.PackedWeight.pack(torch.from_numpy(w))
+    xt = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    for so in packed.SCALE_OUTS:
+        scales = torch.empty(len(rows))
+        packed.run(packed.dynamic_kind(torch.bfloat16, so), xt, pw, torch.float32, deq=torch.ones(n), scale_out=scales)
+        golden = w8a8.dynamic_quant(x, numerics=w8a8.ASCEND.replace(scale_out=so, variants="fixed"))[1]
+        assert_bits(scales.numpy(), golden, f"scale ({so})")
+    kinds = []
+    real = packed.run
+    monkeypatch.setattr(packed, "run", lambda kind, *a, **kw: kinds.append(kind) or real(kind, *a, **kw))
+    prepared = VNNI.prepare("w8a8_dynamic_linear", x, w, ws)
+    kinds.clear()   # the load's probes ran both formulas
+    assert_bits(prepared(), w8a8.w8a8_dynamic_linear(x, w, ws))
+    assert kinds == [packed.dynamic_kind(torch.bfloat16, formula)]

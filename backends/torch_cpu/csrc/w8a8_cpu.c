@@ -54,7 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define W8A8_ABI 3
+#define W8A8_ABI 4
 #define NR 64
 #define MR 6
 #define MAX_THREADS 64
@@ -281,9 +281,11 @@ static inline void store_u8(uint8_t *dst, __m512i codes, __mmask16 m) {
  * activation preparation: one row to u8 codes (q + 128), padded to kp with 128
  * ---------------------------------------------------------------------------------------------- */
 
-/* dynamic per-token (golden quantize_rows, codes="mul_inv", scale="reciprocal"):
- *   m = max_k |x_k|;  inv = 127 / m;  scale = 1 / inv;  q = sat127(rint(x * inv)), NaN -> 0 */
-static float quant_row_dynamic(const uint16_t *x, int fp16, int64_t k, int64_t kp, uint8_t *dst) {
+/* dynamic per-token (golden quantize_rows, codes="mul_inv"):
+ *   m = max_k |x_k|;  inv = 127 / m;  q = sat127(rint(x * inv)), NaN -> 0;
+ *   scale = 1 / inv ("reciprocal"), or m * fp32(1 / 127) ("amax_mul_rcp", amax_rcp != 0): the formula of
+ *   the kernel the tiling picks (w8a8.variants.dynamic_quant; the codes are the same in every kernel) */
+static float quant_row_dynamic(const uint16_t *x, int fp16, int64_t k, int64_t kp, uint8_t *dst, int amax_rcp) {
     __m512 mx = _mm512_setzero_ps();
     const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF);
     for (int64_t i = 0; i < k; i += 16) {
@@ -294,7 +296,7 @@ static float quant_row_dynamic(const uint16_t *x, int fp16, int64_t k, int64_t k
     volatile float q32 = 127.0f;   /* keep the quotients IEEE divisions at run time */
     float inv = q32 / m;
     volatile float one = 1.0f;
-    float scale = one / inv;
+    float scale = amax_rcp ? m * (one / q32) : one / inv;
     __m512 vinv = _mm512_set1_ps(inv);
     for (int64_t i = 0; i < k; i += 16) {
         __mmask16 msk = tail_mask(k - i);
@@ -590,7 +592,7 @@ static void rows_x_panel(const uint8_t *a, int64_t lda, int64_t r0, int64_t r1, 
  * ---------------------------------------------------------------------------------------------- */
 
 typedef struct {
-    int in_kind;             /* 0 bf16 dyn, 1 fp16 dyn, 2 bf16 static, 3 fp16 static, 4 int8 codes */
+    int in_kind;             /* 0 / 1 bf16 / fp16 dynamic, 2 / 3 static, 4 int8 codes, 5 / 6 dynamic amax_mul_rcp */
     const void *x;
     int64_t m, k, ldx, kp;
     const float *recip, *offset;
@@ -607,8 +609,9 @@ static void prep_item(void *vc, int64_t item, int worker) {
     for (int64_t r = r0; r < r1; r++) {
         uint8_t *dst = c->a + r * c->kp;
         switch (c->in_kind) {
-        case 0: case 1:
-            c->pt[r] = quant_row_dynamic((const uint16_t *)c->x + r * c->ldx, c->in_kind == 1, c->k, c->kp, dst);
+        case 0: case 1: case 5: case 6:
+            c->pt[r] = quant_row_dynamic((const uint16_t *)c->x + r * c->ldx, c->in_kind == 1 || c->in_kind == 6, c->k,
+                                         c->kp, dst, c->in_kind >= 5);
             break;
         case 2: case 3:
             quant_row_static((const uint16_t *)c->x + r * c->ldx, c->in_kind == 3, c->recip, c->offset, c->k, c->kp,
@@ -656,15 +659,16 @@ static void small_item(void *vc, int64_t p, int worker) {
 }
 
 /* y[m][n] (row stride ldy elements) = epilogue(x-codes @ W).
- *   in_kind: 0 / 1 bf16 / fp16 x, dynamic per-token quantization (its scales -> scale_out if not NULL,
- *            and into the epilogue); 2 / 3 bf16 / fp16 x with the static recip / offset [k];
- *            4 int8 codes (x int8 [m][ldx]) with optional per-token scales `pertoken` [m].
+ *   in_kind: 0 / 1 bf16 / fp16 x, dynamic per-token quantization with the "reciprocal" scale (its
+ *            scales -> scale_out if not NULL, and into the epilogue); 5 / 6 the same with the
+ *            "amax_mul_rcp" scale; 2 / 3 bf16 / fp16 x with the static recip / offset [k]; 4 int8 codes
+ *            (x int8 [m][ldx]) with optional per-token scales `pertoken` [m].
  *   out_kind: 0 fp32, 1 bf16, 2 fp16, 3 int32 (acc - comp: the exact accumulator, plus an int32 bias
  *            folded into comp). deq / fbias: fp32 [n] (deq unused for int32). */
 int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, const float *recip, const float *offset,
                 const int8_t *w, const int32_t *comp, int64_t n, const float *deq, const float *pertoken,
                 const float *fbias, int out_kind, void *y, int64_t ldy, float *scale_out, int threads) {
-    if (m < 0 || k <= 0 || n <= 0 || ldx < k || ldy < n || in_kind < 0 || in_kind > 4 || out_kind < 0 ||
+    if (m < 0 || k <= 0 || n <= 0 || ldx < k || ldy < n || in_kind < 0 || in_kind > 6 || out_kind < 0 ||
         out_kind > 3 || k >= (1 << 17))
         return -1;
     if ((in_kind == 2 || in_kind == 3) && (recip == NULL || offset == NULL)) return -2;
@@ -681,7 +685,7 @@ int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, c
         return -3;
     }
     float *pt = (float *)(a + ((a_bytes + 63) & ~(size_t)63));
-    int dynamic = in_kind <= 1;
+    int dynamic = in_kind <= 1 || in_kind >= 5;
     prep_ctx pc = {in_kind, x, m, k, ldx, kp, recip, offset, a, pt, 16};
     int64_t prep_items = (m + pc.rows_per_item - 1) / pc.rows_per_item;
     pool_run(prep_item, &pc, prep_items, m * k >= (1 << 18) ? threads : 1);
@@ -747,6 +751,7 @@ typedef struct {
     const float *s2;         /* [E][h] */
     int has_limit;
     float limit;
+    int scale_rcp, codes_rcp; /* the requant's variant (swiglu_quant_row) */
     uint16_t *out;           /* bf16 [M][h] */
     int *bad;
     int64_t rows_per_chunk;
@@ -813,9 +818,12 @@ int w8a8_exp32(const float *x, float *y, int64_t n) {
     return 0;
 }
 
-/* one row: o = silu(gate) * up (with the DeepSeek-V4 clamp), then the per-row requant
- * (quantize_rows, codes="div_scale", scale="amax_mul_rcp"): s = max|o| * fp32(1/127), q = rint(o / s) */
-static float swiglu_quant_row(float *g, int64_t i, int has_limit, float limit, int64_t kp, uint8_t *dst) {
+/* one row: o = silu(gate) * up (with the DeepSeek-V4 clamp), then the per-row requant of the
+ * dequant_swiglu_quant kernel the tiling picks (w8a8.variants.swiglu): with m = max|o|, the scale
+ * s = m / 127 (scale_rcp = 0, "amax_div") or m * fp32(1/127) (1, "amax_mul_rcp"), the codes
+ * q = rint(o / s) (codes_rcp = 0, "div_scale") or rint(o * fp32(1 / s)) (1, "mul_rcp"); sat127, NaN -> 0 */
+static float swiglu_quant_row(float *g, int64_t i, int has_limit, float limit, int64_t kp, uint8_t *dst, int scale_rcp,
+                              int codes_rcp) {
     float *gate = g, *up = g + i;
     __m512 mx = _mm512_setzero_ps();
     const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF);
@@ -834,13 +842,13 @@ static float swiglu_quant_row(float *g, int64_t i, int has_limit, float limit, i
     }
     float amax = _mm512_reduce_max_ps(mx);
     volatile float one_s = 1.0f, q32 = 127.0f;
-    float rcp = one_s / q32;
-    float s = amax * rcp;
-    __m512 vs = _mm512_set1_ps(s);
+    float s = scale_rcp ? amax * (one_s / q32) : amax / q32;
+    __m512 vs = _mm512_set1_ps(s), vr = _mm512_set1_ps(one_s / s);
     for (int64_t j = 0; j < i; j += 16) {
         __mmask16 m = tail_mask(i - j);
         __m512 o = _mm512_maskz_loadu_ps(m, gate + j);
-        store_u8(dst + j, to_codes(_mm512_div_ps(o, vs), -127.0f, 127.0f), m);
+        __m512 t = codes_rcp ? _mm512_mul_ps(o, vr) : _mm512_div_ps(o, vs);
+        store_u8(dst + j, to_codes(t, -127.0f, 127.0f), m);
     }
     for (int64_t j = i; j < kp; j++) dst[j] = 128;
     return s;
@@ -884,7 +892,8 @@ static void moe_item(void *vc, int64_t item, int worker) {
         for (int64_t r = 0; r < rows; r++) rows1[r] = (char *)(g + r * i2);
         for (int64_t p = 0; p < p1; p++) panel_rows(a1, kp1, t1, rows, w13 + p * kp1 * NR, kp1 / 4, &e1, p, s_in, rows1);
         for (int64_t r = 0; r < rows; r++) {
-            s_act[r] = swiglu_quant_row(g + r * i2, i, c->has_limit, c->limit, kp2, a2 + r * kp2);
+            s_act[r] = swiglu_quant_row(g + r * i2, i, c->has_limit, c->limit, kp2, a2 + r * kp2, c->scale_rcp,
+                                        c->codes_rcp);
             if (!isfinite(s_act[r])) *c->bad = 1;
         }
         if (small_rows(rows)) {
@@ -902,13 +911,14 @@ static void moe_item(void *vc, int64_t item, int worker) {
 int w8a8_moe_experts(const int8_t *xq, const float *xs, const int64_t *tokens, const int64_t *order,
                      const int64_t *runs, int64_t nruns, int64_t h, int64_t i, const int8_t *w13,
                      const int32_t *comp13, const float *s13, const int8_t *w2, const int32_t *comp2, const float *s2,
-                     int has_limit, float limit, uint16_t *out, int threads) {
+                     int has_limit, float limit, int scale_rcp, int codes_rcp, uint16_t *out, int threads) {
     if (h <= 0 || i <= 0 || nruns < 0 || h >= (1 << 17) || i >= (1 << 17)) return -1;
     pthread_once(&exp_once, exp_table);
     unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80);
     int bad = 0;
-    moe_ctx c = {xq, xs, tokens, order, runs, h, i, w13, comp13, s13, w2, comp2, s2, has_limit, limit, out, &bad, 96};
+    moe_ctx c = {xq, xs, tokens, order, runs, h, i, w13, comp13, s13, w2, comp2, s2, has_limit, limit, scale_rcp,
+                 codes_rcp, out, &bad, 96};
     pthread_mutex_lock(&arena_lock);
     pool_run(moe_item, &c, nruns, threads);
     pthread_mutex_unlock(&arena_lock);
