@@ -99,6 +99,8 @@ def _declare(lib) -> None:
     lib.w8a8_abi.argtypes = []
     lib.w8a8_packed_bytes.restype = _I64
     lib.w8a8_packed_bytes.argtypes = [_I64, _I64]
+    lib.w8a8_swiglu_quant.restype = _I32
+    lib.w8a8_swiglu_quant.argtypes = [_P, _I64, _I64, _I32, _F, _I32, _I32, _P, _P]
     lib.w8a8_exp32.restype = _I32
     lib.w8a8_exp32.argtypes = [_P, _P, _I64]
     lib.w8a8_advise_huge.restype = _I32

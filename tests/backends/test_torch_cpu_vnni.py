@@ -440,3 +440,38 @@ def test_dynamic_linear_takes_the_kernel_variants_scale(k, formula, monkeypatch)
     kinds.clear()   # the load's probes ran both formulas
     assert_bits(prepared(), w8a8.w8a8_dynamic_linear(x, w, ws))
     assert kinds == [packed.dynamic_kind(torch.bfloat16, formula)]
+
+
+@needs_vnni
+@pytest.mark.parametrize("limit", [None, 1.5])
+def test_moe_requant_matches_dequant_swiglu_quant_under_each_formula(limit):
+    # The chain's SwiGLU + per-row requant against the golden's dequant_swiglu_quant (quant_mode=1, no
+    # group_index): under the variant the tiling picks for it (ASCEND, "select": the legacy kernel's
+    # amax / 127 and o * fp32(1 / s)) and under every fixed combination of the two formulas. Rows: random,
+    # all zero (scale 0, codes 0), ties of the clamp, tiny.
+    from backends.torch_cpu import moe_layer
+
+    lib = native.library()
+    rng = np.random.default_rng(12)
+    i = 72
+    x = (rng.standard_normal((9, 2 * i)) * 3).astype(np.float32)
+    x[1] = 0.0
+    x[2, :i] = 1.5
+    x[3] *= 1e-30
+    x = x.astype(BF16)
+    combos = [(None, None)] + [(s, c) for s in ("amax_div", "amax_mul_rcp") for c in ("div_scale", "mul_rcp")]
+    for scale_out, codes_mode in combos:
+        if scale_out is None:
+            numerics, flags = w8a8.ASCEND, moe_layer._requant_flags(x.shape[0])
+        else:
+            numerics = w8a8.ASCEND.replace(scale_out=scale_out, quant_codes=codes_mode, variants="fixed")
+            flags = (moe_layer._REQUANT_SCALE[scale_out], moe_layer._REQUANT_CODES[codes_mode])
+        g = np.ascontiguousarray(x.astype(np.float32))
+        codes = np.empty((x.shape[0], i), np.int8)
+        scales = np.empty(x.shape[0], np.float32)
+        assert lib.w8a8_swiglu_quant(g.ctypes.data, x.shape[0], i, limit is not None, limit or 0.0, *flags,
+                                     codes.ctypes.data, scales.ctypes.data) == 0
+        want_codes, want_scales = w8a8.dequant_swiglu_quant(x, activate_left=True, quant_mode=1, swiglu_limit=limit,
+                                                            numerics=numerics)
+        assert_bits(codes, want_codes, f"codes {scale_out} {codes_mode}")
+        assert_bits(scales, want_scales, f"scales {scale_out} {codes_mode}")

@@ -854,6 +854,26 @@ static float swiglu_quant_row(float *g, int64_t i, int has_limit, float limit, i
     return s;
 }
 
+/* The chain's SwiGLU + requant on fp32 rows g [rows][2i] (tests: against the golden's
+ * dequant_swiglu_quant): int8 codes [rows][i] and scales [rows]. g is overwritten. */
+int w8a8_swiglu_quant(float *g, int64_t rows, int64_t i, int has_limit, float limit, int scale_rcp, int codes_rcp,
+                      int8_t *codes, float *scales) {
+    if (rows < 0 || i <= 0) return -1;
+    pthread_once(&exp_once, exp_table);
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(0x1F80);
+    int64_t kp = round4(i);
+    uint8_t *u = malloc((size_t)kp);
+    if (u == NULL) { _mm_setcsr(csr); return -3; }
+    for (int64_t r = 0; r < rows; r++) {
+        scales[r] = swiglu_quant_row(g + r * 2 * i, i, has_limit, limit, kp, u, scale_rcp, codes_rcp);
+        for (int64_t j = 0; j < i; j++) codes[r * i + j] = (int8_t)(u[j] ^ 0x80);
+    }
+    free(u);
+    _mm_setcsr(csr);
+    return 0;
+}
+
 static void moe_item(void *vc, int64_t item, int worker) {
     moe_ctx *c = vc;
     int64_t ex = c->runs[3 * item], start = c->runs[3 * item + 1], stop = c->runs[3 * item + 2];
