@@ -1,8 +1,9 @@
 """torch-cpu's ``w8a8_dynamic_linear`` next to its CPU peers: timed round-robin in one process.
 
 Every candidate runs on the same shapes and the same inputs (the bench case's, from its seed), all of
-them called in turn, round after round, so that a shared machine's drift is common to all; the medians
-and quartiles of the rounds are reported. Candidates (each where installed; otherwise a record saying
+them called in turn, round after round, so that a shared machine's drift is common to all, with a short
+untimed pause before each (:data:`bench.timing.SETTLE_S`: the previous candidate's spinning thread pool
+goes idle); the medians and quartiles of the rounds are reported. Candidates (each where installed; otherwise a record saying
 why not):
 
 * ``torch-cpu`` — ``backend.prepare(...).run`` (load untimed), checked bit for bit against the golden.
@@ -272,7 +273,7 @@ def run_case(case: BenchCase, *, min_rounds: int = 7, max_rounds: int = 40, max_
     """Every candidate of one ``w8a8_dynamic_linear`` case, round-robin (see the module docstring)."""
     import w8a8
     from bench.runner import case_seed
-    from bench.timing import round_robin, stats
+    from bench.timing import SETTLE_S, round_robin, stats
 
     args, kwargs = case.build(np.random.default_rng(case_seed(case.name)))
     want = w8a8.w8a8_dynamic_linear(*args, **kwargs)
@@ -308,7 +309,7 @@ def run_case(case: BenchCase, *, min_rounds: int = 7, max_rounds: int = 40, max_
             rec.update(verified=False, sqnr_db=db, no_roofline=True)
         rec.update(numerics=cand.numerics, notes=cand.notes)
         base[cand.name] = rec
-    one_round, times = round_robin({c.name: c.run for c in cands})
+    one_round, times = round_robin({c.name: c.run for c in cands}, settle=SETTLE_S)
     for _ in range(warmup):
         one_round()
     for v in times.values():
