@@ -62,6 +62,13 @@
  * ahead in the tile kernel, 4x that in the small-M kernel's single stream. Measured on the 2-core Zen 4
  * (6 rows x 4096^2 int8 weights streamed from memory, one thread): 12.5 GB/s with an L1 prefetch 8
  * groups ahead, 15.9 at 64 groups, 24.7-26.1 GB/s with L2 (T1) prefetches 32-256 groups ahead. */
+/* How long an idle worker spins before it sleeps on a futex. Waking a sleeping thread of a VM can take
+ * hundreds of microseconds (the host must run the halted vCPU), against a decode Linear's ~0.8 ms: with
+ * 60 us, the GEMM of every M = 16 Linear called from Python found its worker asleep (2.0 ms per Linear,
+ * against 0.86 ms back to back). OpenMP runtimes spin for the same reason. */
+#ifndef SPIN_S
+#define SPIN_S 2e-3
+#endif
 #ifndef PF_GROUPS
 #define PF_GROUPS 32
 #endif
@@ -119,7 +126,7 @@ static void *worker_main(void *arg) {
     for (;;) {
         uint32_t g = LD(P.gen);
         if (g == seen) {
-            double until = now_s() + 60e-6;   /* spin a little: back-to-back jobs (MoE, layers) */
+            double until = now_s() + SPIN_S;   /* spin a while: back-to-back jobs (layers, MoE) */
             int spins = 0;
             while (LD(P.gen) == seen) {
                 _mm_pause();
