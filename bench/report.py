@@ -55,7 +55,7 @@ def annotate(records: list[dict], peaks) -> None:
         tp = r.get("throughput")
         if tp and r.get("verified"):
             r["ratio_to_fastest"] = tp / best[r["case"]]
-            ceiling, label = peak_for(r.get("peer_of") or r["backend"], peaks, r.get("compute"))
+            ceiling, label = peak_for(r["backend"], peaks, r.get("compute"))
             if r.get("unit") == "OPS":
                 r["ratio_to_peak"] = tp / ceiling if ceiling else None
                 r["peak_kind"] = label
