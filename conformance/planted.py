@@ -37,7 +37,7 @@ class _PlantedBase(Backend):
 
     def _row_quant(self, xf: np.ndarray, qmax: int) -> tuple[np.ndarray, np.ndarray]:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            m = np.abs(xf).max(axis=-1, keepdims=True)
+            m = np.abs(xf).max(axis=-1, keepdims=True, initial=np.float32(0))  # an empty row: amax 0
             inv = np.float32(qmax) / m
             q = self._round(xf * inv)
             scale = np.float32(1) / inv
@@ -52,7 +52,7 @@ class _PlantedBase(Backend):
             raise TypeError(f"dynamic_quant: argument 'x' must be float16 or bfloat16; got {x.dtype}")
         if not np.isfinite(x.astype(np.float32)).all():
             raise ValueError("dynamic_quant: argument 'x' must be finite")
-        xf = x.astype(np.float32).reshape(-1, x.shape[-1])
+        xf = x.astype(np.float32).reshape(int(np.prod(x.shape[:-1])), x.shape[-1])
         q, s = self._row_quant(xf, 127)
         return q.reshape(x.shape), s.reshape(x.shape[:-1])
 
@@ -115,7 +115,7 @@ class DivideScaleBackend(_PlantedBase):
 
     def _row_quant(self, xf, qmax):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            m = np.abs(xf).max(axis=-1, keepdims=True)
+            m = np.abs(xf).max(axis=-1, keepdims=True, initial=np.float32(0))
             scale = m / np.float32(qmax)
             q = np.rint(xf / scale)
         q = np.where(np.isnan(q), 0, np.clip(q, -qmax, qmax))

@@ -1,7 +1,9 @@
 """The runner: backends x ops x cases, in worker processes, streamed to a JSON Lines file.
 
-* **Cases** per op: the named corpus cases, then cases drawn by Hypothesis from the op's
-  parameter strategy (``profile`` sets how many; ``seed`` makes the draw reproducible).
+* **Cases** per op (its declaration, :mod:`conformance.declare`): the named cases, the error cases
+  (its bad calls), then cases drawn by Hypothesis from the op's main strategy (``profile`` sets how
+  many; ``seed`` makes the draw reproducible) and a quarter as many from each of its other
+  strategies.
 * **Isolation**: every backend call runs in a worker process. A worker that dies (segfault,
   device error, ``os._exit``) has its case recorded as ``crashed`` and is replaced; a call that
   overruns ``timeout`` seconds has its worker killed and its case recorded as ``timeout``.
@@ -27,6 +29,7 @@ from .results import ResultsFile
 
 PROFILE_CASES = {"dev": 8, "ci": 100, "thorough": 1000}
 DEFAULT_PROFILE = "ci"
+EXTRA_STRATEGY_SHARE = 4  # each strategy besides "main" draws n // 4 cases (at least 1)
 
 
 @dataclass
@@ -74,8 +77,9 @@ def load_plan(path) -> tuple[list[Task], dict]:
     return [Task(**t) for t in data["tasks"]], data.get("meta", {})
 
 
-def draw_cases(spec, n: int, seed: int) -> list[dict]:
-    """``n`` parameter dicts drawn from the op's strategy for ``seed`` (deduplicated).
+def draw_cases(spec, n: int, seed: int, strategy: str = "main") -> list[dict]:
+    """``n`` parameter dicts drawn from the op's strategy (``"main"``, or another one it declares) for
+    ``seed`` (deduplicated).
 
     The draw is Hypothesis's: reproducible for a seed in practice, but Hypothesis does not promise
     bit-identical draws across processes and versions — which is why a run saves its plan
@@ -89,7 +93,7 @@ def draw_cases(spec, n: int, seed: int) -> list[dict]:
     @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @hseed(seed)
-    @given(spec.params())
+    @given(spec.all_strategies()[strategy]())
     def collect(params):
         drawn.append(params)
 
@@ -103,12 +107,24 @@ def draw_cases(spec, n: int, seed: int) -> list[dict]:
     return unique[:n]
 
 
+def op_cases(spec, n: int, seed: int, *, declared: bool = True) -> list[tuple[dict, str, str | None]]:
+    """``(params, kind, name)`` of every case of one op: its named cases and bad calls (``declared``),
+    then ``n`` cases drawn from its main strategy and ``n // 4`` from each of its others."""
+    items = []
+    if declared:
+        items += [({"named": c.key}, "named", c.key) for c in spec.cases]
+        items += [({"error": b.key}, "error", b.key) for b in spec.bad_calls]
+    for strategy in spec.all_strategies():
+        count = n if strategy == "main" else max(1, n // EXTRA_STRATEGY_SHARE)
+        items += [(p, "drawn", None) for p in draw_cases(spec, count, seed, strategy)]
+    return items
+
+
 def plan(backend_names: list[str], ops: list[str] | None = None, *, profile: str = DEFAULT_PROFILE, seed: int = 0,
-         case: dict | None = None, include_corpus: bool = True) -> tuple[list[Task], dict[str, list[str]]]:
+         case: dict | None = None, include_declared: bool = True) -> tuple[list[Task], dict[str, list[str]]]:
     """The tasks of a run, and per backend the ops it does not implement (reported, not run)."""
     import backends
 
-    from . import corpus
     from .registry import specs
 
     all_specs = specs()
@@ -122,11 +138,10 @@ def plan(backend_names: list[str], ops: list[str] | None = None, *, profile: str
     case_lists: dict[str, list[tuple[dict, str, str | None]]] = {}
     for op in wanted:
         if case is not None:
-            case_lists[op] = [(case, "corpus" if "corpus" in case else "drawn", case.get("corpus"))]
+            kind = next((k for k in ("named", "error") if k in case), "drawn")
+            case_lists[op] = [(case, kind, case.get(kind))]
             continue
-        items = [({"corpus": c.key}, "corpus", c.key) for c in corpus.cases(op)] if include_corpus else []
-        items += [(p, "drawn", None) for p in draw_cases(all_specs[op], n, seed)]
-        case_lists[op] = items
+        case_lists[op] = op_cases(all_specs[op], n, seed, declared=include_declared)
     for name in backend_names:
         implemented = set(backends.get(name).ops())
         skipped[name] = [op for op in wanted if op not in implemented]

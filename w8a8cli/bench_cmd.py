@@ -28,6 +28,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-time", type=float, default=2.0, help="seconds of timed rounds per case (default 2)")
     parser.add_argument("--min-rounds", type=int, default=3, help="minimum timed rounds per case (default 3)")
     parser.add_argument("--no-peak", action="store_true", help="skip the peak micro-benchmark")
+    parser.add_argument("--list", action="store_true",
+                        help="list the cases (from the op declarations) with their tags and work, then exit")
 
 
 def run(args) -> int:
@@ -66,6 +68,10 @@ def run(args) -> int:
             print(f"w8a8 bench: no benchmark cases for op(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
                   file=sys.stderr)
             return 2
+    if args.list:
+        for c in cases:
+            print(f"{c.name:56s} {c.work:12.4g} {c.unit:4s} {','.join(c.tags)}" + (f" compute={c.compute}" if c.compute else ""))
+        return 0
     t0 = time.perf_counter()
     peaks = Peaks(0.0, 0.0, "not measured", "not measured", "skipped (--no-peak)", os.cpu_count() or 1) \
         if args.no_peak else measure()

@@ -178,7 +178,7 @@ def run(args) -> int:
         save_plan(plan_path, tasks, {"not_implemented": skipped, "profile": args.profile, "seed": args.seed})
     if "numpy" in names and len(names) == 1 and not args.backend:
         console.print("[yellow]no backend other than the golden is available: running the golden against itself "
-                      "(a self-check of the corpus expectations)[/]")
+                      "(a self-check of the named cases and error contract)[/]")
     console.print(f"w8a8 conformance: {len(tasks)} cases, backends {', '.join(names)}, profile {args.profile}, "
                   f"{args.workers} worker(s)")
     t0 = time.perf_counter()
