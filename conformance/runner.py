@@ -11,7 +11,8 @@
   with ``resume`` the cases already in the file are skipped, so a killed run continues where it
   stopped without redoing or corrupting anything.
 * **Parallel**: ``workers`` processes (each pinned to one BLAS/OpenMP thread so they don't
-  oversubscribe the cores); ``workers=0`` runs in-process (no isolation; for tests and debugging).
+  oversubscribe the cores), each with the next case already queued (``IN_FLIGHT``); ``workers=0``
+  runs in-process (no isolation; for tests and debugging).
 """
 
 from __future__ import annotations
@@ -204,20 +205,34 @@ def _worker_main(conn, registrations: dict[str, str], threads: int) -> None:
         conn.send(("result", _execute(task, options)))
 
 
+IN_FLIGHT = 2
+"""Cases queued per worker: the next one is already in its pipe when one finishes, so a worker never
+waits for the parent (which may be slow to be scheduled on a busy machine) between two cases."""
+
+
 class _Worker:
+    """A worker process and the cases sent to it, oldest first (the first is the one running)."""
+
     def __init__(self, ctx, registrations, threads):
         parent, child = ctx.Pipe()
         self.conn = parent
         self.process = ctx.Process(target=_worker_main, args=(child, registrations, threads), daemon=True)
         self.process.start()
         child.close()
-        self.task: Task | None = None
-        self.started = 0.0
+        self.inflight: deque[Task] = deque()
+        self.started = 0.0  # when the running case began
         self.ready = False
 
     def send(self, task: Task, options: dict) -> None:
-        self.task, self.started = task, time.monotonic()
+        if not self.inflight:
+            self.started = time.monotonic()
+        self.inflight.append(task)
         self.conn.send((asdict(task), options))
+
+    def finished(self) -> None:
+        """The running case reported its result; the next one (if any) starts now."""
+        self.inflight.popleft()
+        self.started = time.monotonic()
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -239,6 +254,10 @@ def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume:
     todo = deque(t for t in tasks if t.key not in done)
     stats = {"skipped_done": len(tasks) - len(todo), "ran": 0}
     opts = {"tolerance": asdict(options.tolerance), "attribute": options.attribute, "tolerances": options.tolerances}
+    if options.tolerances:  # a table naming an undeclared op or output is a usage error, before any case runs
+        from .tolerances import ToleranceTable
+
+        ToleranceTable.load(options.tolerances)
 
     def emit(record: dict) -> None:
         results.append(record)
@@ -254,47 +273,58 @@ def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume:
         while todo:
             emit(_execute(asdict(todo.popleft()), opts))
         return stats
+    _run_in_workers(todo, opts, options, emit, stats)
+    return stats
 
+
+def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: dict) -> None:
+    """The worker pool: keep every worker's pipe filled, record crashes and timeouts of the running case,
+    requeue the cases queued behind it."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("spawn")
     n_workers = max(1, min(options.workers, len(todo) or 1))
     workers = [_Worker(ctx, options.registrations, options.threads_per_worker) for _ in range(n_workers)] if todo else []
+
+    def replace(i: int, w: _Worker, status: str | None, note: str) -> None:
+        if w.inflight and status:
+            emit(_failed_record(w.inflight.popleft(), status, note))
+        todo.extendleft(reversed(w.inflight))  # the cases queued behind it run elsewhere
+        w.inflight.clear()
+        w.kill()
+        workers[i] = _Worker(ctx, options.registrations, options.threads_per_worker)
+
     try:
-        while todo or any(w.task for w in workers):
+        while todo or any(w.inflight for w in workers):
             for w in workers:
-                if w.ready and w.task is None and todo:
+                while w.ready and todo and len(w.inflight) < IN_FLIGHT:
                     w.send(todo.popleft(), opts)
             ready = wait([w.conn for w in workers], timeout=0.25)
-            for w in list(workers):
-                if w.conn in ready:
-                    try:
-                        kind, payload = w.conn.recv()
-                    except (EOFError, OSError):
-                        if w.task is None and not w.ready:
-                            stats["startup_failures"] = stats.get("startup_failures", 0) + 1
-                            if stats["startup_failures"] > 3:
-                                raise RuntimeError("conformance workers die before they start (exit code "
-                                                   f"{w.process.exitcode}); run with --workers 0 to see why")
-                        if w.task is not None:
-                            code = w.process.exitcode
-                            w.process.join(timeout=1)
-                            code = w.process.exitcode if code is None else code
-                            emit(_failed_record(w.task, "crashed", f"worker process died (exit code {code}) "
-                                                                   "while running this case"))
-                        workers[workers.index(w)] = _replace(w, ctx, options)
-                        continue
-                    if kind == "ready":
-                        w.ready = True
-                    elif kind == "result":
-                        w.task = None
-                        emit(payload)
+            for i, w in enumerate(workers):
+                if w.conn not in ready:
+                    continue
+                try:
+                    kind, payload = w.conn.recv()
+                except (EOFError, OSError):
+                    if not w.ready:
+                        stats["startup_failures"] = stats.get("startup_failures", 0) + 1
+                        if stats["startup_failures"] > 3:
+                            raise RuntimeError("conformance workers die before they start (exit code "
+                                               f"{w.process.exitcode}); run with --workers 0 to see why")
+                    w.process.join(timeout=1)
+                    replace(i, w, "crashed", f"worker process died (exit code {w.process.exitcode}) while running "
+                                             "this case")
+                    continue
+                if kind == "ready":
+                    w.ready = True
+                elif kind == "result":
+                    w.finished()
+                    emit(payload)
             now = time.monotonic()
-            for w in list(workers):
-                if w.task is not None and now - w.started > options.timeout:
-                    emit(_failed_record(w.task, "timeout", f"no result within {options.timeout:g} s; worker killed"))
-                    workers[workers.index(w)] = _replace(w, ctx, options)
+            for i, w in enumerate(workers):
+                if w.inflight and now - w.started > options.timeout:
+                    replace(i, w, "timeout", f"no result within {options.timeout:g} s; worker killed")
     finally:
         for w in workers:
             try:
@@ -305,10 +335,3 @@ def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume:
             w.process.join(timeout=2)
             if w.process.is_alive():
                 w.kill()
-    return stats
-
-
-def _replace(w: _Worker, ctx, options: RunOptions) -> _Worker:
-    w.task = None
-    w.kill()
-    return _Worker(ctx, options.registrations, options.threads_per_worker)
