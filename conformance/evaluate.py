@@ -143,13 +143,14 @@ def _describe(exc: BaseException) -> str:
 
 @dataclass
 class Verdict:
-    """The judgement of a case, before it becomes a record."""
+    """The judgement of a case, before it becomes a record (:func:`record`)."""
 
     status: str
     note: str = ""
     comparisons: dict[str, Comparison] = field(default_factory=dict)
     expected_mismatch: list[str] = field(default_factory=list)
     traceback: str | None = None
+    attribution: dict | None = None
 
 
 def _unpacked(value: np.ndarray, like: np.ndarray | None) -> np.ndarray:
@@ -273,48 +274,67 @@ def judge(spec, case: CaseSpec, args, kwargs, ref: Outcome, got: Outcome, backen
     return Verdict(status, comparisons=comparisons, expected_mismatch=mismatches)
 
 
-def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures: bool = True,
-             kind: str = "drawn", name: str | None = None, expected: dict | None = None,
-             strict: bool = False) -> dict:
-    """Build the case's inputs, run golden and backend, judge every output; return a result record.
-
-    ``tolerance``: a :class:`Tolerance` for every output, a ``ToleranceTable`` (looked up per
-    backend, op, output and dtype), or None (bitwise). ``expected`` maps output names to documented
-    values (named cases bring their own); the golden and the backend are both checked against them.
-    ``strict``: see the module docstring.
-    """
-    t0 = time.perf_counter()
-    case = resolve_case(spec, params, kind=kind, name=name, expected=expected)
-    record = {"op": spec.name, "backend": backend.name, "case_id": case_id(spec.name, params), "params": params,
-              "kind": case.kind, "name": case.name, "numerics": backend.numerics.name,
-              "repro": repro_command(backend.name, spec.name, params)}
-    args, kwargs = case.build()
-    catch = Exception if case.kind == "error" else REFUSALS
+def run_both(spec, case: CaseSpec, args, kwargs, backend, *, tolerance=None, strict: bool = False
+             ) -> tuple[Verdict, Outcome | None]:
+    """Run the golden (under the backend's numerics) and the backend on the case's inputs and judge."""
+    catch = Exception if case.kind == "error" else REFUSALS  # a bad call must raise what it declares, whatever that is
     ref = _run(spec, NumpyBackend(backend.numerics), args, kwargs, catch=catch, numerics=backend.numerics)
     try:
         got = _run(spec, backend, args, kwargs, catch=Exception)
     except Unsupported as exc:
-        verdict = Verdict(FAIL if strict else "unsupported", f"{'unsupported under strict: ' * strict}{exc}")
-    else:
-        verdict = judge(spec, case, args, kwargs, ref, got, backend, tolerance=tolerance, strict=strict)
-    record["status"] = verdict.status
+        if strict:
+            return Verdict(FAIL, f"unsupported under strict: {exc}"), None
+        return Verdict("unsupported", str(exc)), None
+    return judge(spec, case, args, kwargs, ref, got, backend, tolerance=tolerance, strict=strict), got
+
+
+def record(spec, params: dict, backend, case: CaseSpec, verdict: Verdict, duration_s: float) -> dict:
+    """The result record of a case (what the results file, the reports and the runner read)."""
+    rec = {"op": spec.name, "backend": backend.name, "case_id": case_id(spec.name, params), "params": params,
+           "kind": case.kind, "name": case.name, "numerics": backend.numerics.name,
+           "repro": repro_command(backend.name, spec.name, params), "status": verdict.status}
     if verdict.note:
-        record["note"] = verdict.note
+        rec["note"] = verdict.note
     if verdict.comparisons:
-        record["outputs"] = {n: c.as_dict() for n, c in verdict.comparisons.items()}
+        rec["outputs"] = {n: c.as_dict() for n, c in verdict.comparisons.items()}
     if verdict.expected_mismatch:
-        record["expected_mismatch"] = verdict.expected_mismatch
+        rec["expected_mismatch"] = verdict.expected_mismatch
     if verdict.traceback:
-        record["traceback"] = verdict.traceback
+        rec["traceback"] = verdict.traceback
+    if verdict.attribution is not None:
+        rec["attribution"] = verdict.attribution
+    rec["duration_s"] = duration_s
+    return rec
+
+
+def _attribute(spec, args, kwargs, backend, got: Outcome, verdict: Verdict) -> dict:
+    masks = spec.mask(args, kwargs) if spec.mask else {}
+    comparisons = {n: c.as_dict() for n, c in verdict.comparisons.items()}
+    try:
+        return attribute(spec, args, kwargs, backend, got.outputs, comparisons, masks=masks)
+    except Exception as exc:  # noqa: BLE001 - attribution is best effort; the failure stands
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures: bool = True,
+             kind: str = "drawn", name: str | None = None, expected: dict | None = None,
+             strict: bool = False) -> dict:
+    """Build the case's inputs, run golden and backend, judge every output; return its result record.
+
+    ``tolerance``: a :class:`Tolerance` for every output, a ``ToleranceTable`` (looked up per
+    backend, op, output and dtype), or None (bitwise). ``expected`` maps output names to documented
+    values (named cases bring their own); the golden and the backend are both checked against them.
+    A failing case whose outputs were compared is attributed (``attribute_failures``).
+    ``strict``: see the module docstring.
+    """
+    t0 = time.perf_counter()
+    case = resolve_case(spec, params, kind=kind, name=name, expected=expected)
+    args, kwargs = case.build()
+    verdict, got = run_both(spec, case, args, kwargs, backend, tolerance=tolerance, strict=strict)
     if verdict.status == FAIL and attribute_failures and verdict.comparisons:
-        masks = spec.mask(args, kwargs) if spec.mask else {}
-        try:
-            record["attribution"] = attribute(spec, args, kwargs, backend, got.outputs, record["outputs"], masks=masks)
-        except Exception as exc:  # noqa: BLE001 - attribution is best effort; the failure stands
-            record["attribution"] = {"error": f"{type(exc).__name__}: {exc}"}
-    record["duration_s"] = time.perf_counter() - t0
-    return record
+        verdict.attribution = _attribute(spec, args, kwargs, backend, got, verdict)
+    return record(spec, params, backend, case, verdict, time.perf_counter() - t0)
 
 
-__all__ = ["run_case", "judge", "resolve_case", "case_id", "repro_command", "bits_differ", "FINAL_STATUSES",
+__all__ = ["run_case", "run_both", "judge", "record", "resolve_case", "case_id", "repro_command", "bits_differ", "FINAL_STATUSES",
            "BAD_STATUSES", "PASS", "FAIL", "TOLERATED", "MISTRUSTED"]

@@ -174,10 +174,8 @@ def _execute(task: dict, options: dict) -> dict:
         return run_case(get(task["op"]), task["params"], backend, tolerance=tol,
                         attribute_failures=options["attribute"], kind=task["kind"], name=task["name"])
     except Exception as exc:  # noqa: BLE001 - a case that cannot even be built is an error result
-        return {"op": task["op"], "backend": task["backend"], "case_id": case_id(task["op"], task["params"]),
-                "params": task["params"], "kind": task["kind"], "name": task["name"], "status": "error",
-                "note": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:],
-                "repro": repro_command(task["backend"], task["op"], task["params"])}
+        return _failed_record(Task(**task), "error", f"{type(exc).__name__}: {exc}",
+                              traceback=traceback.format_exc()[-4000:])
 
 
 def _worker_main(conn, registrations: dict[str, str], threads: int) -> None:
@@ -241,9 +239,12 @@ class _Worker:
         self.conn.close()
 
 
-def _failed_record(task: Task, status: str, note: str) -> dict:
+def _failed_record(task: Task, status: str, note: str, **extra) -> dict:
+    """The record of a case that produced no judgement: it could not be built (``error``), its worker
+    died (``crashed``) or overran (``timeout``)."""
     return {"op": task.op, "backend": task.backend, "case_id": task.case_id, "params": task.params, "kind": task.kind,
-            "name": task.name, "status": status, "note": note, "repro": repro_command(task.backend, task.op, task.params)}
+            "name": task.name, "status": status, "note": note, **extra,
+            "repro": repro_command(task.backend, task.op, task.params)}
 
 
 def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume: bool = False,
@@ -283,9 +284,11 @@ def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: d
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
+    if not todo:
+        return
     ctx = mp.get_context("spawn")
     n_workers = max(1, min(options.workers, len(todo) or 1))
-    workers = [_Worker(ctx, options.registrations, options.threads_per_worker) for _ in range(n_workers)] if todo else []
+    workers = [_Worker(ctx, options.registrations, options.threads_per_worker) for _ in range(n_workers)]
 
     def replace(i: int, w: _Worker, status: str | None, note: str) -> None:
         if w.inflight and status:

@@ -43,7 +43,8 @@ def _build(p):
     k = 1 if p["per_tensor"] else p["n"]
     if p.get("signed"):
         scale = float_tensor(rng, (k,), w8a8.dtypes.resolve(p["scale_dtype"]), "gaussian")
-        offset = float_tensor(rng, (k,), w8a8.dtypes.resolve(p["scale_dtype"]), "half_integers") if p["offset"] else None
+        sdt = w8a8.dtypes.resolve(p["scale_dtype"])
+        offset = float_tensor(rng, (k,), sdt, "half_integers") if p["offset"] else None
         x = int_tensor(rng, (p["rows"], p["n"] // 8), np.int32) if p["int4"] else int_tensor(rng, (p["rows"], p["n"]),
                                                                                              np.int8)
         kw = {"offset": offset, "dst_dtype": p["dst_dtype"]}

@@ -131,8 +131,12 @@ BAD_CALLS = [
             ValueError, r"dequantize: argument 'axis' must be in \[-2, 1\]"),
     BadCall("scale_shape_3", lambda: ((Y23, np.ones(4, np.float32)), {}),
             ValueError, r"dequantize: argument 'scale' must be of size 3"),
-    BadCall("zero_point_broadcast_4x3", lambda: ((Y316, S3, np.arange(12, dtype=np.int32).reshape(4, 3)), dict(axis=None)),
-            ValueError, r"dequantize: argument 'zero_point' must be of shape y\.shape\[:-1\] ="),
+    BadCall(
+        "zero_point_broadcast_4x3",
+        lambda: ((Y316, S3, np.arange(12, dtype=np.int32).reshape(4, 3)), dict(axis=None)),
+        ValueError,
+        r"dequantize: argument 'zero_point' must be of shape y\.shape\[:-1\] =",
+    ),
     BadCall("zero_point_size_1_per_row", lambda: ((Y316, S3, np.ones(1, np.float32)), dict(axis=None)),
             ValueError, r"dequantize: argument 'zero_point' must be of shape y\.shape\[:-1\] ="),
 ]

@@ -12,7 +12,7 @@ from w8a8 import dtypes as _dt
 from ...declare import BadCall, Case, OpDecl, declare, outputs
 from ...values import float_tensor, int_tensor, literal as a, positive_scales, rng_for
 from ... import strategies as S
-from ._common import BF16, I8, XF, X, f64
+from ._common import I8, XF, X, f64
 
 OP = "quantize"
 X28 = np.ones((2, 8), np.float32)
@@ -204,18 +204,30 @@ BAD_CALLS = [
             TypeError, r"quantize: argument 'zero_points' must be of dtype int8, uint8, int32, bfloat16 or float32"),
     BadCall("zero_points_shape", lambda: ((XF, np.ones(16, np.float32), np.ones(5, np.int8)), {"axis": 1}),
             ValueError, r"quantize: argument 'zero_points' must be of size 16"),
-    BadCall("zero_points_dtype_2", lambda: ((XF, np.ones(16, np.float32), np.ones(16, np.float16)), {"axis": -1, "div_mode": False}),
-            TypeError, r"quantize: argument 'zero_points' must be of dtype float32"),
+    BadCall(
+        "zero_points_dtype_2",
+        lambda: ((XF, np.ones(16, np.float32), np.ones(16, np.float16)), {"axis": -1, "div_mode": False}),
+        TypeError,
+        r"quantize: argument 'zero_points' must be of dtype float32",
+    ),
     BadCall("x_nonfinite", lambda: ((XF * np.nan, np.float32([1.0])), {}),
             ValueError, r"quantize: argument 'x' must be finite"),
     BadCall("scales_nonfinite", lambda: ((XF, np.float32([np.inf])), {}),
             ValueError, r"quantize: argument 'scales' must be finite"),
     BadCall("zero_points_nonfinite", lambda: ((XF, np.float32([1.0]), np.float32([np.nan])), {}),
             ValueError, r"quantize: argument 'zero_points' must be finite"),
-    BadCall("zero_points_nonfinite_2", lambda: ((XF, np.float32([1.0]), np.float32([np.nan])), {"div_mode": False, "axis": -1}),
-            ValueError, r"quantize: argument 'zero_points' must be finite"),
-    BadCall("x_shape_3", lambda: ((np.ones((2, 7), np.float32), np.float32([1.0])), {"dtype": "int4", "div_mode": False, "axis": -1}),
-            ValueError, r"quantize: argument 'x' must be of last dimension a multiple of 8 for int4 output"),
+    BadCall(
+        "zero_points_nonfinite_2",
+        lambda: ((XF, np.float32([1.0]), np.float32([np.nan])), {"div_mode": False, "axis": -1}),
+        ValueError,
+        r"quantize: argument 'zero_points' must be finite",
+    ),
+    BadCall(
+        "x_shape_3",
+        lambda: ((np.ones((2, 7), np.float32), np.float32([1.0])), {"dtype": "int4", "div_mode": False, "axis": -1}),
+        ValueError,
+        r"quantize: argument 'x' must be of last dimension a multiple of 8 for int4 output",
+    ),
     BadCall("x_dtype_2", lambda: ((X28.astype(np.int8), S8), {}),
             TypeError, r"quantize: argument 'x' must be of dtype float32, float16 or bfloat16"),
     BadCall("x_list", lambda: ((X28.tolist(), S8), {}),
@@ -256,16 +268,36 @@ BAD_CALLS = [
             ValueError, r"quantize: argument 'scales' must be finite"),
     BadCall("zero_points_nan_div", lambda: ((X28, S8, _nan_at(np.zeros(8, np.float32), 0)), dict(axis=-1)),
             ValueError, r"quantize: argument 'zero_points' must be finite"),
-    BadCall("zero_points_nan_mul", lambda: ((X28, S8, _nan_at(np.zeros(8, np.float32), 0)), dict(axis=-1, div_mode=False)),
-            ValueError, r"quantize: argument 'zero_points' must be finite"),
-    BadCall("scales_size_mul_last", lambda: ((np.ones((3, 4), np.float32), np.ones(2, np.float32)), dict(axis=-1, div_mode=False)),
-            ValueError, r"quantize: argument 'scales' must be of size 4"),
-    BadCall("axis_below_minus", lambda: ((np.ones((3, 4), np.float32), np.ones(3, np.float32)), dict(axis=-3, div_mode=False)),
-            ValueError, r"quantize: argument 'axis' must be >= -2"),
-    BadCall("axis_minus_2_of_1d", lambda: ((np.ones(4, np.float32), np.ones(1, np.float32)), dict(axis=-2, div_mode=False)),
-            ValueError, r"quantize: argument 'x' must be at least 2-D for axis=-2"),
-    BadCall("int4_last_dim", lambda: ((np.ones((2, 12), np.float16), np.ones(1, np.float16)), dict(axis=-1, div_mode=False, dtype='int4')),
-            ValueError, r"quantize: argument 'x' must be of last dimension a multiple of 8 for int4 output"),
+    BadCall(
+        "zero_points_nan_mul",
+        lambda: ((X28, S8, _nan_at(np.zeros(8, np.float32), 0)), dict(axis=-1, div_mode=False)),
+        ValueError,
+        r"quantize: argument 'zero_points' must be finite",
+    ),
+    BadCall(
+        "scales_size_mul_last",
+        lambda: ((np.ones((3, 4), np.float32), np.ones(2, np.float32)), dict(axis=-1, div_mode=False)),
+        ValueError,
+        r"quantize: argument 'scales' must be of size 4",
+    ),
+    BadCall(
+        "axis_below_minus",
+        lambda: ((np.ones((3, 4), np.float32), np.ones(3, np.float32)), dict(axis=-3, div_mode=False)),
+        ValueError,
+        r"quantize: argument 'axis' must be >= -2",
+    ),
+    BadCall(
+        "axis_minus_2_of_1d",
+        lambda: ((np.ones(4, np.float32), np.ones(1, np.float32)), dict(axis=-2, div_mode=False)),
+        ValueError,
+        r"quantize: argument 'x' must be at least 2-D for axis=-2",
+    ),
+    BadCall(
+        "int4_last_dim",
+        lambda: ((np.ones((2, 12), np.float16), np.ones(1, np.float16)), dict(axis=-1, div_mode=False, dtype='int4')),
+        ValueError,
+        r"quantize: argument 'x' must be of last dimension a multiple of 8 for int4 output",
+    ),
     BadCall("axis_out_of_range", lambda: ((np.ones((2, 3), np.float32), np.ones(3, np.float32)), dict(axis=2)),
             ValueError, r"quantize: argument 'axis' must be in \[-2, 1\] for a 2-D x"),
     BadCall("scales_size_axis", lambda: ((np.ones((2, 3), np.float32), np.ones(3, np.float32)), dict(axis=0)),

@@ -61,8 +61,9 @@ def int4_params(draw):
 def int4_any_shape_params(draw):
     """Any group size (1, 8, 32), zero groups (K = 0), a leading batch dim, fp32 scales too, weights of
     magnitude 10^-3 .. 10^2."""
-    return {"n": draw(st.sampled_from((1, 7, 17))), "groups": draw(st.integers(0, 3)), "g": draw(st.sampled_from((1, 8, 32))),
-            "lead": list(draw(st.sampled_from(((), (2,))))), "dtype": draw(st.sampled_from(("float32", "bfloat16", "float16"))),
+    return {"n": draw(st.sampled_from((1, 7, 17))), "groups": draw(st.integers(0, 3)),
+            "g": draw(st.sampled_from((1, 8, 32))), "lead": list(draw(st.sampled_from(((), (2,))))),
+            "dtype": draw(st.sampled_from(("float32", "bfloat16", "float16"))),
             "scheme": draw(st.sampled_from(("gptq_sym", "absmax_sym", "asym"))),
             "scale_dtype": draw(st.sampled_from(("float16", "bfloat16", "float32"))), "seed": draw(S.seed())}
 
@@ -193,4 +194,5 @@ def block_scaled_inputs(p, rng, quantize):
     """The bench inputs of a GEMM of two block-scaled operands: ``quantize(a [M, K], b [N, K])`` gives the
     operands, bf16 output. The block-scaled float formats are computed exactly in float64 by the golden and
     torch-cpu (``w8a8.lowbit.mx``), so their cases are measured against the fp64 ceiling (``compute="fp64"``)."""
-    return quantize(normal32(rng, (p["m"], p["k"])), normal32(rng, (p["n"], p["k"]), 0.02)), {"output_dtype": "bfloat16"}
+    operands = quantize(normal32(rng, (p["m"], p["k"])), normal32(rng, (p["n"], p["k"]), 0.02))
+    return operands, {"output_dtype": "bfloat16"}

@@ -40,8 +40,12 @@ BAD_CALLS = [
             ValueError, r"fp8_block_dequantize: argument 'weight_scale_inv' must be finite"),
     BadCall("output_dtype_value", lambda: ((fx().wq, fx().ws), {"output_dtype": "int8"}),
             TypeError, r"fp8_block_dequantize: argument 'output_dtype' must be float32, bfloat16 or float16"),
-    BadCall("weight_scale_inv_shape_2", lambda: ((_random((3, 3), E4M3), np.array([[1.0, 0.002232143], [2.2321428e-13, 2.2321428e-13]], F32)), {}),
-            ValueError, r"fp8_block_dequantize: argument 'weight_scale_inv' must be float32 of shape"),
+    BadCall(
+        "weight_scale_inv_shape_2",
+        lambda: ((_random((3, 3), E4M3), np.array([[1.0, 0.002232143], [2.2321428e-13, 2.2321428e-13]], F32)), {}),
+        ValueError,
+        r"fp8_block_dequantize: argument 'weight_scale_inv' must be float32 of shape",
+    ),
 ]
 
 declare(OpDecl(

@@ -10,7 +10,7 @@ import w8a8
 from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
 from ...values import float_tensor, rng_for
 from .. import _dsv4
-from ._common import E4M3, F32, _random, bench_ms, bench_tags, block_scaled_inputs, fp8_params, fp8_w, fx
+from ._common import E4M3, F32, bench_ms, bench_tags, block_scaled_inputs, fp8_params, fp8_w, fx
 
 OP = "fp8_block_matmul"
 
@@ -47,12 +47,48 @@ BAD_CALLS = [
             ValueError, r"fp8_block_matmul: argument 'a_scale' must be float32 of shape"),
     BadCall("output_dtype_dtype", lambda: ((fx().aq, fx().as_, fx().wq, fx().ws), {"output_dtype": "i"}),
             TypeError, r"fp8_block_matmul: argument 'output_dtype' must be a dtype or one of"),
-    BadCall("a_scale_shape_2", lambda: ((np.full((2, 3), 448.0, E4M3), np.full((1, 1), 0.002232143, F32), np.full((4, 3), 448.0, E4M3), np.full((1, 1), 0.002232143, F32)), {}),
-            ValueError, r"fp8_block_matmul: argument 'a_scale' must be float32 of shape"),
-    BadCall("a_q_dtype", lambda: ((np.full((2, 3), 126, np.uint8), np.full((2, 1), 0.002232143, F32), np.full((4, 3), 448.0, E4M3), np.full((1, 1), 0.002232143, F32)), {}),
-            TypeError, r"fp8_block_matmul: argument 'a_q' must be of dtype float8_e4m3fn"),
-    BadCall("output_dtype_value", lambda: ((np.full((2, 3), 448.0, E4M3), np.full((2, 1), 0.002232143, F32), np.full((4, 3), 448.0, E4M3), np.full((1, 1), 0.002232143, F32)), {'output_dtype': 'int8'}),
-            TypeError, r"fp8_block_matmul: argument 'output_dtype' must be float32, bfloat16 or float16"),
+    BadCall(
+        "a_scale_shape_2",
+        lambda: (
+            (
+                np.full((2, 3), 448.0, E4M3),
+                np.full((1, 1), 0.002232143, F32),
+                np.full((4, 3), 448.0, E4M3),
+                np.full((1, 1), 0.002232143, F32),
+            ),
+            {},
+        ),
+        ValueError,
+        r"fp8_block_matmul: argument 'a_scale' must be float32 of shape",
+    ),
+    BadCall(
+        "a_q_dtype",
+        lambda: (
+            (
+                np.full((2, 3), 126, np.uint8),
+                np.full((2, 1), 0.002232143, F32),
+                np.full((4, 3), 448.0, E4M3),
+                np.full((1, 1), 0.002232143, F32),
+            ),
+            {},
+        ),
+        TypeError,
+        r"fp8_block_matmul: argument 'a_q' must be of dtype float8_e4m3fn",
+    ),
+    BadCall(
+        "output_dtype_value",
+        lambda: (
+            (
+                np.full((2, 3), 448.0, E4M3),
+                np.full((2, 1), 0.002232143, F32),
+                np.full((4, 3), 448.0, E4M3),
+                np.full((1, 1), 0.002232143, F32),
+            ),
+            {'output_dtype': 'int8'},
+        ),
+        TypeError,
+        r"fp8_block_matmul: argument 'output_dtype' must be float32, bfloat16 or float16",
+    ),
 ]
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...declare import BadCall, Case, OpDecl, declare, outputs
-from ._common import (BF16, E4M3, F32, FP8_ODD_SHAPES, FP8_ROW, FP8_ROW_CODES, FP8_ROW_WHY, _random, fp8_odd_weight,
-                      fp8_params, fp8_w, fx)
+from ._common import (F32, FP8_ODD_SHAPES, FP8_ROW, FP8_ROW_CODES, FP8_ROW_WHY, _random, fp8_odd_weight, fp8_params,
+                      fp8_w, fx)
 
 OP = "fp8_block_quantize"
 
@@ -15,7 +15,8 @@ CASES = [
     Case("subnormals_ties_and_max", lambda: ((FP8_ROW,), {}),
          {"weight_q": FP8_ROW_CODES, "scale": np.array([[1.0]], np.float32)}, FP8_ROW_WHY),
 ] + [Case(f"odd_shape_{'x'.join(map(str, shape))}_blocks_{'x'.join(map(str, block))}_{fmt or 'fp32'}",
-          (lambda shape=shape, block=block, fmt=fmt: ((fp8_odd_weight(shape),), {"block_shape": block, "scale_fmt": fmt})),
+          (lambda shape=shape, block=block, fmt=fmt: ((fp8_odd_weight(shape),),
+                                                      {"block_shape": block, "scale_fmt": fmt})),
           why=f"A {shape} weight in {block} blocks (partial blocks at the edges), {fmt or 'amax / 448'} scales.")
      for shape, block in FP8_ODD_SHAPES for fmt in (None, "ue8m0")]
 

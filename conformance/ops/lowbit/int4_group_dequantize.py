@@ -8,7 +8,7 @@ import numpy as np
 import w8a8
 
 from ...declare import BadCall, Case, OpDecl, declare, outputs
-from ._common import BF16, F32, _random, f32, fx, int4_any_shape_params, int4_params, int4_weight
+from ._common import BF16, f32, fx, int4_any_shape_params, int4_params, int4_weight
 
 OP = "int4_group_dequantize"
 
@@ -26,7 +26,8 @@ def _nonfinite(sdt):
 
 
 CASES = [
-    Case("gptq_sym_codes", lambda: ((np.array([[7, -8, 0, 2, 2, 0, -1, 4]], np.int8), np.array([[0.5]], np.float16)), {}),
+    Case("gptq_sym_codes",
+         lambda: ((np.array([[7, -8, 0, 2, 2, 0, -1, 4]], np.int8), np.array([[0.5]], np.float16)), {}),
          {"w": f32(3.5, -4, 0, 1, 1, 0, -0.5, 2)[None, :]},
          "Signed codes times the group scale 0.5 in fp32: 7 -> 3.5, -8 -> -4, 2 -> 1, -1 -> -0.5, 4 -> 2."),
     Case("asym_codes_bf16", lambda: ((np.array([[0, 15, 5, 7]], np.uint8), np.array([[0.5]], np.float16),
@@ -51,10 +52,21 @@ BAD_CALLS = [
             ValueError, r"int4_group_dequantize: argument 'zero' must be None for signed"),
     BadCall("output_dtype_value", lambda: ((fx().q, fx().s, fx().z), {"output_dtype": "int8"}),
             TypeError, r"int4_group_dequantize: argument 'output_dtype' must be float32, bfloat16 or float16"),
-    BadCall("zero_shape_3", lambda: ((np.full((2, 64), 7, np.int8), np.full((2, 2), 0.13330078, np.float16), np.full((2, 2), 0, np.uint8)), {}),
-            ValueError, r"int4_group_dequantize: argument 'zero' must be None for signed"),
-    BadCall("zero_must_be_none_2", lambda: ((np.full((2, 64), 7, np.uint8), np.full((2, 2), 0.13330078, np.float16)), {}),
-            ValueError, r"int4_group_dequantize: argument 'zero' must be a uint8 zero point array for unsigned"),
+    BadCall(
+        "zero_shape_3",
+        lambda: (
+            (np.full((2, 64), 7, np.int8), np.full((2, 2), 0.13330078, np.float16), np.full((2, 2), 0, np.uint8)),
+            {},
+        ),
+        ValueError,
+        r"int4_group_dequantize: argument 'zero' must be None for signed",
+    ),
+    BadCall(
+        "zero_value_2",
+        lambda: ((np.full((2, 64), 7, np.uint8), np.full((2, 2), 0.13330078, np.float16)), {}),
+        ValueError,
+        r"int4_group_dequantize: argument 'zero' must be a uint8 zero point array for unsigned",
+    ),
     BadCall("scale_shape", lambda: ((np.full((2, 64), 7, np.int8), np.full((2, 3), 0.13330078, np.float16)), {}),
             ValueError, r"int4_group_dequantize: argument 'scale' must be of shape \[\.\.\., N, K/G\] ="),
     BadCall("codes_range_2", lambda: ((np.full((2, 64), 9, np.int8), np.full((2, 2), 0.13330078, np.float16)), {}),

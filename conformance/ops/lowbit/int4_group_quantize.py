@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...declare import BadCall, Case, OpDecl, declare, outputs
-from ._common import BF16, F32, _random, f32, fx, int4_any_shape_params, int4_params, int4_weight
+from ._common import F32, f32, fx, int4_any_shape_params, int4_params, int4_weight
 
 OP = "int4_group_quantize"
 
@@ -70,8 +70,12 @@ BAD_CALLS = [
             ValueError, r"int4_group_quantize: argument 'weight' must be finite"),
     BadCall("weight_value", lambda: ((np.full((1, 32), 1e+06, F32), 32), {}),
             ValueError, r"int4_group_quantize: argument 'weight' must be groups whose scale fits float16"),
-    BadCall("weight_value_2", lambda: ((np.array([[3e+38, -3e+38]], F32), 2), {'scheme': 'asym', 'scale_dtype': 'float32'}),
-            ValueError, r"int4_group_quantize: argument 'weight' must be groups whose scale fits float32"),
+    BadCall(
+        "weight_value_2",
+        lambda: ((np.array([[3e38, -3e38]], F32), 2), {'scheme': 'asym', 'scale_dtype': 'float32'}),
+        ValueError,
+        r"int4_group_quantize: argument 'weight' must be groups whose scale fits float32",
+    ),
     BadCall("scale_overflows_fp16", lambda: ((_fp16_overflow(), 32), {}),
             ValueError, r"int4_group_quantize: .*scale overflow at group \(2, 1\)",
             "A group with amax 1e6: its scale 1e6 / 7.5 is beyond fp16's max 65504 (the default scale dtype); the "

@@ -8,7 +8,7 @@ import numpy as np
 import w8a8
 
 from ...declare import BadCall, Case, OpDecl, declare, outputs
-from ._common import F32, _random, fx, mx_params, mx_x
+from ._common import fx, mx_params, mx_x
 
 OP = "mx_dequantize"
 
@@ -56,8 +56,12 @@ BAD_CALLS = [
             TypeError, r"mx_dequantize: argument 'data' must be of dtype float8_e4m3fn"),
     BadCall("scale_shape_2", lambda: ((np.full((2, 32), 102, np.uint8), np.full((2, 1), 125, np.uint8)), {}),
             ValueError, r"mx_dequantize: argument 'scale' must be of shape"),
-    BadCall("data_dtype_3", lambda: ((np.full((2, 32), 102, np.uint8), np.full((2, 2), 125, np.uint8)), {'elem_dtype': 'e4m3'}),
-            TypeError, r"mx_dequantize: argument 'data' must be of dtype float8_e4m3fn"),
+    BadCall(
+        "data_dtype_3",
+        lambda: ((np.full((2, 32), 102, np.uint8), np.full((2, 2), 125, np.uint8)), {'elem_dtype': 'e4m3'}),
+        TypeError,
+        r"mx_dequantize: argument 'data' must be of dtype float8_e4m3fn",
+    ),
 ]
 
 declare(OpDecl(

@@ -10,7 +10,7 @@ import w8a8
 from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
 from ...values import float_tensor, rng_for
 from .. import _dsv4
-from ._common import F32, _random, bench_ms, bench_tags, block_scaled_inputs, fx, mx_params
+from ._common import bench_ms, bench_tags, block_scaled_inputs, fx, mx_params
 
 OP = "mx_matmul"
 
@@ -51,8 +51,20 @@ BAD_CALLS = [
             ValueError, r"mx_matmul: argument 'b_elem_dtype' must be 'e2m1'"),
     BadCall("b_data_shape", lambda: ((fx().d[0], fx().s2[0], fx().d, fx().s2), {}),
             ValueError, r"mx_matmul: argument 'b_data' must be a 2-D \[N, K\] operand with K = 64"),
-    BadCall("b_data_shape_2", lambda: ((np.full((2, 32), 102, np.uint8), np.full((2, 2), 125, np.uint8), np.full((2, 16), 102, np.uint8), np.full((2, 1), 125, np.uint8)), {}),
-            ValueError, r"mx_matmul: argument 'b_data' must be a 2-D \[N, K\] operand with K = 64"),
+    BadCall(
+        "b_data_shape_2",
+        lambda: (
+            (
+                np.full((2, 32), 102, np.uint8),
+                np.full((2, 2), 125, np.uint8),
+                np.full((2, 16), 102, np.uint8),
+                np.full((2, 1), 125, np.uint8),
+            ),
+            {},
+        ),
+        ValueError,
+        r"mx_matmul: argument 'b_data' must be a 2-D \[N, K\] operand with K = 64",
+    ),
 ]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...declare import BadCall, Case, OpDecl, declare, outputs
-from ._common import BF16, E4M3, E5M2, F32, _random, fx, mx_params, mx_x
+from ._common import BF16, E4M3, E5M2, F32, fx, mx_params, mx_x
 
 OP = "mx_quantize"
 

@@ -7,7 +7,7 @@ import numpy as np
 import w8a8
 
 from ...declare import BadCall, Case, OpDecl, declare, outputs
-from ._common import F32, _random, fx, nvfp4_params, nvfp4_scale_kw, nvfp4_x
+from ._common import F32, fx, nvfp4_params, nvfp4_scale_kw, nvfp4_x
 
 OP = "nvfp4_dequantize"
 _SIX = np.array([[6.0, 3.0, -1.5, 0.5] + [0.0] * 12], np.float32)
@@ -49,10 +49,17 @@ CASES = [
 BAD_CALLS = [
     BadCall("block_scale_shape", lambda: ((fx().nd, fx().ns[:, :1]), {"per_tensor_scale": fx().one}),
             ValueError, r"nvfp4_dequantize: argument 'block_scale' must be float8_e4m3fn of shape"),
-    BadCall("per_tensor_scale_choice", lambda: ((fx().nd, fx().ns), {}),
-            ValueError, r"nvfp4_dequantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two"),
-    BadCall("block_scale_dtype", lambda: ((np.full((1, 8), 119, np.uint8), np.full((1, 1), 35, np.uint8)), {'per_tensor_scale': F32(1.0)}),
-            TypeError, r"nvfp4_dequantize: argument 'block_scale' must be of dtype float8_e4m3fn"),
+    BadCall(
+        "per_tensor_scale_choice",
+        lambda: ((fx().nd, fx().ns), {}),
+        ValueError,
+        r"nvfp4_dequantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two",
+    ),    BadCall(
+        "block_scale_dtype",
+        lambda: ((np.full((1, 8), 119, np.uint8), np.full((1, 1), 35, np.uint8)), {'per_tensor_scale': F32(1.0)}),
+        TypeError,
+        r"nvfp4_dequantize: argument 'block_scale' must be of dtype float8_e4m3fn",
+    ),
 ]
 
 declare(OpDecl(

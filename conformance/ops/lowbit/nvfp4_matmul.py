@@ -10,7 +10,7 @@ import w8a8
 from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
 from ...values import float_tensor, rng_for
 from .. import _dsv4
-from ._common import E4M3, F32, _random, bench_ms, bench_tags, block_scaled_inputs, fx, nvfp4_params
+from ._common import E4M3, F32, bench_ms, bench_tags, block_scaled_inputs, fx, nvfp4_params
 
 OP = "nvfp4_matmul"
 
@@ -47,8 +47,21 @@ BAD_CALLS = [
             ValueError, r"nvfp4_matmul: argument 'alpha' must be a finite fp32 scalar"),
     BadCall("b_block_scale_shape", lambda: ((fx().nd, fx().ns, fx().nd[:, :2], fx().ns[:, :1], fx().one), {}),
             ValueError, r"nvfp4_matmul: argument 'b_block_scale' must be float8_e4m3fn of shape"),
-    BadCall("alpha_nonfinite_2", lambda: ((np.full((1, 8), 119, np.uint8), np.full((1, 1), 0.171875, E4M3), np.full((1, 8), 119, np.uint8), np.full((1, 1), 0.171875, E4M3), np.array([1.0, 2.0], F32)), {}),
-            ValueError, r"nvfp4_matmul: argument 'alpha' must be a finite fp32 scalar"),
+    BadCall(
+        "alpha_nonfinite_2",
+        lambda: (
+            (
+                np.full((1, 8), 119, np.uint8),
+                np.full((1, 1), 0.171875, E4M3),
+                np.full((1, 8), 119, np.uint8),
+                np.full((1, 1), 0.171875, E4M3),
+                np.array([1.0, 2.0], F32),
+            ),
+            {},
+        ),
+        ValueError,
+        r"nvfp4_matmul: argument 'alpha' must be a finite fp32 scalar",
+    ),
 ]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...declare import BadCall, Case, OpDecl, declare, outputs
-from ._common import E4M3, F32, _random, fx, nvfp4_params, nvfp4_scale_kw, nvfp4_x
+from ._common import E4M3, F32, fx, nvfp4_params, nvfp4_scale_kw, nvfp4_x
 
 OP = "nvfp4_quantize"
 _SIX = np.array([[6.0, 3.0, -1.5, 0.5] + [0.0] * 12], np.float32)
@@ -53,11 +53,17 @@ CASES = [
      for t in (1e-45, 1e-40, 3e38) for conv in ("per_tensor_scale", "global_scale")]
 
 BAD_CALLS = [
-    BadCall("per_tensor_scale_choice", lambda: ((fx().x,), {}),
-            ValueError, r"nvfp4_quantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two"),
-    BadCall("per_tensor_scale_choice_2", lambda: ((fx().x,), {"per_tensor_scale": fx().one, "global_scale": fx().one}),
-            ValueError, r"nvfp4_quantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two"),
-    BadCall("per_tensor_scale_nonfinite", lambda: ((fx().x,), {"per_tensor_scale": np.float32(-1)}),
+    BadCall(
+        "per_tensor_scale_choice",
+        lambda: ((fx().x,), {}),
+        ValueError,
+        r"nvfp4_quantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two",
+    ),    BadCall(
+        "per_tensor_scale_choice_2",
+        lambda: ((fx().x,), {"per_tensor_scale": fx().one, "global_scale": fx().one}),
+        ValueError,
+        r"nvfp4_quantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two",
+    ),    BadCall("per_tensor_scale_nonfinite", lambda: ((fx().x,), {"per_tensor_scale": np.float32(-1)}),
             ValueError, r"nvfp4_quantize: argument 'per_tensor_scale' must be positive and finite"),
     BadCall("x_shape", lambda: ((fx().x[:, :20],), {"per_tensor_scale": fx().one}),
             ValueError, r"nvfp4_quantize: argument 'x' must be of last dimension a multiple of 16"),
@@ -65,11 +71,17 @@ BAD_CALLS = [
             ValueError, r"nvfp4_quantize: argument 'per_tensor_scale' must be a float32 scalar"),
     BadCall("x_nonfinite", lambda: ((np.full((1, 16), np.nan, np.float32),), {"per_tensor_scale": fx().one}),
             ValueError, r"nvfp4_quantize: argument 'x' must be finite"),
-    BadCall("per_tensor_scale_choice_3", lambda: ((np.full((1, 16), 1.0, F32),), {}),
-            ValueError, r"nvfp4_quantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two"),
-    BadCall("per_tensor_scale_choice_4", lambda: ((np.full((1, 16), 1.0, F32),), {'per_tensor_scale': F32(1.0), 'global_scale': F32(1.0)}),
-            ValueError, r"nvfp4_quantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two"),
-    BadCall("global_scale_nonfinite", lambda: ((np.full((1, 16), 1.0, F32),), {'global_scale': F32(0.0)}),
+    BadCall(
+        "per_tensor_scale_choice_3",
+        lambda: ((np.full((1, 16), 1.0, F32),), {}),
+        ValueError,
+        r"nvfp4_quantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two",
+    ),    BadCall(
+        "per_tensor_scale_choice_4",
+        lambda: ((np.full((1, 16), 1.0, F32),), {'per_tensor_scale': F32(1.0), 'global_scale': F32(1.0)}),
+        ValueError,
+        r"nvfp4_quantize: argument 'per_tensor_scale' must be given, or global_scale given — exactly one of the two",
+    ),    BadCall("global_scale_nonfinite", lambda: ((np.full((1, 16), 1.0, F32),), {'global_scale': F32(0.0)}),
             ValueError, r"nvfp4_quantize: argument 'global_scale' must be positive and finite"),
     BadCall("x_shape_2", lambda: ((np.full((1, 24), 1.0, F32),), {'per_tensor_scale': F32(1.0)}),
             ValueError, r"nvfp4_quantize: argument 'x' must be of last dimension a multiple of 16"),

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...declare import BadCall, Case, OpDecl, declare, outputs
-from ._common import (BF16, F32, FP8_ODD_SHAPES, FP8_ROW, FP8_ROW_CODES, FP8_ROW_WHY, _random, fp8_odd_weight,
-                      fp8_params, fp8_w, fx)
+from ._common import BF16, FP8_ODD_SHAPES, FP8_ROW, FP8_ROW_CODES, FP8_ROW_WHY, fp8_odd_weight, fp8_params, fp8_w, fx
 
 OP = "per_token_group_quant_fp8"
 

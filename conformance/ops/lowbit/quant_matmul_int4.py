@@ -12,7 +12,7 @@ import w8a8
 from ... import strategies as S
 from ...declare import BadCall, Case, OpDecl, declare, outputs
 from ...values import rng_for
-from ._common import BF16, F32, _random, fx
+from ._common import F32, _random, fx
 
 OP = "quant_matmul_int4"
 
@@ -81,50 +81,200 @@ CASES = [
 BAD_CALLS = [
     BadCall("quant_matmul_output_dtype_value", lambda: ((fx().x1, fx().x2, np.ones(16, np.float32)), {}),
             ValueError, r"quant_matmul: argument 'output_dtype' must be float16 or bfloat16 for int4 operands"),
-    BadCall("quant_matmul_output_dtype_value_2", lambda: ((fx().x1, fx().x2, np.ones(16, np.float32)), {"output_dtype": "bfloat16"}),
-            TypeError, r"quant_matmul: argument 'output_dtype' must be float16 for int4 x1 without pertoken_scale"),
-    BadCall("quant_matmul_x2_shape", lambda: ((fx().x1, fx().x2[:3], np.ones(16, np.float32)), {"output_dtype": "float16"}),
-            ValueError, r"quant_matmul: argument 'x2' must be int32 of shape \[K, N/8\] or \[K/8, N\] with K = 64"),
-    BadCall("quant_matmul_scale_shape", lambda: ((fx().x1, fx().x2, np.ones(16, np.float16)), {"output_dtype": "float16"}),
-            TypeError, r"quant_matmul: argument 'scale' must be float32, bfloat16, int64 or uint64"),
-    BadCall("quant_matmul_pertoken_scale_shape", lambda: ((fx().x1, fx().x2, np.ones(16, np.float32)), {"output_dtype": "float16",
-                                                                  "pertoken_scale": np.ones(3, np.float32)}),
-            ValueError, r"quant_matmul: argument 'pertoken_scale' must be of shape"),
-    BadCall("quant_matmul_scale_shape_2", lambda: ((fx().x1, fx().x2, np.ones(3, np.float32)), {"output_dtype": "float16"}),
-            ValueError, r"quant_matmul: argument 'scale' must be of shape"),
-    BadCall("quant_matmul_offset_shape", lambda: ((fx().xi8, fx().x2b, fx().sc), {"output_dtype": "float16", "pertoken_scale": fx().pt}),
-            ValueError, r"quant_matmul: argument 'offset' must be float32 of shape"),
-    BadCall("quant_matmul_scale_shape_3", lambda: ((fx().xi8, fx().x2b, fx().sc[:1]), {"output_dtype": "float16", "pertoken_scale": fx().pt,
-                                                   "offset": np.zeros(16, np.float32)}),
-            ValueError, r"quant_matmul: argument 'scale' must be of shape"),
-    BadCall("quant_matmul_pertoken_scale_nonfinite", lambda: ((fx().xi8, fx().x2b, fx().sc), {"output_dtype": "float16", "pertoken_scale": fx().pt * np.nan,
-                                               "offset": np.zeros(16, np.float32)}),
-            ValueError, r"quant_matmul: argument 'pertoken_scale' must be finite"),
-    BadCall("quant_matmul_x1_shape", lambda: ((fx().xi8[:, :100], fx().x2b[:100], fx().sc), {"output_dtype": "float16", "pertoken_scale": fx().pt,
-                                                              "offset": np.zeros(16, np.float32)}),
-            ValueError, r"quant_matmul: argument 'x1' must be K a multiple of 256 below 29576 for a per-group scale"),
-    BadCall("quant_matmul_output_dtype_must_be_none_2", lambda: ((_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))), {'offset': _random((8,), F32), 'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32)}),
-            ValueError, r"quant_matmul: argument 'output_dtype' must be float16 or bfloat16 for int4 operands"),
-    BadCall("quant_matmul_offset_shape_2", lambda: ((_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))), {'offset': None, 'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32), 'output_dtype': 'float16'}),
-            ValueError, r"quant_matmul: argument 'offset' must be float32 of shape"),
-    BadCall("quant_matmul_pertoken_scale_shape_2", lambda: ((_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))), {'offset': _random((8,), F32), 'pertoken_scale': None, 'output_dtype': 'float16'}),
-            ValueError, r"quant_matmul: argument 'pertoken_scale' must be float32 of shape"),
-    BadCall("quant_matmul_bias_shape", lambda: ((_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))), {'bias': np.full((8,), 0, np.int32), 'offset': _random((8,), F32), 'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32), 'output_dtype': 'float16'}),
-            ValueError, r"quant_matmul: argument 'bias' must be None for int8 x1 with int4 x2"),
-    BadCall("quant_matmul_scale_dtype", lambda: ((_random((2, 256), np.int8), _random((256, 1), np.int32), np.full((1, 8), 1.0, F32)), {'offset': _random((8,), F32), 'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32), 'output_dtype': 'float16'}),
-            TypeError, r"quant_matmul: argument 'scale' must be of dtype int64 or uint64"),
-    BadCall("quant_matmul_x1_shape_2", lambda: ((_random((2, 128), np.int8), _random((128, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))), {'offset': _random((8,), F32), 'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32), 'output_dtype': 'float16'}),
-            ValueError, r"quant_matmul: argument 'x1' must be K a multiple of 256 below 29576 for a per-group scale"),
-    BadCall("quant_matmul_x2_shape_2", lambda: ((_random((2, 256), np.int8), _random((32, 8), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))), {'offset': _random((8,), F32), 'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32), 'output_dtype': 'float16'}),
-            ValueError, r"quant_matmul: argument 'x2' must be int32 \[K=256, N/8\]"),
-    BadCall("quant_matmul_output_dtype_value_3", lambda: ((_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))), {'offset': _random((8,), F32), 'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32), 'output_dtype': 'int32'}),
-            TypeError, r"quant_matmul: argument 'output_dtype' must be float16 or bfloat16 for int8 x1 with int4 x2"),
-    BadCall("quant_matmul_offset_shape_3", lambda: ((_random((2, 8), np.int32), _random((64, 1), np.int32), np.full((8,), 1.0, F32)), {'offset': np.full((8,), 1.0, F32), 'output_dtype': 'float16'}),
-            ValueError, r"quant_matmul: argument 'offset' must be None for int4 x1"),
-    BadCall("quant_matmul_output_dtype_value_4", lambda: ((_random((2, 8), np.int32), _random((64, 1), np.int32), np.full((8,), 1.0, F32)), {'output_dtype': 'bfloat16'}),
-            TypeError, r"quant_matmul: argument 'output_dtype' must be float16 for int4 x1 without pertoken_scale"),
-    BadCall("quant_matmul_x2_shape_3", lambda: ((_random((2, 8), np.int32), np.array([[69617085], [1022334622], [1653286516], [-984712580]], np.int32), np.full((8,), 1.0, F32)), {'output_dtype': 'float16'}),
-            ValueError, r"quant_matmul: argument 'x2' must be int32 of shape \[K, N/8\] or \[K/8, N\] with K = 64"),
+    BadCall(
+        "quant_matmul_output_dtype_value_2",
+        lambda: ((fx().x1, fx().x2, np.ones(16, np.float32)), {"output_dtype": "bfloat16"}),
+        TypeError,
+        r"quant_matmul: argument 'output_dtype' must be float16 for int4 x1 without pertoken_scale",
+    ),
+    BadCall(
+        "quant_matmul_x2_shape",
+        lambda: ((fx().x1, fx().x2[:3], np.ones(16, np.float32)), {"output_dtype": "float16"}),
+        ValueError,
+        r"quant_matmul: argument 'x2' must be int32 of shape \[K, N/8\] or \[K/8, N\] with K = 64",
+    ),
+    BadCall(
+        "quant_matmul_scale_shape",
+        lambda: ((fx().x1, fx().x2, np.ones(16, np.float16)), {"output_dtype": "float16"}),
+        TypeError,
+        r"quant_matmul: argument 'scale' must be float32, bfloat16, int64 or uint64",
+    ),
+    BadCall(
+        "quant_matmul_pertoken_scale_shape",
+        lambda: (
+            (fx().x1, fx().x2, np.ones(16, np.float32)),
+            {"output_dtype": "float16", "pertoken_scale": np.ones(3, np.float32)},
+        ),
+        ValueError,
+        r"quant_matmul: argument 'pertoken_scale' must be of shape",
+    ),
+    BadCall(
+        "quant_matmul_scale_shape_2",
+        lambda: ((fx().x1, fx().x2, np.ones(3, np.float32)), {"output_dtype": "float16"}),
+        ValueError,
+        r"quant_matmul: argument 'scale' must be of shape",
+    ),
+    BadCall(
+        "quant_matmul_offset_shape",
+        lambda: ((fx().xi8, fx().x2b, fx().sc), {"output_dtype": "float16", "pertoken_scale": fx().pt}),
+        ValueError,
+        r"quant_matmul: argument 'offset' must be float32 of shape",
+    ),
+    BadCall(
+        "quant_matmul_scale_shape_3",
+        lambda: (
+            (fx().xi8, fx().x2b, fx().sc[:1]),
+            {"output_dtype": "float16", "pertoken_scale": fx().pt, "offset": np.zeros(16, np.float32)},
+        ),
+        ValueError,
+        r"quant_matmul: argument 'scale' must be of shape",
+    ),
+    BadCall(
+        "quant_matmul_pertoken_scale_nonfinite",
+        lambda: (
+            (fx().xi8, fx().x2b, fx().sc),
+            {"output_dtype": "float16", "pertoken_scale": fx().pt * np.nan, "offset": np.zeros(16, np.float32)},
+        ),
+        ValueError,
+        r"quant_matmul: argument 'pertoken_scale' must be finite",
+    ),
+    BadCall(
+        "quant_matmul_x1_shape",
+        lambda: (
+            (fx().xi8[:, :100], fx().x2b[:100], fx().sc),
+            {"output_dtype": "float16", "pertoken_scale": fx().pt, "offset": np.zeros(16, np.float32)},
+        ),
+        ValueError,
+        r"quant_matmul: argument 'x1' must be K a multiple of 256 below 29576 for a per-group scale",
+    ),
+    BadCall(
+        "quant_matmul_output_dtype_value_3",
+        lambda: (
+            (_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))),
+            {'offset': _random((8,), F32), 'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32)},
+        ),
+        ValueError,
+        r"quant_matmul: argument 'output_dtype' must be float16 or bfloat16 for int4 operands",
+    ),
+    BadCall(
+        "quant_matmul_offset_shape_2",
+        lambda: (
+            (_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))),
+            {
+                'offset': None,
+                'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32),
+                'output_dtype': 'float16',
+            },
+        ),
+        ValueError,
+        r"quant_matmul: argument 'offset' must be float32 of shape",
+    ),
+    BadCall(
+        "quant_matmul_pertoken_scale_shape_2",
+        lambda: (
+            (_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))),
+            {'offset': _random((8,), F32), 'pertoken_scale': None, 'output_dtype': 'float16'},
+        ),
+        ValueError,
+        r"quant_matmul: argument 'pertoken_scale' must be float32 of shape",
+    ),
+    BadCall(
+        "quant_matmul_bias_shape",
+        lambda: (
+            (_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))),
+            {
+                'bias': np.full((8,), 0, np.int32),
+                'offset': _random((8,), F32),
+                'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32),
+                'output_dtype': 'float16',
+            },
+        ),
+        ValueError,
+        r"quant_matmul: argument 'bias' must be None for int8 x1 with int4 x2",
+    ),
+    BadCall(
+        "quant_matmul_scale_dtype",
+        lambda: (
+            (_random((2, 256), np.int8), _random((256, 1), np.int32), np.full((1, 8), 1.0, F32)),
+            {
+                'offset': _random((8,), F32),
+                'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32),
+                'output_dtype': 'float16',
+            },
+        ),
+        TypeError,
+        r"quant_matmul: argument 'scale' must be of dtype int64 or uint64",
+    ),
+    BadCall(
+        "quant_matmul_x1_shape_2",
+        lambda: (
+            (_random((2, 128), np.int8), _random((128, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))),
+            {
+                'offset': _random((8,), F32),
+                'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32),
+                'output_dtype': 'float16',
+            },
+        ),
+        ValueError,
+        r"quant_matmul: argument 'x1' must be K a multiple of 256 below 29576 for a per-group scale",
+    ),
+    BadCall(
+        "quant_matmul_x2_shape_2",
+        lambda: (
+            (_random((2, 256), np.int8), _random((32, 8), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))),
+            {
+                'offset': _random((8,), F32),
+                'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32),
+                'output_dtype': 'float16',
+            },
+        ),
+        ValueError,
+        r"quant_matmul: argument 'x2' must be int32 \[K=256, N/8\]",
+    ),
+    BadCall(
+        "quant_matmul_output_dtype_value_4",
+        lambda: (
+            (_random((2, 256), np.int8), _random((256, 1), np.int32), w8a8.trans_quant_param(_random((1, 8), F32))),
+            {
+                'offset': _random((8,), F32),
+                'pertoken_scale': np.array([[0.027225258], [0.011914343]], F32),
+                'output_dtype': 'int32',
+            },
+        ),
+        TypeError,
+        r"quant_matmul: argument 'output_dtype' must be float16 or bfloat16 for int8 x1 with int4 x2",
+    ),
+    BadCall(
+        "quant_matmul_offset_shape_3",
+        lambda: (
+            (_random((2, 8), np.int32), _random((64, 1), np.int32), np.full((8,), 1.0, F32)),
+            {'offset': np.full((8,), 1.0, F32), 'output_dtype': 'float16'},
+        ),
+        ValueError,
+        r"quant_matmul: argument 'offset' must be None for int4 x1",
+    ),
+    BadCall(
+        "quant_matmul_output_dtype_value_5",
+        lambda: (
+            (_random((2, 8), np.int32), _random((64, 1), np.int32), np.full((8,), 1.0, F32)),
+            {'output_dtype': 'bfloat16'},
+        ),
+        TypeError,
+        r"quant_matmul: argument 'output_dtype' must be float16 for int4 x1 without pertoken_scale",
+    ),
+    BadCall(
+        "quant_matmul_x2_shape_3",
+        lambda: (
+            (
+                _random((2, 8), np.int32),
+                np.array([[69617085], [1022334622], [1653286516], [-984712580]], np.int32),
+                np.full((8,), 1.0, F32),
+            ),
+            {'output_dtype': 'float16'},
+        ),
+        ValueError,
+        r"quant_matmul: argument 'x2' must be int32 of shape \[K, N/8\] or \[K/8, N\] with K = 64",
+    ),
 ]
 
 declare(OpDecl(

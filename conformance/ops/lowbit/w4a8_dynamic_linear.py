@@ -11,7 +11,7 @@ from ... import strategies as S
 from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
 from ...values import float_tensor, rng_for
 from .. import _dsv4
-from ._common import BF16, F32, _random, bench_ms, bench_tags, fx, normal32
+from ._common import BF16, F32, bench_ms, bench_tags, fx, normal32
 
 OP = "w4a8_dynamic_linear"
 
@@ -56,8 +56,12 @@ CASES = [
     for xdt in (BF16, np.float16) for variant in (False, True)]
 
 BAD_CALLS = [
-    BadCall("weight_scale_shape", lambda: ((fx().xw, fx().ww, np.full((16, 3), 0.01, np.float32)), {}),
-            ValueError, r"w4a8_dynamic_linear: argument 'weight_scale' must be per channel \[16\] / \[16, 1\], or per group of 256 \[16, K/256\]"),
+    BadCall(
+        "weight_scale_shape",
+        lambda: ((fx().xw, fx().ww, np.full((16, 3), 0.01, np.float32)), {}),
+        ValueError,
+        r"w4a8_dynamic_linear: argument 'weight_scale' must be per channel \[16\] / \[16, 1\], or per group of 256 \[16, K/256\]",
+    ),
     BadCall("pack_int4_codes_shape", lambda: ((fx().xw, fx().ww[:12], np.full(12, 0.01, np.float32)), {}),
             ValueError, r"pack_int4: argument 'codes' must be an array whose last dimension is a multiple of 8"),
     BadCall("bias_shape", lambda: ((fx().xw, fx().ww, np.full(16, 0.01, np.float32)), {"bias": np.ones(3, np.float32)}),
@@ -71,12 +75,24 @@ BAD_CALLS = [
             ValueError, r"quant_matmul: argument 'x1' must be K a multiple of 256 below 29576 for a per-group scale"),
     BadCall("other", lambda: ((np.ones((3, 0), BF16), np.ones((8, 0), np.int8), np.ones(8, np.float32)), {}),
             ValueError, r"cannot reshape array of size 0 into shape"),
-    BadCall("weight_range_2", lambda: ((np.full((2, 256), 1.0, BF16), np.full((8, 256), 9, np.int8), np.full((8,), 1.0, F32)), {}),
-            ValueError, r"w4a8_dynamic_linear: argument 'weight' must be int4 codes in \[-8, 7\]"),
-    BadCall("weight_scale_shape_2", lambda: ((np.full((2, 256), 1.0, BF16), np.full((8, 256), 1, np.int8), np.full((8, 3), 1.0, F32)), {}),
-            ValueError, r"w4a8_dynamic_linear: argument 'weight_scale' must be per channel \[8\] / \[8, 1\], or per group of 256 \[8, K/256\]"),
-    BadCall("x_shape_2", lambda: ((np.full((2, 128), 1.0, BF16), np.full((8, 256), 1, np.int8), np.full((8,), 1.0, F32)), {}),
-            ValueError, r"w4a8_dynamic_linear: argument 'x' must be of last dimension K = 256"),
+    BadCall(
+        "weight_range_2",
+        lambda: ((np.full((2, 256), 1.0, BF16), np.full((8, 256), 9, np.int8), np.full((8,), 1.0, F32)), {}),
+        ValueError,
+        r"w4a8_dynamic_linear: argument 'weight' must be int4 codes in \[-8, 7\]",
+    ),
+    BadCall(
+        "weight_scale_shape_2",
+        lambda: ((np.full((2, 256), 1.0, BF16), np.full((8, 256), 1, np.int8), np.full((8, 3), 1.0, F32)), {}),
+        ValueError,
+        r"w4a8_dynamic_linear: argument 'weight_scale' must be per channel \[8\] / \[8, 1\], or per group of 256 \[8, K/256\]",
+    ),
+    BadCall(
+        "x_shape_2",
+        lambda: ((np.full((2, 128), 1.0, BF16), np.full((8, 256), 1, np.int8), np.full((8,), 1.0, F32)), {}),
+        ValueError,
+        r"w4a8_dynamic_linear: argument 'x' must be of last dimension K = 256",
+    ),
     BadCall("offset_overflows_fp32", lambda: ((np.ones((2, 16), BF16), np.full((8, 16), 7, np.int8),
                                                np.full(8, 3e37, np.float32)), {}),
             ValueError, r"quant_matmul: argument 'offset' must be finite .* Inf at index \(0,\)",

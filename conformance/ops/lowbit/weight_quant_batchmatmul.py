@@ -13,7 +13,7 @@ from ... import strategies as S
 from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
 from ...values import float_tensor, rng_for
 from .. import _dsv4
-from ._common import BF16, F32, _random, bench_ms, bench_tags, fx, normal32
+from ._common import BF16, F32, bench_ms, bench_tags, fx, normal32
 
 OP = "weight_quant_batchmatmul"
 
@@ -62,7 +62,8 @@ def _layout(layout, mode, xdt, epilogue):
         codes = rng.integers(-8, 8, (k, n))
         w = {"int8": lambda: codes.astype(np.int8),
              "int4_n": lambda: w8a8.convert_weight_to_int4pack(codes.astype(np.int32)),
-             "int4_k": lambda: w8a8.convert_weight_to_int4pack(np.ascontiguousarray(codes.T).astype(np.int32)).T}[layout]()
+             "int4_k": lambda: w8a8.convert_weight_to_int4pack(np.ascontiguousarray(codes.T).astype(np.int32)).T,
+             }[layout]()
         shape = {"tensor": (1, 1), "channel": (1, n), "group": (k // 32, n)}[mode]
         s = rng.uniform(1e-3, 2e-2, shape).astype(np.float32).astype(xdt)
         o = rng.integers(-3, 3, shape).astype(np.float32).astype(xdt)
@@ -113,7 +114,8 @@ CASES = [
              f"antiquant per {mode}, {np.dtype(xdt).name} x, with {epilogue.replace('_', ' ')}.")
     for layout in LAYOUTS for mode in MODES for xdt in (np.float16, BF16) for epilogue in EPILOGUES] + [
     Case("int64_antiquant_scale", _int64_antiquant,
-         why="An int64 (trans_quant_param) antiquant scale with an int32 offset: M in [1, 96], K and N multiples of 64."),
+         why="An int64 (trans_quant_param) antiquant scale with an int32 offset: M in [1, 96], K and N multiples "
+             "of 64."),
     Case("int64_quant_scale", _int64_quant_scale,
          why="The int8 requant with an int64 quant scale carrying its offsets (FP19 scale, 9-bit offsets)."),
 ] + [Case(f"nan_x_propagates_{np.dtype(dt).name}", _nan_x(dt, False),
@@ -124,60 +126,222 @@ CASES = [
     for dt in (np.float16, BF16)]
 
 BAD_CALLS = [
-    BadCall("antiquant_group_size_multiple", lambda: ((fx().xb, fx().w8, np.ones((2, 16), np.float16)), {"antiquant_group_size": 7}),
-            ValueError, r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be a multiple of 32 in \[32, K - 1 = 63\]"),
+    BadCall(
+        "antiquant_group_size_multiple",
+        lambda: ((fx().xb, fx().w8, np.ones((2, 16), np.float16)), {"antiquant_group_size": 7}),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be a multiple of 32 in \[32, K - 1 = 63\]",
+    ),
     BadCall("antiquant_group_size_shape", lambda: ((fx().xb, fx().w8, np.ones((2, 16), np.float16)), {}),
             ValueError, r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be the group size G"),
     BadCall("bias_shape", lambda: ((fx().xb, fx().w8, np.ones(16, np.float16)), {"bias": np.ones(16, np.float32)}),
             TypeError, r"weight_quant_batchmatmul: argument 'bias' must be float16 for float16 x"),
-    BadCall("quant_offset_shape", lambda: ((fx().xb, fx().w8, np.ones(16, np.float16)), {"quant_offset": np.ones(16, np.float32)}),
-            ValueError, r"weight_quant_batchmatmul: argument 'quant_offset' must be None without quant_scale"),
+    BadCall(
+        "quant_offset_shape",
+        lambda: ((fx().xb, fx().w8, np.ones(16, np.float16)), {"quant_offset": np.ones(16, np.float32)}),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'quant_offset' must be None without quant_scale",
+    ),
     BadCall("weight_shape", lambda: ((fx().xb, fx().w8[:5], np.ones(16, np.float16)), {}),
             ValueError, r"weight_quant_batchmatmul: argument 'weight' must be of shape \[K=64, N\]"),
     BadCall("antiquant_scale_nonfinite", lambda: ((fx().xb, fx().w8, np.full(16, np.nan, np.float16)), {}),
             ValueError, r"weight_quant_batchmatmul: argument 'antiquant_scale' must be finite"),
-    BadCall("x_multiple", lambda: ((fx().xb, fx().w8, np.ones(16, np.int64)), {}),
-            ValueError, r"weight_quant_batchmatmul: argument 'x' must be M in \[1, 96\] and K, N multiples of 64 with an int64 antiquant_scale"),
+    BadCall(
+        "x_multiple",
+        lambda: ((fx().xb, fx().w8, np.ones(16, np.int64)), {}),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'x' must be M in \[1, 96\] and K, N multiples of 64 with an int64 antiquant_scale",
+    ),
     BadCall("inner_precise_choice", lambda: ((fx().xb, fx().w8, np.ones(16, np.float16)), {"inner_precise": 3}),
             ValueError, r"weight_quant_batchmatmul: argument 'inner_precise' must be one of"),
-    BadCall("antiquant_group_size_shape_2", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((2, 8), 1.0, np.float16)), {}),
-            ValueError, r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be the group size G"),
-    BadCall("antiquant_group_size_multiple_2", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((2, 8), 1.0, np.float16)), {'antiquant_group_size': 48}),
-            ValueError, r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be a multiple of 32 in \[32, K - 1 = 63\]"),
-    BadCall("antiquant_group_size_multiple_3", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((2, 8), 1.0, np.float16)), {'antiquant_group_size': 64}),
-            ValueError, r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be a multiple of 32 in \[32, K - 1 = 63\]"),
-    BadCall("antiquant_scale_shape", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((3, 8), 1.0, np.float16)), {'antiquant_group_size': 32}),
-            ValueError, r"weight_quant_batchmatmul: argument 'antiquant_scale' must be of shape"),
-    BadCall("antiquant_scale_dtype", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, F32)), {}),
-            TypeError, r"weight_quant_batchmatmul: argument 'antiquant_scale' must be of dtype float16 or int64"),
-    BadCall("antiquant_offset_dtype", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16), np.full((8,), 1.0, F32)), {}),
-            TypeError, r"weight_quant_batchmatmul: argument 'antiquant_offset' must be of dtype float16"),
-    BadCall("antiquant_offset_shape", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16), np.full((4,), 1.0, np.float16)), {}),
-            ValueError, r"weight_quant_batchmatmul: argument 'antiquant_offset' must be of antiquant_scale's shape"),
-    BadCall("bias_shape_2", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)), {'bias': np.full((8,), 1.0, F32)}),
-            TypeError, r"weight_quant_batchmatmul: argument 'bias' must be float16 for float16 x"),
-    BadCall("bias_shape_3", lambda: ((np.full((2, 64), 1.0, BF16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, BF16)), {'bias': np.full((8,), 1.0, BF16)}),
-            TypeError, r"weight_quant_batchmatmul: argument 'bias' must be float32 for bfloat16 x"),
-    BadCall("quant_offset_shape_2", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)), {'quant_offset': np.full((8,), 1.0, F32)}),
-            ValueError, r"weight_quant_batchmatmul: argument 'quant_offset' must be None without quant_scale"),
-    BadCall("weight_shape_2", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((32, 8), 1, np.int8), np.full((8,), 1.0, np.float16)), {}),
-            ValueError, r"weight_quant_batchmatmul: argument 'weight' must be of shape \[K=64, N\]"),
-    BadCall("weight_shape_3", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((16, 8), 1, np.int32), np.full((8,), 1.0, np.float16)), {}),
-            ValueError, r"weight_quant_batchmatmul: argument 'weight' must be int32-packed int4 of shape \[K, N/8\] or \[K/8, N\] with K = 64"),
-    BadCall("x_dtype", lambda: ((np.full((2, 64), 1.0, F32), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, F32)), {}),
-            TypeError, r"weight_quant_batchmatmul: argument 'x' must be of dtype float16 or bfloat16"),
-    BadCall("x_range", lambda: ((np.full((1, 65536), 1.0, np.float16), np.full((65536, 1), 1, np.int8), np.full((1,), 1.0, np.float16)), {}),
-            ValueError, r"weight_quant_batchmatmul: argument 'x' must be K in \[1, 65535\]"),
-    BadCall("antiquant_scale_dtype_2", lambda: ((np.full((2, 64), 1.0, BF16), np.full((64, 64), 1, np.int8), w8a8.trans_quant_param(np.full((64,), 1.0, F32))), {}),
-            TypeError, r"weight_quant_batchmatmul: argument 'antiquant_scale' must be float16 or bfloat16"),
-    BadCall("x_multiple_2", lambda: ((np.full((97, 64), 1.0, np.float16), np.full((64, 64), 1, np.int8), w8a8.trans_quant_param(np.full((64,), 1.0, F32))), {}),
-            ValueError, r"weight_quant_batchmatmul: argument 'x' must be M in \[1, 96\] and K, N multiples of 64 with an int64 antiquant_scale"),
-    BadCall("weight_shape_4", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 0, np.int32), w8a8.trans_quant_param(np.full((64,), 1.0, F32))), {}),
-            TypeError, r"weight_quant_batchmatmul: argument 'weight' must be int8 with an int64 antiquant_scale"),
-    BadCall("quant_scale_shape", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 64), 1, np.int8), w8a8.trans_quant_param(np.full((64,), 1.0, F32))), {'quant_scale': np.full((64,), 1.0, F32)}),
-            ValueError, r"weight_quant_batchmatmul: argument 'quant_scale' must be None with an int64 antiquant_scale"),
-    BadCall("inner_precise_choice_2", lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)), {'inner_precise': 2}),
-            ValueError, r"weight_quant_batchmatmul: argument 'inner_precise' must be one of"),
+    BadCall(
+        "antiquant_group_size_shape_2",
+        lambda: (
+            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((2, 8), 1.0, np.float16)),
+            {},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be the group size G",
+    ),
+    BadCall(
+        "antiquant_group_size_multiple_2",
+        lambda: (
+            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((2, 8), 1.0, np.float16)),
+            {'antiquant_group_size': 48},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be a multiple of 32 in \[32, K - 1 = 63\]",
+    ),
+    BadCall(
+        "antiquant_group_size_multiple_3",
+        lambda: (
+            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((2, 8), 1.0, np.float16)),
+            {'antiquant_group_size': 64},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be a multiple of 32 in \[32, K - 1 = 63\]",
+    ),
+    BadCall(
+        "antiquant_scale_shape",
+        lambda: (
+            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((3, 8), 1.0, np.float16)),
+            {'antiquant_group_size': 32},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'antiquant_scale' must be of shape",
+    ),
+    BadCall(
+        "antiquant_scale_dtype",
+        lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, F32)), {}),
+        TypeError,
+        r"weight_quant_batchmatmul: argument 'antiquant_scale' must be of dtype float16 or int64",
+    ),
+    BadCall(
+        "antiquant_offset_dtype",
+        lambda: (
+            (
+                np.full((2, 64), 1.0, np.float16),
+                np.full((64, 8), 1, np.int8),
+                np.full((8,), 1.0, np.float16),
+                np.full((8,), 1.0, F32),
+            ),
+            {},
+        ),
+        TypeError,
+        r"weight_quant_batchmatmul: argument 'antiquant_offset' must be of dtype float16",
+    ),
+    BadCall(
+        "antiquant_offset_shape",
+        lambda: (
+            (
+                np.full((2, 64), 1.0, np.float16),
+                np.full((64, 8), 1, np.int8),
+                np.full((8,), 1.0, np.float16),
+                np.full((4,), 1.0, np.float16),
+            ),
+            {},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'antiquant_offset' must be of antiquant_scale's shape",
+    ),
+    BadCall(
+        "bias_shape_2",
+        lambda: (
+            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)),
+            {'bias': np.full((8,), 1.0, F32)},
+        ),
+        TypeError,
+        r"weight_quant_batchmatmul: argument 'bias' must be float16 for float16 x",
+    ),
+    BadCall(
+        "bias_shape_3",
+        lambda: (
+            (np.full((2, 64), 1.0, BF16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, BF16)),
+            {'bias': np.full((8,), 1.0, BF16)},
+        ),
+        TypeError,
+        r"weight_quant_batchmatmul: argument 'bias' must be float32 for bfloat16 x",
+    ),
+    BadCall(
+        "quant_offset_shape_2",
+        lambda: (
+            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)),
+            {'quant_offset': np.full((8,), 1.0, F32)},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'quant_offset' must be None without quant_scale",
+    ),
+    BadCall(
+        "weight_shape_2",
+        lambda: ((np.full((2, 64), 1.0, np.float16), np.full((32, 8), 1, np.int8), np.full((8,), 1.0, np.float16)), {}),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'weight' must be of shape \[K=64, N\]",
+    ),
+    BadCall(
+        "weight_shape_3",
+        lambda: (
+            (np.full((2, 64), 1.0, np.float16), np.full((16, 8), 1, np.int32), np.full((8,), 1.0, np.float16)),
+            {},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'weight' must be int32-packed int4 of shape \[K, N/8\] or \[K/8, N\] with K = 64",
+    ),
+    BadCall(
+        "x_dtype",
+        lambda: ((np.full((2, 64), 1.0, F32), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, F32)), {}),
+        TypeError,
+        r"weight_quant_batchmatmul: argument 'x' must be of dtype float16 or bfloat16",
+    ),
+    BadCall(
+        "x_range",
+        lambda: (
+            (np.full((1, 65536), 1.0, np.float16), np.full((65536, 1), 1, np.int8), np.full((1,), 1.0, np.float16)),
+            {},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'x' must be K in \[1, 65535\]",
+    ),
+    BadCall(
+        "antiquant_scale_dtype_2",
+        lambda: (
+            (
+                np.full((2, 64), 1.0, BF16),
+                np.full((64, 64), 1, np.int8),
+                w8a8.trans_quant_param(np.full((64,), 1.0, F32)),
+            ),
+            {},
+        ),
+        TypeError,
+        r"weight_quant_batchmatmul: argument 'antiquant_scale' must be float16 or bfloat16",
+    ),
+    BadCall(
+        "x_multiple_2",
+        lambda: (
+            (
+                np.full((97, 64), 1.0, np.float16),
+                np.full((64, 64), 1, np.int8),
+                w8a8.trans_quant_param(np.full((64,), 1.0, F32)),
+            ),
+            {},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'x' must be M in \[1, 96\] and K, N multiples of 64 with an int64 antiquant_scale",
+    ),
+    BadCall(
+        "weight_shape_4",
+        lambda: (
+            (
+                np.full((2, 64), 1.0, np.float16),
+                np.full((64, 8), 0, np.int32),
+                w8a8.trans_quant_param(np.full((64,), 1.0, F32)),
+            ),
+            {},
+        ),
+        TypeError,
+        r"weight_quant_batchmatmul: argument 'weight' must be int8 with an int64 antiquant_scale",
+    ),
+    BadCall(
+        "quant_scale_shape",
+        lambda: (
+            (
+                np.full((2, 64), 1.0, np.float16),
+                np.full((64, 64), 1, np.int8),
+                w8a8.trans_quant_param(np.full((64,), 1.0, F32)),
+            ),
+            {'quant_scale': np.full((64,), 1.0, F32)},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'quant_scale' must be None with an int64 antiquant_scale",
+    ),
+    BadCall(
+        "inner_precise_choice_2",
+        lambda: (
+            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)),
+            {'inner_precise': 2},
+        ),
+        ValueError,
+        r"weight_quant_batchmatmul: argument 'inner_precise' must be one of",
+    ),
 ]
 
 

@@ -296,7 +296,8 @@ def layer_error_inputs():
         "routing_weight_inf_in_bf16": ((HID,) + W4, {"topk_ids": IDS, "topk_weights": np.full((3, 2), 3.4e38, F32)}),
         "dsq_limit_before_gmm2_scale": ((HID, w13, s13, w2, _scale(np.nan)), MOE_KW | {"swiglu_limit": 0.0}),
         "gmm1_inf_before_gmm2_scale": ((big, big_w[0], big_w[1], w2, _scale(np.nan)), MOE_KW),
-        "gmm1_inf_before_shared": ((big,) + big_w, MOE_KW | {"shared_expert": sh | {"gate_weight": sh["gate_weight"][:4]}}),
+        "gmm1_inf_before_shared": ((big,) + big_w, MOE_KW | {"shared_expert": sh | {
+            "gate_weight": sh["gate_weight"][:4]}}),
         "gmm2_scale_before_shared": ((HID, w13, s13, w2, _scale(np.inf)), MOE_KW | {"shared_expert": sh | {
             "gate_weight": sh["gate_weight"][:, :8]}}),
     }

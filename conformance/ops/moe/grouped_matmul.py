@@ -73,8 +73,8 @@ def _packed_build(p):
     off = rng.uniform(-20, 20, (e, n)).astype(F32) if p["offset"] else None
     packed = w8a8.trans_quant_param(scale, off).view(np.dtype(p["packed"]))
     c = rng.multinomial(m, np.ones(e) / e).astype(np.int64)
-    return (i8(rng, m, k), i8(rng, e, k, n)), {"scale": packed, "bias": rng.integers(-500, 500, (e, n)).astype(np.int32),
-                                              "group_list": c, "group_list_type": 1}
+    bias = rng.integers(-500, 500, (e, n)).astype(np.int32)
+    return (i8(rng, m, k), i8(rng, e, k, n)), {"scale": packed, "bias": bias, "group_list": c, "group_list_type": 1}
 
 
 def _build(p):
@@ -140,100 +140,681 @@ CASES = [
 ]
 
 BAD_CALLS = [
-    BadCall("output_dtype_value", lambda: ((GMM_X, GMM_W), {"scale": np.ones((3, 8), F32), "group_list": np.array([2, 2, 2]),
-                                          "group_list_type": 1, "output_dtype": "bfloat16"}),
-            TypeError, r"grouped_matmul: argument 'output_dtype' must be float16 for a float32 scale"),
-    BadCall("output_dtype_value_2", lambda: ((GMM_X, GMM_W), {"scale": np.ones((3, 8), F32), "group_list": np.array([2, 2, 2], np.int64),
-                                          "group_list_type": 1, "output_dtype": "bfloat16"}),
-            TypeError, r"grouped_matmul: argument 'output_dtype' must be float16 for a float32 scale"),
+    BadCall(
+        "output_dtype_value",
+        lambda: (
+            (GMM_X, GMM_W),
+            {
+                "scale": np.ones((3, 8), F32),
+                "group_list": np.array([2, 2, 2]),
+                "group_list_type": 1,
+                "output_dtype": "bfloat16",
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'output_dtype' must be float16 for a float32 scale",
+    ),
+    BadCall(
+        "output_dtype_value_2",
+        lambda: (
+            (GMM_X, GMM_W),
+            {
+                "scale": np.ones((3, 8), F32),
+                "group_list": np.array([2, 2, 2], np.int64),
+                "group_list_type": 1,
+                "output_dtype": "bfloat16",
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'output_dtype' must be float16 for a float32 scale",
+    ),
     BadCall("act_type_value", lambda: ((GMM_X, GMM_W), {"group_list": np.array([2, 2, 2], np.int64), "act_type": 3,
                                           "output_dtype": "int32"}),
             ValueError, r"grouped_matmul: argument 'act_type' must be 0"),
-    BadCall("per_token_scale_shape", lambda: ((GMM_X, GMM_W), {"group_list": np.array([2, 2, 2], np.int64), "output_dtype": "int32",
-                                          "per_token_scale": np.ones(6, F32)}),
-            ValueError, r"grouped_matmul: argument 'per_token_scale' must be None unless scale is bf16 or fp32"),
-    BadCall("group_list_limit", lambda: ((GMM_X, GMM_W), {"group_list": np.array([4, 2, 2], np.int64), "group_list_type": 1,
-                                          "output_dtype": "int32"}),
-            ValueError, r"grouped_matmul: argument 'group_list' must be a row total <= the row count 6"),
-    BadCall("group_list_rank", lambda: ((GMM_X, GMM_W), {"group_list": np.array([4, 2, 6], np.int64), "output_dtype": "int32"}),
-            ValueError, r"grouped_matmul: argument 'group_list' must be non-decreasing cumulative row ends"),
-    BadCall("group_list_range", lambda: ((GMM_X, GMM_W), {"group_list": np.array([[0, 2], [3, 1]], np.int64), "group_list_type": 2,
-                                          "output_dtype": "int32"}),
-            ValueError, r"grouped_matmul: argument 'group_list' must be group ids"),
-    BadCall("weight_shape", lambda: ((GMM_X, GMM_W[:, :8]), {"group_list": np.array([2, 2, 2], np.int64), "output_dtype": "int32"}),
-            ValueError, r"grouped_matmul: argument 'weight' must be of shape \[E, K, N\] with K = 16"),
+    BadCall(
+        "per_token_scale_shape",
+        lambda: (
+            (GMM_X, GMM_W),
+            {"group_list": np.array([2, 2, 2], np.int64), "output_dtype": "int32", "per_token_scale": np.ones(6, F32)},
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'per_token_scale' must be None unless scale is bf16 or fp32",
+    ),
+    BadCall(
+        "group_list_limit",
+        lambda: (
+            (GMM_X, GMM_W),
+            {"group_list": np.array([4, 2, 2], np.int64), "group_list_type": 1, "output_dtype": "int32"},
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be a row total <= the row count 6",
+    ),
+    BadCall(
+        "group_list_rank",
+        lambda: ((GMM_X, GMM_W), {"group_list": np.array([4, 2, 6], np.int64), "output_dtype": "int32"}),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be non-decreasing cumulative row ends",
+    ),
+    BadCall(
+        "group_list_range",
+        lambda: (
+            (GMM_X, GMM_W),
+            {"group_list": np.array([[0, 2], [3, 1]], np.int64), "group_list_type": 2, "output_dtype": "int32"},
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be group ids",
+    ),
+    BadCall(
+        "weight_shape",
+        lambda: ((GMM_X, GMM_W[:, :8]), {"group_list": np.array([2, 2, 2], np.int64), "output_dtype": "int32"}),
+        ValueError,
+        r"grouped_matmul: argument 'weight' must be of shape \[E, K, N\] with K = 16",
+    ),
     BadCall("x_value", lambda: (([GMM_X, GMM_X], GMM_W), {"group_list": np.array([2, 2, 2], np.int64),
                                                     "output_dtype": "int32"}),
             ValueError, r"grouped_matmul: argument 'x' must be a single tensor or a one-element list"),
-    BadCall("offset_shape", lambda: ((GMM_X, GMM_W), {"group_list": np.array([2, 2, 2], np.int64), "output_dtype": "int32",
-                                          "offset": np.zeros((3, 8), F32)}),
-            ValueError, r"grouped_matmul: argument 'offset' must be None"),
+    BadCall(
+        "offset_shape",
+        lambda: (
+            (GMM_X, GMM_W),
+            {"group_list": np.array([2, 2, 2], np.int64), "output_dtype": "int32", "offset": np.zeros((3, 8), F32)},
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'offset' must be None",
+    ),
     BadCall("scale_nonfinite", lambda: ((GMM_X, GMM_W), {"scale": np.array([[np.nan] * 8] * 3, BF16),
                                           "group_list": np.array([2, 2, 2], np.int64), "output_dtype": "bfloat16"}),
             ValueError, r"grouped_matmul: argument 'scale' must be finite"),
-    BadCall("overflow", lambda: ((np.full((6, 16), 127, np.int8), np.full((3, 16, 8), 127, np.int8)), {"bias": np.full((3, 8), 2 ** 31 - 1000, np.int32), "group_list": np.array([1, 3, 2], np.int64),
-      "group_list_type": 1, "output_dtype": "int32"}),
-            OverflowError, r"grouped_matmul: the int32 accumulator overflows at output index"),
-    BadCall("x_dtype", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int16), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            TypeError, r"grouped_matmul: argument 'x' must be of dtype int8"),
-    BadCall("x_value_2", lambda: (([np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8)], np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'x' must be a single tensor or a one-element list"),
-    BadCall("weight_shape_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[1, 0], [0, 1]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'weight' must be 3-D"),
-    BadCall("weight_shape_3", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0]], [[7, 7]], [[1, 1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'weight' must be of shape \[E, K, N\] with K = 2"),
-    BadCall("output_dtype_value_3", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], F32), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            TypeError, r"grouped_matmul: argument 'output_dtype' must be float16 for a float32 scale"),
-    BadCall("output_dtype_value_4", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'float16'}),
-            TypeError, r"grouped_matmul: argument 'output_dtype' must be bfloat16 for a bfloat16 scale"),
-    BadCall("output_dtype_value_5", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': None, 'per_token_scale': None, 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            TypeError, r"grouped_matmul: argument 'output_dtype' must be int32 for a None scale"),
-    BadCall("output_dtype_must_be_none_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'float32'}),
-            TypeError, r"grouped_matmul: argument 'output_dtype' must be None, int8, bfloat16, float16 or int32"),
-    BadCall("scale_dtype", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], np.float16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            TypeError, r"grouped_matmul: argument 'scale' must be of dtype bfloat16, float32, int64 or uint64"),
-    BadCall("scale_shape", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'scale' must be of shape \[E, N\] = \[3, 2\]"),
-    BadCall("act_type_value_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': None, 'per_token_scale': None, 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'int32', 'act_type': 1}),
-            ValueError, r"grouped_matmul: argument 'act_type' must be 0 without per_token_scale"),
-    BadCall("per_token_scale_shape_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[70369801142272, 70369792753664], [70369809530880, 70369809530880], [70369817919488, 70369826308096]], np.int64), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': None}),
-            ValueError, r"grouped_matmul: argument 'per_token_scale' must be None unless scale is bf16 or fp32"),
-    BadCall("per_token_scale_shape_3", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'per_token_scale' must be of shape \[M\] = \[4\]"),
-    BadCall("per_token_scale_dtype", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], np.float16), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            TypeError, r"grouped_matmul: argument 'per_token_scale' must be of dtype float32"),
-    BadCall("bias_dtype", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10.0, 20.0], [0.0, 0.0], [1.0, 1.0]], F32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            TypeError, r"grouped_matmul: argument 'bias' must be of dtype int32"),
-    BadCall("bias_shape", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'bias' must be of shape \[E, N\] = \[3, 2\]"),
-    BadCall("offset_shape_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16', 'offset': np.full((3, 2), 0.0, F32)}),
-            ValueError, r"grouped_matmul: argument 'offset' must be None"),
-    BadCall("act_type_must_be_none_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16', 'act_type': 3}),
-            ValueError, r"grouped_matmul: argument 'act_type' must be 0"),
-    BadCall("group_list_type_choice", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 3, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'group_list_type' must be one of"),
-    BadCall("group_list_dtype", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int32), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            TypeError, r"grouped_matmul: argument 'group_list' must be of dtype int64"),
-    BadCall("group_list_shape", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'group_list' must be 1-D of length 3"),
-    BadCall("group_list_value", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, -1, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'group_list' must be non-negative"),
-    BadCall("group_list_limit_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([3, 1, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'group_list' must be a row total <= the row count 4"),
-    BadCall("group_list_rank_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 1, 3], np.int64), 'group_list_type': 0, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'group_list' must be non-decreasing cumulative row ends"),
-    BadCall("group_list_range_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([[3, 1]], np.int64), 'group_list_type': 2, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'group_list' must be group ids"),
-    BadCall("group_list_shape_2", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 2, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'group_list' must be of shape \[P, 2\] ="),
-    BadCall("split_item_choice", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16', 'split_item': 0}),
-            ValueError, r"grouped_matmul: argument 'split_item' must be one of"),
-    BadCall("group_type_choice", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16', 'group_type': 2}),
-            ValueError, r"grouped_matmul: argument 'group_type' must be one of"),
-    BadCall("per_token_scale_nonfinite", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8)), {'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32), 'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16), 'per_token_scale': np.array([1.0, np.nan, 1.0, 1.0], F32), 'group_list': np.array([2, 0, 1], np.int64), 'group_list_type': 1, 'output_dtype': 'bfloat16'}),
-            ValueError, r"grouped_matmul: argument 'per_token_scale' must be finite"),
-    BadCall("weight_shape_4", lambda: ((np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.full((1, 2, 70000), 0, np.int8)), {'bias': None, 'scale': None, 'per_token_scale': None, 'group_list': np.full((1,), 4, np.int64), 'group_list_type': 1, 'output_dtype': 'int32'}),
-            ValueError, r"grouped_matmul: argument 'weight' must be K and N < 65536"),
+    BadCall(
+        "overflow",
+        lambda: (
+            (np.full((6, 16), 127, np.int8), np.full((3, 16, 8), 127, np.int8)),
+            {
+                "bias": np.full((3, 8), 2**31 - 1000, np.int32),
+                "group_list": np.array([1, 3, 2], np.int64),
+                "group_list_type": 1,
+                "output_dtype": "int32",
+            },
+        ),
+        OverflowError,
+        r"grouped_matmul: the int32 accumulator overflows at output index",
+    ),
+    BadCall(
+        "x_dtype",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int16),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'x' must be of dtype int8",
+    ),
+    BadCall(
+        "x_value_2",
+        lambda: (
+            (
+                [
+                    np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                    np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                ],
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'x' must be a single tensor or a one-element list",
+    ),
+    BadCall(
+        "weight_shape_2",
+        lambda: (
+            (np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[1, 0], [0, 1]], np.int8)),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'weight' must be 3-D",
+    ),
+    BadCall(
+        "weight_shape_3",
+        lambda: (
+            (np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0]], [[7, 7]], [[1, 1]]], np.int8)),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'weight' must be of shape \[E, K, N\] with K = 2",
+    ),
+    BadCall(
+        "output_dtype_value_3",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], F32),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'output_dtype' must be float16 for a float32 scale",
+    ),
+    BadCall(
+        "output_dtype_value_4",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'float16',
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'output_dtype' must be bfloat16 for a bfloat16 scale",
+    ),
+    BadCall(
+        "output_dtype_value_5",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': None,
+                'per_token_scale': None,
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'output_dtype' must be int32 for a None scale",
+    ),
+    BadCall(
+        "output_dtype_value_6",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'float32',
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'output_dtype' must be None, int8, bfloat16, float16 or int32",
+    ),
+    BadCall(
+        "scale_dtype",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], np.float16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'scale' must be of dtype bfloat16, float32, int64 or uint64",
+    ),
+    BadCall(
+        "scale_shape",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'scale' must be of shape \[E, N\] = \[3, 2\]",
+    ),
+    BadCall(
+        "act_type_value_2",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': None,
+                'per_token_scale': None,
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'int32',
+                'act_type': 1,
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'act_type' must be 0 without per_token_scale",
+    ),
+    BadCall(
+        "per_token_scale_shape_2",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array(
+                    [
+                        [70369801142272, 70369792753664],
+                        [70369809530880, 70369809530880],
+                        [70369817919488, 70369826308096],
+                    ],
+                    np.int64,
+                ),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': None,
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'per_token_scale' must be None unless scale is bf16 or fp32",
+    ),
+    BadCall(
+        "per_token_scale_shape_3",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'per_token_scale' must be of shape \[M\] = \[4\]",
+    ),
+    BadCall(
+        "per_token_scale_dtype",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], np.float16),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'per_token_scale' must be of dtype float32",
+    ),
+    BadCall(
+        "bias_dtype",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10.0, 20.0], [0.0, 0.0], [1.0, 1.0]], F32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'bias' must be of dtype int32",
+    ),
+    BadCall(
+        "bias_shape",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'bias' must be of shape \[E, N\] = \[3, 2\]",
+    ),
+    BadCall(
+        "offset_shape_2",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+                'offset': np.full((3, 2), 0.0, F32),
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'offset' must be None",
+    ),
+    BadCall(
+        "act_type_value_3",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+                'act_type': 3,
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'act_type' must be 0",
+    ),
+    BadCall(
+        "group_list_type_choice",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 3,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list_type' must be one of",
+    ),
+    BadCall(
+        "group_list_dtype",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int32),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        TypeError,
+        r"grouped_matmul: argument 'group_list' must be of dtype int64",
+    ),
+    BadCall(
+        "group_list_shape",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be 1-D of length 3",
+    ),
+    BadCall(
+        "group_list_value",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, -1, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be non-negative",
+    ),
+    BadCall(
+        "group_list_limit_2",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([3, 1, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be a row total <= the row count 4",
+    ),
+    BadCall(
+        "group_list_rank_2",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 1, 3], np.int64),
+                'group_list_type': 0,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be non-decreasing cumulative row ends",
+    ),
+    BadCall(
+        "group_list_range_2",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([[3, 1]], np.int64),
+                'group_list_type': 2,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be group ids",
+    ),
+    BadCall(
+        "group_list_shape_2",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 2,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be of shape \[P, 2\] =",
+    ),
+    BadCall(
+        "split_item_choice",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+                'split_item': 0,
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'split_item' must be one of",
+    ),
+    BadCall(
+        "group_type_choice",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+                'group_type': 2,
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_type' must be one of",
+    ),
+    BadCall(
+        "per_token_scale_nonfinite",
+        lambda: (
+            (
+                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+            ),
+            {
+                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+                'per_token_scale': np.array([1.0, np.nan, 1.0, 1.0], F32),
+                'group_list': np.array([2, 0, 1], np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'bfloat16',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'per_token_scale' must be finite",
+    ),
+    BadCall(
+        "weight_shape_4",
+        lambda: (
+            (np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.full((1, 2, 70000), 0, np.int8)),
+            {
+                'bias': None,
+                'scale': None,
+                'per_token_scale': None,
+                'group_list': np.full((1,), 4, np.int64),
+                'group_list_type': 1,
+                'output_dtype': 'int32',
+            },
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'weight' must be K and N < 65536",
+    ),
 ]
 
 

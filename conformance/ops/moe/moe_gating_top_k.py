@@ -86,8 +86,12 @@ BAD_CALLS = [
             ValueError, r"moe_gating_top_k: argument 'k' must be in \[1, 3\]"),
     BadCall("bias_dtype", lambda: ((np.ones((2, 6), F32), 1), {"bias": np.ones(6, BF16)}),
             TypeError, r"moe_gating_top_k: argument 'bias' must be of dtype float32"),
-    BadCall("tid2eid_value", lambda: ((np.ones((2, 6), F32), 1), {"input_ids": np.zeros(2, np.int32)}),
-            ValueError, r"moe_gating_top_k: argument 'tid2eid' must be given together with the other hash-mode argument"),
+    BadCall(
+        "tid2eid_value",
+        lambda: ((np.ones((2, 6), F32), 1), {"input_ids": np.zeros(2, np.int32)}),
+        ValueError,
+        r"moe_gating_top_k: argument 'tid2eid' must be given together with the other hash-mode argument",
+    ),
     BadCall("tid2eid_range", lambda: ((np.ones((2, 6), F32), 1), {"input_ids": np.zeros(2, np.int32),
                                                      "tid2eid": np.full((3, 1), 6, np.int32)}),
             ValueError, r"moe_gating_top_k: argument 'tid2eid' must be expert ids in \[0, 6\)"),
@@ -103,8 +107,12 @@ BAD_CALLS = [
             ValueError, r"moe_gating_top_k: argument 'group_count' must be a divisor of the expert count 6"),
     BadCall("k_group_range", lambda: ((np.full((2, 6), 0.0, F32), 1), {'group_count': 2, 'k_group': 3}),
             ValueError, r"moe_gating_top_k: argument 'k_group' must be in \[1, 2\]"),
-    BadCall("group_count_value_3", lambda: ((np.full((2, 6), 0.0, F32), 1), {'group_count': 6, 'group_select_mode': 1}),
-            ValueError, r"moe_gating_top_k: argument 'group_count' must be at most E / 2 groups with group_select_mode=1"),
+    BadCall(
+        "group_count_value_3",
+        lambda: ((np.full((2, 6), 0.0, F32), 1), {'group_count': 6, 'group_select_mode': 1}),
+        ValueError,
+        r"moe_gating_top_k: argument 'group_count' must be at most E / 2 groups with group_select_mode=1",
+    ),
     BadCall("group_select_mode_choice", lambda: ((np.full((2, 6), 0.0, F32), 1), {'group_select_mode': 2}),
             ValueError, r"moe_gating_top_k: argument 'group_select_mode' must be one of"),
     BadCall("norm_type_choice", lambda: ((np.full((2, 6), 0.0, F32), 1), {'norm_type': 3}),
@@ -123,14 +131,39 @@ BAD_CALLS = [
             ValueError, r"moe_gating_top_k: argument 'eps' must be finite"),
     BadCall("x_shape", lambda: ((np.full((2, 4096), 0.0, F32), 1), {}),
             ValueError, r"moe_gating_top_k: argument 'x' must be of last dimension"),
-    BadCall("tid2eid_must_be_none_2", lambda: ((np.full((2, 6), 0.0, F32), 1), {'input_ids': np.full((2,), 0, np.int32)}),
-            ValueError, r"moe_gating_top_k: argument 'tid2eid' must be given together with the other hash-mode argument"),
-    BadCall("tid2eid_shape", lambda: ((np.full((2, 6), 0.0, F32), 2), {'input_ids': np.full((2,), 0, np.int32), 'tid2eid': np.full((3, 1), 0, np.int32)}),
-            ValueError, r"moe_gating_top_k: argument 'tid2eid' must be of shape \[num_keys, k\] = \[\*, 2\]"),
-    BadCall("input_ids_range", lambda: ((np.full((2, 6), 0.0, F32), 1), {'input_ids': np.array([0, 3], np.int32), 'tid2eid': np.full((3, 1), 0, np.int32)}),
-            ValueError, r"moe_gating_top_k: argument 'input_ids' must be in \[0, 3\)"),
-    BadCall("tid2eid_range_2", lambda: ((np.full((2, 6), 0.0, F32), 1), {'input_ids': np.full((2,), 0, np.int32), 'tid2eid': np.full((3, 1), 6, np.int32)}),
-            ValueError, r"moe_gating_top_k: argument 'tid2eid' must be expert ids in \[0, 6\)"),
+    BadCall(
+        "tid2eid_value_2",
+        lambda: ((np.full((2, 6), 0.0, F32), 1), {'input_ids': np.full((2,), 0, np.int32)}),
+        ValueError,
+        r"moe_gating_top_k: argument 'tid2eid' must be given together with the other hash-mode argument",
+    ),
+    BadCall(
+        "tid2eid_shape",
+        lambda: (
+            (np.full((2, 6), 0.0, F32), 2),
+            {'input_ids': np.full((2,), 0, np.int32), 'tid2eid': np.full((3, 1), 0, np.int32)},
+        ),
+        ValueError,
+        r"moe_gating_top_k: argument 'tid2eid' must be of shape \[num_keys, k\] = \[\*, 2\]",
+    ),
+    BadCall(
+        "input_ids_range",
+        lambda: (
+            (np.full((2, 6), 0.0, F32), 1),
+            {'input_ids': np.array([0, 3], np.int32), 'tid2eid': np.full((3, 1), 0, np.int32)},
+        ),
+        ValueError,
+        r"moe_gating_top_k: argument 'input_ids' must be in \[0, 3\)",
+    ),
+    BadCall(
+        "tid2eid_range_2",
+        lambda: (
+            (np.full((2, 6), 0.0, F32), 1),
+            {'input_ids': np.full((2,), 0, np.int32), 'tid2eid': np.full((3, 1), 6, np.int32)},
+        ),
+        ValueError,
+        r"moe_gating_top_k: argument 'tid2eid' must be expert ids in \[0, 6\)",
+    ),
 ]
 
 declare(OpDecl(

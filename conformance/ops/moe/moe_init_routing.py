@@ -48,23 +48,92 @@ CASES = [
 ]
 
 BAD_CALLS = [
-    BadCall("row_idx_value", lambda: ((np.ones((2, 4), BF16), np.array([[0, 1], [1, 3]], np.int32), np.zeros((2, 2), np.int32), 2), {}),
-            ValueError, r"moe_init_routing: argument 'row_idx' must be a permutation of 0 \.\. N\*K-1 = 0 \.\. 3"),
-    BadCall("active_num_range", lambda: ((np.ones((2, 4), BF16), np.array([[0, 1], [2, 3]], np.int32), np.zeros((2, 2), np.int32), -1), {}),
-            ValueError, r"moe_init_routing: argument 'active_num' must be in \[0, inf\]"),
-    BadCall("x_dtype", lambda: ((np.array([[1, 1], [2, 2]], np.int8), np.array([[0, 2], [1, 3]], np.int32), np.array([[2, 0], [0, 2]], np.int32), 2), {}),
-            TypeError, r"moe_init_routing: argument 'x' must be of dtype float16, bfloat16 or float32"),
-    BadCall("row_idx_value_2", lambda: ((np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[0, 2], [1, 1]], np.int32), np.array([[2, 0], [0, 2]], np.int32), 2), {}),
-            ValueError, r"moe_init_routing: argument 'row_idx' must be a permutation of 0 \.\. N\*K-1 = 0 \.\. 3"),
-    BadCall("row_idx_dtype", lambda: ((np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[0, 2], [1, 3]], np.int64), np.array([[2, 0], [0, 2]], np.int32), 2), {}),
-            TypeError, r"moe_init_routing: argument 'row_idx' must be of dtype int32"),
-    BadCall("expert_idx_shape", lambda: ((np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[0, 2], [1, 3]], np.int32), np.array([[2], [0]], np.int32), 2), {}),
-            ValueError, r"moe_init_routing: argument 'expert_idx' must be of row_idx's shape"),
-    BadCall("active_num_range_2", lambda: ((np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[0, 2], [1, 3]], np.int32), np.array([[2, 0], [0, 2]], np.int32), -1), {}),
-            ValueError, r"moe_init_routing: argument 'active_num' must be in \[0, inf\]"),
+    BadCall(
+        "row_idx_value",
+        lambda: ((np.ones((2, 4), BF16), np.array([[0, 1], [1, 3]], np.int32), np.zeros((2, 2), np.int32), 2), {}),
+        ValueError,
+        r"moe_init_routing: argument 'row_idx' must be a permutation of 0 \.\. N\*K-1 = 0 \.\. 3",
+    ),
+    BadCall(
+        "active_num_range",
+        lambda: ((np.ones((2, 4), BF16), np.array([[0, 1], [2, 3]], np.int32), np.zeros((2, 2), np.int32), -1), {}),
+        ValueError,
+        r"moe_init_routing: argument 'active_num' must be in \[0, inf\]",
+    ),
+    BadCall(
+        "x_dtype",
+        lambda: (
+            (
+                np.array([[1, 1], [2, 2]], np.int8),
+                np.array([[0, 2], [1, 3]], np.int32),
+                np.array([[2, 0], [0, 2]], np.int32),
+                2,
+            ),
+            {},
+        ),
+        TypeError,
+        r"moe_init_routing: argument 'x' must be of dtype float16, bfloat16 or float32",
+    ),
+    BadCall(
+        "row_idx_value_2",
+        lambda: (
+            (
+                np.array([[1.0, 1.0], [2.0, 2.0]], F32),
+                np.array([[0, 2], [1, 1]], np.int32),
+                np.array([[2, 0], [0, 2]], np.int32),
+                2,
+            ),
+            {},
+        ),
+        ValueError,
+        r"moe_init_routing: argument 'row_idx' must be a permutation of 0 \.\. N\*K-1 = 0 \.\. 3",
+    ),
+    BadCall(
+        "row_idx_dtype",
+        lambda: (
+            (
+                np.array([[1.0, 1.0], [2.0, 2.0]], F32),
+                np.array([[0, 2], [1, 3]], np.int64),
+                np.array([[2, 0], [0, 2]], np.int32),
+                2,
+            ),
+            {},
+        ),
+        TypeError,
+        r"moe_init_routing: argument 'row_idx' must be of dtype int32",
+    ),
+    BadCall(
+        "expert_idx_shape",
+        lambda: (
+            (
+                np.array([[1.0, 1.0], [2.0, 2.0]], F32),
+                np.array([[0, 2], [1, 3]], np.int32),
+                np.array([[2], [0]], np.int32),
+                2,
+            ),
+            {},
+        ),
+        ValueError,
+        r"moe_init_routing: argument 'expert_idx' must be of row_idx's shape",
+    ),
+    BadCall(
+        "active_num_range_2",
+        lambda: (
+            (
+                np.array([[1.0, 1.0], [2.0, 2.0]], F32),
+                np.array([[0, 2], [1, 3]], np.int32),
+                np.array([[2, 0], [0, 2]], np.int32),
+                -1,
+            ),
+            {},
+        ),
+        ValueError,
+        r"moe_init_routing: argument 'active_num' must be in \[0, inf\]",
+    ),
 ]
 
 declare(OpDecl(
     name=OP, family="moe", params=_params, build=_build,
     outputs=outputs(("expanded_x", "float"), ("expanded_row_idx", "int"), ("expanded_expert_idx", "int")),
-    cases=CASES, bad_calls=BAD_CALLS, description="v1 token permutation with column-major row ids (npu_moe_init_routing)"))
+    cases=CASES, bad_calls=BAD_CALLS,
+    description="v1 token permutation with column-major row ids (npu_moe_init_routing)"))

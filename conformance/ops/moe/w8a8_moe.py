@@ -59,7 +59,8 @@ def _clamp(limit):
 
 CASES = [
     Case("hand_derived_two_tokens_three_experts_top2",
-         lambda: ((HAND_HIDDEN, HAND_W13, HAND_S13, HAND_W2, HAND_S2), {"topk_ids": HAND_IDS, "topk_weights": HAND_WEIGHTS}),
+         lambda: ((HAND_HIDDEN, HAND_W13, HAND_S13, HAND_W2, HAND_S2),
+                  {"topk_ids": HAND_IDS, "topk_weights": HAND_WEIGHTS}),
          {"y": HAND_Y}, HAND_WHY),
     Case("swiglu_unclamped_large_activations", _clamp(None),
          why="Weights of scale 1 and hidden states of scale 4: gate values well beyond 0.5 (see the clamped twin)."),
@@ -84,13 +85,27 @@ BAD_CALLS = [
             ValueError, r"w8a8_moe: argument 'w2' must be of shape \[E, H, I\] = \[4, 16, 8\]"),
     BadCall("router_logits_shape", lambda: ((HID,) + W4, MOE_KW | {"router_logits": np.ones((3, 4), F32)}),
             ValueError, r"w8a8_moe: argument 'router_logits' must be None when topk_ids / topk_weights are given"),
-    BadCall("scoring_func_choice", lambda: ((HID,) + W4, {"router_logits": np.ones((3, 4), F32), "top_k": 2, "scoring_func": "relu"}),
-            ValueError, r"w8a8_moe: argument 'scoring_func' must be one of"),
-    BadCall("renormalize_value", lambda: ((HID,) + W4, {"router_logits": np.ones((3, 4), F32), "top_k": 2, "scoring_func": "sigmoid",
-                              "renormalize": True}),
-            ValueError, r"w8a8_moe: argument 'renormalize' must be False with scoring_func='sigmoid'"),
-    BadCall("shared_expert_value", lambda: ((HID,) + W4, MOE_KW | {"shared_expert": {"gate_weight": SH["gate_weight"]}}),
-            TypeError, r"w8a8_moe: argument 'shared_expert' must be a mapping with exactly the keys"),
+    BadCall(
+        "scoring_func_choice",
+        lambda: ((HID,) + W4, {"router_logits": np.ones((3, 4), F32), "top_k": 2, "scoring_func": "relu"}),
+        ValueError,
+        r"w8a8_moe: argument 'scoring_func' must be one of",
+    ),
+    BadCall(
+        "renormalize_value",
+        lambda: (
+            (HID,) + W4,
+            {"router_logits": np.ones((3, 4), F32), "top_k": 2, "scoring_func": "sigmoid", "renormalize": True},
+        ),
+        ValueError,
+        r"w8a8_moe: argument 'renormalize' must be False with scoring_func='sigmoid'",
+    ),
+    BadCall(
+        "shared_expert_value",
+        lambda: ((HID,) + W4, MOE_KW | {"shared_expert": {"gate_weight": SH["gate_weight"]}}),
+        TypeError,
+        r"w8a8_moe: argument 'shared_expert' must be a mapping with exactly the keys",
+    ),
     BadCall("w13_rank", lambda: ((HID, np.zeros((4, 16), np.int8)) + W4[1:], MOE_KW),
             ValueError, r"w8a8_moe: argument 'w13' must be 3-D"),
     BadCall("w2_rank", lambda: ((HID, W4[0], W4[1], np.zeros((4, 16), np.int8), W4[3]), MOE_KW),
@@ -103,14 +118,29 @@ BAD_CALLS = [
             ValueError, r"w8a8_moe: argument 'top_k' must be an int"),
     BadCall("router_logits_missing", lambda: ((HID,) + W4, dict(top_k=2)),
             ValueError, r"w8a8_moe: argument 'router_logits' must be the \[T, E\] router logits"),
-    BadCall("correction_bias_with_softmax", lambda: ((HID,) + W4, dict(router_logits=np.ones((3, 4), F32), top_k=2, correction_bias=np.zeros(4, F32))),
-            ValueError, r"w8a8_moe: argument 'scoring_func' must be 'sigmoid' or 'sqrtsoftplus' for correction_bias / expert groups / routed_scaling_factor"),
+    BadCall(
+        "correction_bias_with_softmax",
+        lambda: ((HID,) + W4, dict(router_logits=np.ones((3, 4), F32), top_k=2, correction_bias=np.zeros(4, F32))),
+        ValueError,
+        r"w8a8_moe: argument 'scoring_func' must be 'sigmoid' or 'sqrtsoftplus' for correction_bias / expert groups / routed_scaling_factor",
+    ),
     BadCall("topk_weights_missing", lambda: ((HID,) + W4, dict(topk_ids=IDS)),
             ValueError, r"w8a8_moe: argument 'topk_weights' must be given together with the other"),
-    BadCall("swiglu_limit_negative", lambda: ((HID,) + W4, dict(swiglu_limit=-1.0, router_logits=np.ones((3, 4), F32), top_k=2)),
-            ValueError, r"dequant_swiglu_quant: argument 'swiglu_limit' must be > 0"),
-    BadCall("more_than_1024_groups", lambda: ((np.array([[1, 2]], np.float32).astype(w8a8.bfloat16),) + moe_layer(np.random.default_rng(0), 1025, 2, 1), dict(topk_ids=np.array([[5]], np.int32), topk_weights=np.ones((1, 1), F32))),
-            ValueError, r"grouped_matmul: argument 'group_list' must be of at most 1024 groups"),
+    BadCall(
+        "swiglu_limit_negative",
+        lambda: ((HID,) + W4, dict(swiglu_limit=-1.0, router_logits=np.ones((3, 4), F32), top_k=2)),
+        ValueError,
+        r"dequant_swiglu_quant: argument 'swiglu_limit' must be > 0",
+    ),
+    BadCall(
+        "more_than_1024_groups",
+        lambda: (
+            (np.array([[1, 2]], np.float32).astype(w8a8.bfloat16),) + moe_layer(np.random.default_rng(0), 1025, 2, 1),
+            dict(topk_ids=np.array([[5]], np.int32), topk_weights=np.ones((1, 1), F32)),
+        ),
+        ValueError,
+        r"grouped_matmul: argument 'group_list' must be of at most 1024 groups",
+    ),
 ] + layer_bad_calls(OP)
 
 

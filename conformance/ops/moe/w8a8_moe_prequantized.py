@@ -39,14 +39,30 @@ CASES = [
 BAD_CALLS = [
     BadCall("x_scale_shape", lambda: ((np.ones((3, 16), np.int8), np.ones(2, F32)) + W4, MOE_KW),
             ValueError, r"w8a8_moe_prequantized: argument 'x_scale' must be of shape \[T\] = \[3\]"),
-    BadCall("shared_input_value", lambda: ((np.ones((3, 16), np.int8), np.ones(3, F32)) + W4, MOE_KW | {"shared_expert": SH}),
-            ValueError, r"w8a8_moe_prequantized: argument 'shared_input' must be the bf16 hidden states \[T, H\] the shared expert runs on"),
-    BadCall("moe_init_routing_v2_scale_nonfinite", lambda: ((np.ones((3, 16), np.int8), np.array([1, np.nan, 1], F32)) + W4, MOE_KW),
-            ValueError, r"moe_init_routing_v2: argument 'scale' must be finite"),
-    BadCall("x_q_dtype", lambda: ((w8a8.dispatch_quant(HID)[0].astype(np.int32), w8a8.dispatch_quant(HID)[1]) + W4, MOE_KW),
-            TypeError, r"w8a8_moe_prequantized: argument 'x_q' must be of dtype int8"),
-    BadCall("x_scale_of_2_tokens", lambda: ((w8a8.dispatch_quant(HID)[0], w8a8.dispatch_quant(HID)[1][:2]) + W4, MOE_KW),
-            ValueError, r"w8a8_moe_prequantized: argument 'x_scale' must be of shape \[T\] = \[3\]"),
+    BadCall(
+        "shared_input_value",
+        lambda: ((np.ones((3, 16), np.int8), np.ones(3, F32)) + W4, MOE_KW | {"shared_expert": SH}),
+        ValueError,
+        r"w8a8_moe_prequantized: argument 'shared_input' must be the bf16 hidden states \[T, H\] the shared expert runs on",
+    ),
+    BadCall(
+        "moe_init_routing_v2_scale_nonfinite",
+        lambda: ((np.ones((3, 16), np.int8), np.array([1, np.nan, 1], F32)) + W4, MOE_KW),
+        ValueError,
+        r"moe_init_routing_v2: argument 'scale' must be finite",
+    ),
+    BadCall(
+        "x_q_dtype",
+        lambda: ((w8a8.dispatch_quant(HID)[0].astype(np.int32), w8a8.dispatch_quant(HID)[1]) + W4, MOE_KW),
+        TypeError,
+        r"w8a8_moe_prequantized: argument 'x_q' must be of dtype int8",
+    ),
+    BadCall(
+        "x_scale_of_2_tokens",
+        lambda: ((w8a8.dispatch_quant(HID)[0], w8a8.dispatch_quant(HID)[1][:2]) + W4, MOE_KW),
+        ValueError,
+        r"w8a8_moe_prequantized: argument 'x_scale' must be of shape \[T\] = \[3\]",
+    ),
 ] + layer_bad_calls(OP)
 
 declare(OpDecl(
