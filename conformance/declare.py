@@ -112,6 +112,22 @@ class BadCall:
         return None
 
 
+DROP = object()
+"""In :func:`varied`: remove that keyword argument."""
+
+
+def varied(base: Callable[[], Inputs], args: Mapping[int, Any] | None = None, **kwargs) -> Inputs:
+    """``base()`` — a valid call's ``(args, kwargs)`` — with the positional arguments in ``args``
+    (``{index: value}``) and the keyword arguments in ``kwargs`` replaced (:data:`DROP` removes one):
+    how a bad call says what it changes in a call that is otherwise right."""
+    base_args, base_kwargs = base()
+    new_args = list(base_args)
+    for i, value in (args or {}).items():
+        new_args[i] = value
+    new_kwargs = {**base_kwargs, **kwargs}
+    return tuple(new_args), {k: v for k, v in new_kwargs.items() if v is not DROP}
+
+
 @dataclass(frozen=True)
 class BenchCase:
     """The op at one benchmark shape: ``inputs(params, rng) -> (args, kwargs)`` builds the inputs

@@ -73,24 +73,9 @@ def get(name: str) -> OpDecl:
     return all_specs[name]
 
 
-def _split(key: str) -> tuple[str, str]:
-    op, sep, name = key.partition("/")
-    if not sep:
-        raise KeyError(f"a case key is '<op>/<name>'; got {key!r}")
-    return op, name
-
-
 def named_cases(op: str | None = None) -> list[Case]:
     """The named cases of ``op`` (or of every op), in declaration order."""
     return [c for d in specs().values() if op is None or d.name == op for c in d.cases]
-
-
-def named_case(key: str) -> Case:
-    op, name = _split(key)
-    for c in get(op).cases if op in specs() else ():
-        if c.name == name:
-            return c
-    raise KeyError(f"no named case {key!r}; {op!r} has: {', '.join(c.name for c in named_cases(op)) or 'none'}")
 
 
 def bad_calls(op: str | None = None) -> list[BadCall]:
@@ -98,9 +83,22 @@ def bad_calls(op: str | None = None) -> list[BadCall]:
     return [b for d in specs().values() if op is None or d.name == op for b in d.bad_calls]
 
 
+def _lookup(key: str, what: str, items) -> Case | BadCall:
+    op, sep, name = key.partition("/")
+    if not sep:
+        raise KeyError(f"a {what} key is '<op>/<name>'; got {key!r}")
+    listed = items(op) if op in specs() else []
+    for item in listed:
+        if item.name == name:
+            return item
+    raise KeyError(f"no {what} {key!r}; {op!r} has: {', '.join(i.name for i in listed) or 'none'}")
+
+
+def named_case(key: str) -> Case:
+    """The named case ``"<op>/<name>"``."""
+    return _lookup(key, "named case", named_cases)
+
+
 def bad_call(key: str) -> BadCall:
-    op, name = _split(key)
-    for b in get(op).bad_calls if op in specs() else ():
-        if b.name == name:
-            return b
-    raise KeyError(f"no bad call {key!r}; {op!r} has: {', '.join(b.name for b in bad_calls(op)) or 'none'}")
+    """The bad call ``"<op>/<name>"``."""
+    return _lookup(key, "bad call", bad_calls)

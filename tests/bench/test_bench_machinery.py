@@ -68,7 +68,8 @@ def test_cases_come_from_the_declarations_and_pickle_whole():
     for c in all_cases(False):
         assert c.op in declared and c.name == f"{c.op}[{c.label}]"
         back = pickle.loads(pickle.dumps(c))
-        assert back.name == c.name and back.inputs is c.inputs and back.params == c.params
+        assert back.name == c.name and back.params == c.params and back.work == c.work and back.tags == c.tags
+        assert getattr(back.inputs, "func", back.inputs) is getattr(c.inputs, "func", c.inputs)  # the same builder
 
 
 def test_dsv4_cases_cover_decode_and_prefill():

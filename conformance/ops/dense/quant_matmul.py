@@ -297,6 +297,18 @@ CASES = [
      for m, k, n in ((1025, 17, 7), (7, 33, 1025), (1, 1025, 1), (17, 5000, 1))
      for what in ("bf16_pertoken", "int8_packed_offset", "fp16_int32_bias")] + _long_k_cases()
 
+def _k_65536(output_dtype, scale):
+    return lambda: ((np.ones((1, 65536), np.int8), np.ones((65536, 1), np.int8)),
+                    {"output_dtype": output_dtype, "scale": scale})
+
+
+# K > 65535 is refused whatever the output, unless the scale is a 1-D float scale with pertoken_scale
+K_LIMIT = [BadCall(f"k_65536_{name}", _k_65536(out, scale), ValueError, r"quant_matmul: argument 'x1' must be K <= 65535")
+           for name, out, scale in (("fp16", "float16", w8a8.trans_quant_param(np.array([0.5], np.float32))),
+                                    ("int8", "int8", np.array([0.5], np.float32)),
+                                    ("bf16_no_pertoken", "bfloat16", np.array([0.5], np.float32)),
+                                    ("int32", "int32", np.array([0.5], np.float32)))]
+
 # the golden tests' fixtures (tests/golden/test_quant_matmul.py)
 X1 = np.ones((4, 8), np.int8)
 X2 = np.ones((8, 3), np.int8)
@@ -535,42 +547,6 @@ BAD_CALLS = [
         OverflowError,
         r"quant_matmul: the int32 accumulator overflows at output index",
     ),
-    BadCall(
-        "k_65536_fp16",
-        lambda: (
-            (np.ones((1, 65536), np.int8), np.ones((65536, 1), np.int8)),
-            dict(output_dtype='float16', scale=w8a8.trans_quant_param(np.array([0.5], np.float32))),
-        ),
-        ValueError,
-        r"quant_matmul: argument 'x1' must be K <= 65535",
-    ),
-    BadCall(
-        "k_65536_int8",
-        lambda: (
-            (np.ones((1, 65536), np.int8), np.ones((65536, 1), np.int8)),
-            dict(output_dtype='int8', scale=np.array([0.5], np.float32)),
-        ),
-        ValueError,
-        r"quant_matmul: argument 'x1' must be K <= 65535",
-    ),
-    BadCall(
-        "k_65536_bf16_no_pertoken",
-        lambda: (
-            (np.ones((1, 65536), np.int8), np.ones((65536, 1), np.int8)),
-            dict(output_dtype='bfloat16', scale=np.array([0.5], np.float32)),
-        ),
-        ValueError,
-        r"quant_matmul: argument 'x1' must be K <= 65535",
-    ),
-    BadCall(
-        "k_65536_int32",
-        lambda: (
-            (np.ones((1, 65536), np.int8), np.ones((65536, 1), np.int8)),
-            dict(output_dtype='int32', scale=np.array([0.5], np.float32)),
-        ),
-        ValueError,
-        r"quant_matmul: argument 'x1' must be K <= 65535",
-    ),
     BadCall("int32_bias_overflows", lambda: ((np.array([[1]], np.int8), np.array([[1]], np.int8), np.float32([1.0])),
                                              {"bias": np.array([2**31 - 1], np.int32), "output_dtype": "int32"}),
             OverflowError, r"quant_matmul: the int32 accumulator overflows at output index \(0, 0\) "
@@ -603,7 +579,7 @@ declare(OpDecl(
     name=OP, family="dense", params=_params, build=_build, strategies={"bits": _bits_params},
     outputs=outputs(("y", "float")), numerics_fields=MATMUL_FIELDS,
     stages=(Stage("acc", "int", _acc_stage), Stage("y", "float", lambda b, a, k, up: b.quant_matmul(*a, **k))),
-    cases=CASES, bad_calls=BAD_CALLS,
+    cases=CASES, bad_calls=BAD_CALLS + K_LIMIT,
     bench=lambda full: [bench_case(m, _dsv4.H, 2 * _dsv4.I, _dsv4.tags(m)) for m in _dsv4.token_counts(full)],
     description="int8 GEMM + dequant epilogue, every dtype combination (npu_quant_matmul)",
     dtypes_of=lambda p: ({"output_dtype": p["combo"][0], "scale": p["combo"][1], "bias": p["combo"][2]} if "combo" in p

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import w8a8
 
 from ... import strategies as S
-from ...declare import BadCall, BenchCase, Case, OpDecl, Stage, declare, outputs
+from ...declare import BadCall, BenchCase, Case, OpDecl, Stage, declare, outputs, varied
 from ...values import float_tensor, int_tensor, rng_for
 from .. import _dsv4
 from ._common import (BF16, F16, LW, MATMUL_FIELDS, NAN_X, S5, X, XH, bench_weights, bf16_normal,
@@ -99,6 +99,13 @@ CASES = [
                    "quant_bias": None, "bias": np.float32([3e38, 1, 1])}),
          why="A float bias of 3e38 stays finite in fp32; channel 0 of the bf16 output rounds it past the bf16 max."),
 ]
+
+def _valid():
+    """The golden tests' valid static Linear call (tests/golden/test_linear.py), as keywords."""
+    return (), dict(
+        x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32)
+    )
+
 
 BAD_CALLS = [
     BadCall(
@@ -328,101 +335,61 @@ BAD_CALLS = [
     ),
     BadCall(
         "x_dtype",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(x=XB.astype(np.float32)),
-        ),
+        lambda: varied(_valid, x=XB.astype(np.float32)),
         TypeError,
         r"w8a8_static_linear: argument 'x' must be of dtype bfloat16 or float16",
     ),
     BadCall(
         "input_scale_shape_2",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(input_scale=np.ones(2, np.float32)),
-        ),
+        lambda: varied(_valid, input_scale=np.ones(2, np.float32)),
         ValueError,
         r"w8a8_static_linear: argument 'input_scale' must be per-tensor, of shape \[1\]",
     ),
     BadCall(
         "input_offset_shape",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(input_offset=np.ones(2, np.float32)),
-        ),
+        lambda: varied(_valid, input_offset=np.ones(2, np.float32)),
         ValueError,
         r"w8a8_static_linear: argument 'input_offset' must be per-tensor, of shape \[1\]",
     ),
     BadCall(
         "input_scale_dtype",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(input_scale=np.ones(1, np.int32)),
-        ),
+        lambda: varied(_valid, input_scale=np.ones(1, np.int32)),
         TypeError,
         r"w8a8_static_linear: argument 'input_scale' must be of dtype float32, bfloat16 or float16",
     ),
     BadCall(
         "deq_scale_dtype_2",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(deq_scale=np.ones(3, BF16)),
-        ),
+        lambda: varied(_valid, deq_scale=np.ones(3, BF16)),
         TypeError,
         r"w8a8_static_linear: argument 'deq_scale' must be of dtype float32 or int64",
     ),
     BadCall(
         "deq_scale_shape_2",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(deq_scale=np.ones(4, np.float32)),
-        ),
+        lambda: varied(_valid, deq_scale=np.ones(4, np.float32)),
         ValueError,
         r"w8a8_static_linear: argument 'deq_scale' must be of shape \[3\] or \[3, 1\]",
     ),
     BadCall(
         "quant_bias_dtype_2",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(quant_bias=np.ones(3, np.int64)),
-        ),
+        lambda: varied(_valid, quant_bias=np.ones(3, np.int64)),
         TypeError,
         r"w8a8_static_linear: argument 'quant_bias' must be of dtype int32",
     ),
     BadCall(
         "quant_bias_shape",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(quant_bias=np.ones(4, np.int32)),
-        ),
+        lambda: varied(_valid, quant_bias=np.ones(4, np.int32)),
         ValueError,
         r"w8a8_static_linear: argument 'quant_bias' must be of shape \[3\] or \[3, 1\]",
     ),
     BadCall(
         "bias_shape_2",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(quant_bias=None, bias=np.ones(4, np.float32)),
-        ),
+        lambda: varied(_valid, quant_bias=None, bias=np.ones(4, np.float32)),
         ValueError,
         r"w8a8_static_linear: argument 'bias' must be of shape \[3\] or \[3, 1\]",
     ),
     BadCall(
         "x_shape",
-        lambda: (
-            (),
-            dict(x=XB, weight=W, input_scale=S1, input_offset=S1 * 0, deq_scale=DEQ, quant_bias=np.zeros(3, np.int32))
-            | dict(x=np.ones((2, 7), BF16)),
-        ),
+        lambda: varied(_valid, x=np.ones((2, 7), BF16)),
         ValueError,
         r"w8a8_static_linear: argument 'x' must be of last dimension K = 8",
     ),

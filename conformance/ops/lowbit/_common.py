@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import w8a8
 
 from ... import strategies as S
+from ...declare import BenchCase
 from ...values import float_tensor, rng_for
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -188,6 +189,13 @@ def bench_tags(m: int) -> tuple[str, ...]:
 
 def normal32(rng, shape, scale=1.0):
     return rng.standard_normal(shape).astype(np.float32) * np.float32(scale)
+
+
+def block_scaled_case(op: str, label: str, m: int, k: int, n: int, quantize, tags) -> BenchCase:
+    """A bench case of a GEMM of two block-scaled operands, ``quantize(a [M, K], b [N, K])`` giving them
+    (a module-level function, so that the case pickles)."""
+    return BenchCase(op, label, {"m": m, "k": k, "n": n}, functools.partial(block_scaled_inputs, quantize=quantize),
+                     work=2.0 * m * k * n, tags=tags, compute="fp64")
 
 
 def block_scaled_inputs(p, rng, quantize):

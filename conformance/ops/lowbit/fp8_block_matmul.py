@@ -7,10 +7,10 @@ import numpy as np
 
 import w8a8
 
-from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
+from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs, varied
 from ...values import float_tensor, rng_for
 from .. import _dsv4
-from ._common import E4M3, F32, bench_ms, bench_tags, block_scaled_inputs, fp8_params, fp8_w, fx
+from ._common import E4M3, F32, bench_ms, bench_tags, block_scaled_case, fp8_params, fp8_w, fx
 
 OP = "fp8_block_matmul"
 
@@ -38,14 +38,19 @@ CASES = [
          {"y": np.zeros((5, 131), np.float32).astype(w8a8.bfloat16)}, "K = 0: an empty sum, zeros."),
 ]
 
+def _valid():
+    """A valid call the bad calls below change one or two arguments of."""
+    return (fx().aq, fx().as_, fx().wq, fx().ws), {}
+
+
 BAD_CALLS = [
-    BadCall("block_size_range", lambda: ((fx().aq, fx().as_, fx().wq, fx().ws), {"block_size": 0}),
+    BadCall("block_size_range", lambda: varied(_valid, block_size=0),
             ValueError, r"fp8_block_matmul: argument 'block_size' must be in \[1, inf\]"),
-    BadCall("weight_q_shape", lambda: ((fx().aq, fx().as_, fx().wq[:, :3], fx().ws), {}),
+    BadCall("weight_q_shape", lambda: varied(_valid, {2: fx().wq[:, :3]}),
             ValueError, r"fp8_block_matmul: argument 'weight_q' must be of shape \[N, K=64\]"),
-    BadCall("a_scale_shape", lambda: ((fx().aq, fx().as_[:, :0], fx().wq, fx().ws), {}),
+    BadCall("a_scale_shape", lambda: varied(_valid, {1: fx().as_[:, :0]}),
             ValueError, r"fp8_block_matmul: argument 'a_scale' must be float32 of shape"),
-    BadCall("output_dtype_dtype", lambda: ((fx().aq, fx().as_, fx().wq, fx().ws), {"output_dtype": "i"}),
+    BadCall("output_dtype_dtype", lambda: varied(_valid, output_dtype="i"),
             TypeError, r"fp8_block_matmul: argument 'output_dtype' must be a dtype or one of"),
     BadCall(
         "a_scale_shape_2",
@@ -96,14 +101,9 @@ def _fp8_block_operands(a, b):
     return (*w8a8.per_token_group_quant_fp8(a), *w8a8.fp8_block_quantize(b))
 
 
-def _bench_inputs(p, rng):
-    """1x128 E4M3 activations, 128x128-block E4M3 weight (DeepSeek-V3)."""
-    return block_scaled_inputs(p, rng, _fp8_block_operands)
-
-
 def bench_case(m: int, k: int = _dsv4.H, n: int = 2 * _dsv4.I, tags=()) -> BenchCase:
-    return BenchCase(OP, f"M{m}xK{k}xN{n}", {"m": m, "k": k, "n": n}, _bench_inputs, work=2.0 * m * k * n,
-                     tags=tags, compute="fp64")
+    """1x128 E4M3 activations, 128x128-block E4M3 weight (DeepSeek-V3)."""
+    return block_scaled_case(OP, f"M{m}xK{k}xN{n}", m, k, n, _fp8_block_operands, tags)
 
 
 declare(OpDecl(

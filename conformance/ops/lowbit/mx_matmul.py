@@ -10,7 +10,7 @@ import w8a8
 from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
 from ...values import float_tensor, rng_for
 from .. import _dsv4
-from ._common import bench_ms, bench_tags, block_scaled_inputs, fx, mx_params
+from ._common import bench_ms, bench_tags, block_scaled_case, fx, mx_params
 
 OP = "mx_matmul"
 
@@ -72,14 +72,9 @@ def _mxfp4_operands(a, b):
     return (*w8a8.mx_quantize(a), *w8a8.mx_quantize(b))
 
 
-def _bench_inputs(p, rng):
-    """Both operands MXFP4 (E2M1, E8M0 scale per 32, FLOOR), bf16 output."""
-    return block_scaled_inputs(p, rng, _mxfp4_operands)
-
-
 def bench_case(m: int, k: int = _dsv4.H, n: int = 2 * _dsv4.I, tags=()) -> BenchCase:
-    return BenchCase(OP, f"MXFP4-M{m}xK{k}xN{n}", {"m": m, "k": k, "n": n}, _bench_inputs, work=2.0 * m * k * n,
-                     tags=tags, compute="fp64")
+    """Both operands MXFP4 (E2M1, E8M0 scale per 32, FLOOR), bf16 output."""
+    return block_scaled_case(OP, f"MXFP4-M{m}xK{k}xN{n}", m, k, n, _mxfp4_operands, tags)
 
 
 declare(OpDecl(

@@ -10,7 +10,7 @@ import w8a8
 from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
 from ...values import float_tensor, rng_for
 from .. import _dsv4
-from ._common import E4M3, F32, bench_ms, bench_tags, block_scaled_inputs, fx, nvfp4_params
+from ._common import E4M3, F32, bench_ms, bench_tags, block_scaled_case, fx, nvfp4_params
 
 OP = "nvfp4_matmul"
 
@@ -71,14 +71,9 @@ def _nvfp4_operands(a, b):
             np.float32(sa * sb))
 
 
-def _bench_inputs(p, rng):
-    """Both operands NVFP4 (E2M1, E4M3 scale per 16, fp32 tensor scale amax/2688), bf16 output."""
-    return block_scaled_inputs(p, rng, _nvfp4_operands)
-
-
 def bench_case(m: int, k: int = _dsv4.H, n: int = 2 * _dsv4.I, tags=()) -> BenchCase:
-    return BenchCase(OP, f"M{m}xK{k}xN{n}", {"m": m, "k": k, "n": n}, _bench_inputs, work=2.0 * m * k * n,
-                     tags=tags, compute="fp64")
+    """Both operands NVFP4 (E2M1, E4M3 scale per 16, fp32 tensor scale amax/2688), bf16 output."""
+    return block_scaled_case(OP, f"M{m}xK{k}xN{n}", m, k, n, _nvfp4_operands, tags)
 
 
 declare(OpDecl(

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import w8a8
 
 from ... import strategies as S
-from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
+from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs, varied
 from ...values import float_tensor, rng_for
 from .. import _dsv4
 from ._common import BF16, F32, bench_ms, bench_tags, fx, normal32
@@ -125,74 +125,72 @@ CASES = [
     Case(f"inf_and_nan_x_{np.dtype(dt).name}", _nan_x(dt, True), why="An Inf in row 0 as well.")
     for dt in (np.float16, BF16)]
 
+def _valid():
+    """A valid W8A16 call (fp16 x [2, 64], int8 weight [64, 8], fp16 scale per channel) the golden tests'
+    bad inputs change one or two arguments of."""
+    return (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)), {}
+
+def _valid_fixtures():
+    """A valid W8A16 call on the shared fixtures (fp16 x [3, 64], int8 weight [64, 16], per-channel scale)."""
+    return (fx().xb, fx().w8, np.ones(16, np.float16)), {}
+
+
 BAD_CALLS = [
     BadCall(
         "antiquant_group_size_multiple",
-        lambda: ((fx().xb, fx().w8, np.ones((2, 16), np.float16)), {"antiquant_group_size": 7}),
+        lambda: varied(_valid_fixtures, {2: np.ones((2, 16), np.float16)}, antiquant_group_size=7),
         ValueError,
         r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be a multiple of 32 in \[32, K - 1 = 63\]",
     ),
-    BadCall("antiquant_group_size_shape", lambda: ((fx().xb, fx().w8, np.ones((2, 16), np.float16)), {}),
+    BadCall("antiquant_group_size_shape", lambda: varied(_valid_fixtures, {2: np.ones((2, 16), np.float16)}),
             ValueError, r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be the group size G"),
-    BadCall("bias_shape", lambda: ((fx().xb, fx().w8, np.ones(16, np.float16)), {"bias": np.ones(16, np.float32)}),
+    BadCall("bias_shape", lambda: varied(_valid_fixtures, bias=np.ones(16, np.float32)),
             TypeError, r"weight_quant_batchmatmul: argument 'bias' must be float16 for float16 x"),
     BadCall(
         "quant_offset_shape",
-        lambda: ((fx().xb, fx().w8, np.ones(16, np.float16)), {"quant_offset": np.ones(16, np.float32)}),
+        lambda: varied(_valid_fixtures, quant_offset=np.ones(16, np.float32)),
         ValueError,
         r"weight_quant_batchmatmul: argument 'quant_offset' must be None without quant_scale",
     ),
-    BadCall("weight_shape", lambda: ((fx().xb, fx().w8[:5], np.ones(16, np.float16)), {}),
+    BadCall("weight_shape", lambda: varied(_valid_fixtures, {1: fx().w8[:5]}),
             ValueError, r"weight_quant_batchmatmul: argument 'weight' must be of shape \[K=64, N\]"),
-    BadCall("antiquant_scale_nonfinite", lambda: ((fx().xb, fx().w8, np.full(16, np.nan, np.float16)), {}),
+    BadCall("antiquant_scale_nonfinite", lambda: varied(_valid_fixtures, {2: np.full(16, np.nan, np.float16)}),
             ValueError, r"weight_quant_batchmatmul: argument 'antiquant_scale' must be finite"),
     BadCall(
         "x_multiple",
-        lambda: ((fx().xb, fx().w8, np.ones(16, np.int64)), {}),
+        lambda: varied(_valid_fixtures, {2: np.ones(16, np.int64)}),
         ValueError,
         r"weight_quant_batchmatmul: argument 'x' must be M in \[1, 96\] and K, N multiples of 64 with an int64 antiquant_scale",
     ),
-    BadCall("inner_precise_choice", lambda: ((fx().xb, fx().w8, np.ones(16, np.float16)), {"inner_precise": 3}),
+    BadCall("inner_precise_choice", lambda: varied(_valid_fixtures, inner_precise=3),
             ValueError, r"weight_quant_batchmatmul: argument 'inner_precise' must be one of"),
     BadCall(
         "antiquant_group_size_shape_2",
-        lambda: (
-            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((2, 8), 1.0, np.float16)),
-            {},
-        ),
+        lambda: varied(_valid, {2: np.full((2, 8), 1.0, np.float16)}),
         ValueError,
         r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be the group size G",
     ),
     BadCall(
         "antiquant_group_size_multiple_2",
-        lambda: (
-            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((2, 8), 1.0, np.float16)),
-            {'antiquant_group_size': 48},
-        ),
+        lambda: varied(_valid, {2: np.full((2, 8), 1.0, np.float16)}, antiquant_group_size=48),
         ValueError,
         r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be a multiple of 32 in \[32, K - 1 = 63\]",
     ),
     BadCall(
         "antiquant_group_size_multiple_3",
-        lambda: (
-            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((2, 8), 1.0, np.float16)),
-            {'antiquant_group_size': 64},
-        ),
+        lambda: varied(_valid, {2: np.full((2, 8), 1.0, np.float16)}, antiquant_group_size=64),
         ValueError,
         r"weight_quant_batchmatmul: argument 'antiquant_group_size' must be a multiple of 32 in \[32, K - 1 = 63\]",
     ),
     BadCall(
         "antiquant_scale_shape",
-        lambda: (
-            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((3, 8), 1.0, np.float16)),
-            {'antiquant_group_size': 32},
-        ),
+        lambda: varied(_valid, {2: np.full((3, 8), 1.0, np.float16)}, antiquant_group_size=32),
         ValueError,
         r"weight_quant_batchmatmul: argument 'antiquant_scale' must be of shape",
     ),
     BadCall(
         "antiquant_scale_dtype",
-        lambda: ((np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, F32)), {}),
+        lambda: varied(_valid, {2: np.full((8,), 1.0, F32)}),
         TypeError,
         r"weight_quant_batchmatmul: argument 'antiquant_scale' must be of dtype float16 or int64",
     ),
@@ -226,10 +224,7 @@ BAD_CALLS = [
     ),
     BadCall(
         "bias_shape_2",
-        lambda: (
-            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)),
-            {'bias': np.full((8,), 1.0, F32)},
-        ),
+        lambda: varied(_valid, bias=np.full((8,), 1.0, F32)),
         TypeError,
         r"weight_quant_batchmatmul: argument 'bias' must be float16 for float16 x",
     ),
@@ -244,25 +239,19 @@ BAD_CALLS = [
     ),
     BadCall(
         "quant_offset_shape_2",
-        lambda: (
-            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)),
-            {'quant_offset': np.full((8,), 1.0, F32)},
-        ),
+        lambda: varied(_valid, quant_offset=np.full((8,), 1.0, F32)),
         ValueError,
         r"weight_quant_batchmatmul: argument 'quant_offset' must be None without quant_scale",
     ),
     BadCall(
         "weight_shape_2",
-        lambda: ((np.full((2, 64), 1.0, np.float16), np.full((32, 8), 1, np.int8), np.full((8,), 1.0, np.float16)), {}),
+        lambda: varied(_valid, {1: np.full((32, 8), 1, np.int8)}),
         ValueError,
         r"weight_quant_batchmatmul: argument 'weight' must be of shape \[K=64, N\]",
     ),
     BadCall(
         "weight_shape_3",
-        lambda: (
-            (np.full((2, 64), 1.0, np.float16), np.full((16, 8), 1, np.int32), np.full((8,), 1.0, np.float16)),
-            {},
-        ),
+        lambda: varied(_valid, {1: np.full((16, 8), 1, np.int32)}),
         ValueError,
         r"weight_quant_batchmatmul: argument 'weight' must be int32-packed int4 of shape \[K, N/8\] or \[K/8, N\] with K = 64",
     ),
@@ -335,10 +324,7 @@ BAD_CALLS = [
     ),
     BadCall(
         "inner_precise_choice_2",
-        lambda: (
-            (np.full((2, 64), 1.0, np.float16), np.full((64, 8), 1, np.int8), np.full((8,), 1.0, np.float16)),
-            {'inner_precise': 2},
-        ),
+        lambda: varied(_valid, inner_precise=2),
         ValueError,
         r"weight_quant_batchmatmul: argument 'inner_precise' must be one of",
     ),

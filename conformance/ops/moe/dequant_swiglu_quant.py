@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import w8a8
 
 from ... import strategies as S
-from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
+from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs, varied
 from ...values import float_tensor, positive_scales, rng_for
 from .. import _dsv4
 from ._common import BF16, F32, counts
@@ -92,6 +92,15 @@ MODES = {
 
 CASES = [Case(name, _mode(name), why=f"9 tokens, H = 64, swiglu_limit 3: {why}.") for name, why in MODES.items()]
 
+def _valid():
+    """A valid call the bad calls below change one or two arguments of."""
+    return (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),), {
+        'weight_scale': np.full((4,), 1.0, F32),
+        'quant_mode': 1,
+        'activate_left': True,
+    }
+
+
 BAD_CALLS = [
     BadCall(
         "x_shape",
@@ -142,213 +151,115 @@ BAD_CALLS = [
             OverflowError, r"dequant_swiglu_quant: the int32 accumulator overflows at output index"),
     BadCall(
         "x_dtype",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int64),),
-            {'weight_scale': np.full((4,), 1.0, F32), 'activate_left': True, 'quant_mode': 1},
-        ),
+        lambda: varied(_valid, {0: np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int64)}),
         TypeError,
         r"dequant_swiglu_quant: argument 'x' must be of dtype int32, float16 or bfloat16",
     ),
     BadCall(
         "x_shape_2",
-        lambda: (
-            (np.array([[200, 0, 3], [0, 0, 0]], np.int32),),
-            {'weight_scale': np.full((4,), 1.0, F32), 'activate_left': True, 'quant_mode': 1},
-        ),
+        lambda: varied(_valid, {0: np.array([[200, 0, 3], [0, 0, 0]], np.int32)}),
         ValueError,
         r"dequant_swiglu_quant: argument 'x' must be of even last dimension \[T, 2H\]",
     ),
     BadCall(
         "weight_scale_value_2",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {'weight_scale': None, 'activate_left': True, 'quant_mode': 1},
-        ),
+        lambda: varied(_valid, weight_scale=None),
         ValueError,
         r"dequant_swiglu_quant: argument 'weight_scale' must be a float32 dequant scale for int32 x",
     ),
     BadCall(
         "weight_scale_shape",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {'weight_scale': np.full((3,), 1.0, F32), 'activate_left': True, 'quant_mode': 1},
-        ),
+        lambda: varied(_valid, weight_scale=np.full((3,), 1.0, F32)),
         ValueError,
         r"dequant_swiglu_quant: argument 'weight_scale' must be of shape \[4\] or \[1, 4\]",
     ),
     BadCall(
         "weight_scale_dtype",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {'weight_scale': np.full((4,), 1.0, np.float16), 'activate_left': True, 'quant_mode': 1},
-        ),
+        lambda: varied(_valid, weight_scale=np.full((4,), 1.0, np.float16)),
         TypeError,
         r"dequant_swiglu_quant: argument 'weight_scale' must be of dtype float32",
     ),
     BadCall(
         "weight_scale_shape_2",
-        lambda: (
-            (np.array([[200.0, 0.0, 3.0, 5.0], [0.0, 0.0, 0.0, 0.0]], np.float16),),
-            {'weight_scale': np.full((4,), 1.0, F32), 'activate_left': True, 'quant_mode': 1},
-        ),
+        lambda: varied(_valid, {0: np.array([[200.0, 0.0, 3.0, 5.0], [0.0, 0.0, 0.0, 0.0]], np.float16)}),
         ValueError,
         r"dequant_swiglu_quant: argument 'weight_scale' must be None for float x",
     ),
     BadCall(
         "activation_scale_shape",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {
-                'weight_scale': np.full((4,), 1.0, F32),
-                'activate_left': True,
-                'quant_mode': 1,
-                'activation_scale': np.full((3,), 1.0, F32),
-            },
-        ),
+        lambda: varied(_valid, activation_scale=np.full((3,), 1.0, F32)),
         ValueError,
         r"dequant_swiglu_quant: argument 'activation_scale' must be of shape \[T\] or \[T, 1\] with T = 2",
     ),
     BadCall(
         "bias_shape_2",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {
-                'weight_scale': np.full((4,), 1.0, F32),
-                'activate_left': True,
-                'quant_mode': 1,
-                'bias': np.full((3,), 1, np.int32),
-            },
-        ),
+        lambda: varied(_valid, bias=np.full((3,), 1, np.int32)),
         ValueError,
         r"dequant_swiglu_quant: argument 'bias' must be of shape \[2H\] = \[4\] or \[1, 4\]",
     ),
     BadCall(
         "bias_dtype",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {
-                'weight_scale': np.full((4,), 1.0, F32),
-                'activate_left': True,
-                'quant_mode': 1,
-                'bias': np.full((4,), 1.0, F32),
-            },
-        ),
+        lambda: varied(_valid, bias=np.full((4,), 1.0, F32)),
         TypeError,
         r"dequant_swiglu_quant: argument 'bias' must be of dtype int32",
     ),
     BadCall(
         "quant_mode_choice",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {'weight_scale': np.full((4,), 1.0, F32), 'activate_left': True, 'quant_mode': 2},
-        ),
+        lambda: varied(_valid, quant_mode=2),
         ValueError,
         r"dequant_swiglu_quant: argument 'quant_mode' must be one of",
     ),
     BadCall(
         "quant_scale_value",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {'weight_scale': np.full((4,), 1.0, F32), 'activate_left': True, 'quant_mode': 0},
-        ),
+        lambda: varied(_valid, quant_mode=0),
         ValueError,
         r"dequant_swiglu_quant: argument 'quant_scale' must be a float32 static scale with quant_mode=0",
     ),
     BadCall(
         "quant_scale_dtype",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {
-                'weight_scale': np.full((4,), 1.0, F32),
-                'activate_left': True,
-                'quant_mode': 0,
-                'quant_scale': np.full((2,), 1.0, np.float16),
-            },
-        ),
+        lambda: varied(_valid, quant_mode=0, quant_scale=np.full((2,), 1.0, np.float16)),
         TypeError,
         r"dequant_swiglu_quant: argument 'quant_scale' must be of dtype float32",
     ),
     BadCall(
         "quant_offset_shape_2",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {
-                'weight_scale': np.full((4,), 1.0, F32),
-                'activate_left': True,
-                'quant_mode': 0,
-                'quant_scale': np.full((2,), 1.0, F32),
-                'quant_offset': np.full((3,), 1.0, F32),
-            },
-        ),
+        lambda: varied(_valid, quant_mode=0, quant_scale=np.full((2,), 1.0, F32), quant_offset=np.full((3,), 1.0, F32)),
         ValueError,
         r"dequant_swiglu_quant: argument 'quant_offset' must be of quant_scale's shape",
     ),
     BadCall(
         "quant_offset_shape_3",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {
-                'weight_scale': np.full((4,), 1.0, F32),
-                'activate_left': True,
-                'quant_mode': 1,
-                'quant_offset': np.full((2,), 1.0, F32),
-            },
-        ),
+        lambda: varied(_valid, quant_offset=np.full((2,), 1.0, F32)),
         ValueError,
         r"dequant_swiglu_quant: argument 'quant_offset' must be None with quant_mode=1",
     ),
     BadCall(
         "quant_scale_shape",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {
-                'weight_scale': np.full((4,), 1.0, F32),
-                'activate_left': True,
-                'quant_mode': 1,
-                'quant_scale': np.full((3,), 1.0, F32),
-            },
-        ),
+        lambda: varied(_valid, quant_scale=np.full((3,), 1.0, F32)),
         ValueError,
         r"dequant_swiglu_quant: argument 'quant_scale' must be of shape \[2\] or \[1, 2\]",
     ),
     BadCall(
         "x_shape_3",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {
-                'weight_scale': np.full((4,), 1.0, F32),
-                'activate_left': True,
-                'quant_mode': 1,
-                'group_index': np.full((1,), 2, np.int64),
-            },
-        ),
+        lambda: varied(_valid, group_index=np.full((1,), 2, np.int64)),
         ValueError,
         r"dequant_swiglu_quant: argument 'x' must be of half width H a multiple of 64 and <= 10496 with group_index",
     ),
     BadCall(
         "activate_left_type",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {'weight_scale': np.full((4,), 1.0, F32), 'activate_left': 1, 'quant_mode': 1},
-        ),
+        lambda: varied(_valid, activate_left=1),
         TypeError,
         r"dequant_swiglu_quant: argument 'activate_left' must be a bool",
     ),
     BadCall(
         "swiglu_limit_value_2",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {'weight_scale': np.full((4,), 1.0, F32), 'activate_left': True, 'quant_mode': 1, 'swiglu_limit': 0.0},
-        ),
+        lambda: varied(_valid, swiglu_limit=0.0),
         ValueError,
         r"dequant_swiglu_quant: argument 'swiglu_limit' must be > 0",
     ),
     BadCall(
         "swiglu_limit_value_3",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {'weight_scale': np.full((4,), 1.0, F32), 'activate_left': True, 'quant_mode': 1, 'swiglu_limit': '10'},
-        ),
+        lambda: varied(_valid, swiglu_limit='10'),
         TypeError,
         r"dequant_swiglu_quant: argument 'swiglu_limit' must be a real number",
     ),
@@ -411,10 +322,7 @@ BAD_CALLS = [
     ),
     BadCall(
         "weight_scale_nonfinite",
-        lambda: (
-            (np.array([[200, 0, 3, 5], [0, 0, 0, 0]], np.int32),),
-            {'weight_scale': np.array([1.0, np.inf, 1.0, 1.0], F32), 'activate_left': True, 'quant_mode': 1},
-        ),
+        lambda: varied(_valid, weight_scale=np.array([1.0, np.inf, 1.0, 1.0], F32)),
         ValueError,
         r"dequant_swiglu_quant: argument 'weight_scale' must be finite",
     ),

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import w8a8
 
 from ... import strategies as S
-from ...declare import BadCall, BenchCase, Case, OpDecl, Stage, declare, outputs
+from ...declare import BadCall, BenchCase, Case, OpDecl, Stage, declare, outputs, varied
 from ...values import int8_tensor, positive_scales, rng_for
 from .. import _dsv4
 from ._common import (BF16, F32, GMM_W, GMM_X, bench_experts_count, bench_routing, counts, group_list, i8)
@@ -139,6 +139,21 @@ CASES = [
              "(its [E, N, K] layout viewed as [E, K, N]); the result is a one-element list."),
 ]
 
+def _valid():
+    """A valid call the bad calls below change one or two arguments of."""
+    return (
+        np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
+        np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
+    ), {
+        'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
+        'group_list': np.array([2, 0, 1], np.int64),
+        'group_list_type': 1,
+        'output_dtype': 'bfloat16',
+        'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
+        'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
+    }
+
+
 BAD_CALLS = [
     BadCall(
         "output_dtype_value",
@@ -241,561 +256,185 @@ BAD_CALLS = [
     ),
     BadCall(
         "x_dtype",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int16),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, {0: np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int16)}),
         TypeError,
         r"grouped_matmul: argument 'x' must be of dtype int8",
     ),
     BadCall(
         "x_value_2",
-        lambda: (
-            (
-                [
+        lambda: varied(_valid, {0: [
                     np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
                     np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                ],
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+                ]}),
         ValueError,
         r"grouped_matmul: argument 'x' must be a single tensor or a one-element list",
     ),
     BadCall(
         "weight_shape_2",
-        lambda: (
-            (np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[1, 0], [0, 1]], np.int8)),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, {1: np.array([[1, 0], [0, 1]], np.int8)}),
         ValueError,
         r"grouped_matmul: argument 'weight' must be 3-D",
     ),
     BadCall(
         "weight_shape_3",
-        lambda: (
-            (np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8), np.array([[[1, 0]], [[7, 7]], [[1, 1]]], np.int8)),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, {1: np.array([[[1, 0]], [[7, 7]], [[1, 1]]], np.int8)}),
         ValueError,
         r"grouped_matmul: argument 'weight' must be of shape \[E, K, N\] with K = 2",
     ),
     BadCall(
         "output_dtype_value_3",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], F32),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, scale=np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], F32)),
         TypeError,
         r"grouped_matmul: argument 'output_dtype' must be float16 for a float32 scale",
     ),
     BadCall(
         "output_dtype_value_4",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'float16',
-            },
-        ),
+        lambda: varied(_valid, output_dtype='float16'),
         TypeError,
         r"grouped_matmul: argument 'output_dtype' must be bfloat16 for a bfloat16 scale",
     ),
     BadCall(
         "output_dtype_value_5",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': None,
-                'per_token_scale': None,
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, scale=None, per_token_scale=None),
         TypeError,
         r"grouped_matmul: argument 'output_dtype' must be int32 for a None scale",
     ),
     BadCall(
         "output_dtype_value_6",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'float32',
-            },
-        ),
+        lambda: varied(_valid, output_dtype='float32'),
         TypeError,
         r"grouped_matmul: argument 'output_dtype' must be None, int8, bfloat16, float16 or int32",
     ),
     BadCall(
         "scale_dtype",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], np.float16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, scale=np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], np.float16)),
         TypeError,
         r"grouped_matmul: argument 'scale' must be of dtype bfloat16, float32, int64 or uint64",
     ),
     BadCall(
         "scale_shape",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, scale=np.array([[0.5, 0.25], [1.0, 1.0]], BF16)),
         ValueError,
         r"grouped_matmul: argument 'scale' must be of shape \[E, N\] = \[3, 2\]",
     ),
     BadCall(
         "act_type_value_2",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': None,
-                'per_token_scale': None,
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'int32',
-                'act_type': 1,
-            },
-        ),
+        lambda: varied(_valid, scale=None, per_token_scale=None, output_dtype='int32', act_type=1),
         ValueError,
         r"grouped_matmul: argument 'act_type' must be 0 without per_token_scale",
     ),
     BadCall(
         "per_token_scale_shape_2",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array(
+        lambda: varied(_valid, scale=np.array(
                     [
                         [70369801142272, 70369792753664],
                         [70369809530880, 70369809530880],
                         [70369817919488, 70369826308096],
                     ],
                     np.int64,
-                ),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': None,
-            },
-        ),
+                ), output_dtype=None),
         ValueError,
         r"grouped_matmul: argument 'per_token_scale' must be None unless scale is bf16 or fp32",
     ),
     BadCall(
         "per_token_scale_shape_3",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, per_token_scale=np.array([1.0, 2.0, 0.5], F32)),
         ValueError,
         r"grouped_matmul: argument 'per_token_scale' must be of shape \[M\] = \[4\]",
     ),
     BadCall(
         "per_token_scale_dtype",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], np.float16),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, per_token_scale=np.array([1.0, 2.0, 0.5, 9.0], np.float16)),
         TypeError,
         r"grouped_matmul: argument 'per_token_scale' must be of dtype float32",
     ),
     BadCall(
         "bias_dtype",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10.0, 20.0], [0.0, 0.0], [1.0, 1.0]], F32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, bias=np.array([[10.0, 20.0], [0.0, 0.0], [1.0, 1.0]], F32)),
         TypeError,
         r"grouped_matmul: argument 'bias' must be of dtype int32",
     ),
     BadCall(
         "bias_shape",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, bias=np.array([[10, 20], [0, 0]], np.int32)),
         ValueError,
         r"grouped_matmul: argument 'bias' must be of shape \[E, N\] = \[3, 2\]",
     ),
     BadCall(
         "offset_shape_2",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-                'offset': np.full((3, 2), 0.0, F32),
-            },
-        ),
+        lambda: varied(_valid, offset=np.full((3, 2), 0.0, F32)),
         ValueError,
         r"grouped_matmul: argument 'offset' must be None",
     ),
     BadCall(
         "act_type_value_3",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-                'act_type': 3,
-            },
-        ),
+        lambda: varied(_valid, act_type=3),
         ValueError,
         r"grouped_matmul: argument 'act_type' must be 0",
     ),
     BadCall(
         "group_list_type_choice",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 3,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, group_list_type=3),
         ValueError,
         r"grouped_matmul: argument 'group_list_type' must be one of",
     ),
     BadCall(
         "group_list_dtype",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int32),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, group_list=np.array([2, 0, 1], np.int32)),
         TypeError,
         r"grouped_matmul: argument 'group_list' must be of dtype int64",
     ),
     BadCall(
         "group_list_shape",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, group_list=np.array([2, 1], np.int64)),
         ValueError,
         r"grouped_matmul: argument 'group_list' must be 1-D of length 3",
     ),
     BadCall(
         "group_list_value",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, -1, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, group_list=np.array([2, -1, 1], np.int64)),
         ValueError,
         r"grouped_matmul: argument 'group_list' must be non-negative",
     ),
     BadCall(
         "group_list_limit_2",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([3, 1, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, group_list=np.array([3, 1, 1], np.int64)),
         ValueError,
         r"grouped_matmul: argument 'group_list' must be a row total <= the row count 4",
     ),
     BadCall(
         "group_list_rank_2",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 1, 3], np.int64),
-                'group_list_type': 0,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, group_list=np.array([2, 1, 3], np.int64), group_list_type=0),
         ValueError,
         r"grouped_matmul: argument 'group_list' must be non-decreasing cumulative row ends",
     ),
     BadCall(
         "group_list_range_2",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([[3, 1]], np.int64),
-                'group_list_type': 2,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, group_list=np.array([[3, 1]], np.int64), group_list_type=2),
         ValueError,
         r"grouped_matmul: argument 'group_list' must be group ids",
     ),
     BadCall(
         "group_list_shape_2",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 2,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, group_list_type=2),
         ValueError,
         r"grouped_matmul: argument 'group_list' must be of shape \[P, 2\] =",
     ),
     BadCall(
         "split_item_choice",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-                'split_item': 0,
-            },
-        ),
+        lambda: varied(_valid, split_item=0),
         ValueError,
         r"grouped_matmul: argument 'split_item' must be one of",
     ),
     BadCall(
         "group_type_choice",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, 2.0, 0.5, 9.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-                'group_type': 2,
-            },
-        ),
+        lambda: varied(_valid, group_type=2),
         ValueError,
         r"grouped_matmul: argument 'group_type' must be one of",
     ),
     BadCall(
         "per_token_scale_nonfinite",
-        lambda: (
-            (
-                np.array([[1, 2], [3, -30], [2, 2], [5, 5]], np.int8),
-                np.array([[[1, 0], [0, 1]], [[7, 7], [7, 7]], [[1, 1], [1, -1]]], np.int8),
-            ),
-            {
-                'bias': np.array([[10, 20], [0, 0], [1, 1]], np.int32),
-                'scale': np.array([[0.5, 0.25], [1.0, 1.0], [2.0, 4.0]], BF16),
-                'per_token_scale': np.array([1.0, np.nan, 1.0, 1.0], F32),
-                'group_list': np.array([2, 0, 1], np.int64),
-                'group_list_type': 1,
-                'output_dtype': 'bfloat16',
-            },
-        ),
+        lambda: varied(_valid, per_token_scale=np.array([1.0, np.nan, 1.0, 1.0], F32)),
         ValueError,
         r"grouped_matmul: argument 'per_token_scale' must be finite",
     ),

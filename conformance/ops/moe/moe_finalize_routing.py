@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from w8a8 import dtypes as _dt
 
 from ... import strategies as S
-from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
+from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs, varied
 from ...values import float_tensor, rng_for
 from .. import _dsv4
 from ._common import BF16, F32, bench_experts_count, bench_routing, expert_ids, routing_shape
@@ -78,6 +78,19 @@ CASES = [
          "rows 3 and 1 = 4 + 2 (mode 3)."),
 ]
 
+def _valid():
+    """A valid call the bad calls below change one or two arguments of."""
+    return (
+        np.array([[1.0], [2.0], [3.0], [4.0]], F32),
+        None,
+        None,
+        None,
+        np.array([[0.5, 0.25], [2.0, 1.0]], F32),
+        np.array([2, 0, 1, 3], np.int32),
+        np.array([[2, 0], [0, 2]], np.int32),
+    ), {'drop_pad_mode': 2}
+
+
 BAD_CALLS = [
     BadCall("expanded_src_to_dst_row_range", lambda: ((np.ones((4, 2), F32), None, None, None, np.ones((2, 2), F32),
                               np.array([0, -1, 2, 3], np.int32), None), {}),
@@ -136,273 +149,97 @@ BAD_CALLS = [
     ),
     BadCall(
         "expanded_permuted_rows_dtype",
-        lambda: (
-            (
-                np.array([[1], [2], [3], [4]], np.int32),
-                None,
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {0: np.array([[1], [2], [3], [4]], np.int32)}),
         TypeError,
         r"moe_finalize_routing: argument 'expanded_permuted_rows' must be of dtype float16, bfloat16 or float32",
     ),
     BadCall(
         "expanded_permuted_rows_shape_2",
-        lambda: (
-            (
-                np.array([[[1.0]], [[0.0]], [[3.0]]], F32),
-                None,
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {0: np.array([[[1.0]], [[0.0]], [[3.0]]], F32)}),
         ValueError,
         r"moe_finalize_routing: argument 'expanded_permuted_rows' must be 2-D \[N\*K, H\] with drop_pad_mode=2",
     ),
     BadCall(
         "drop_pad_mode_choice",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 4},
-        ),
+        lambda: varied(_valid, drop_pad_mode=4),
         ValueError,
         r"moe_finalize_routing: argument 'drop_pad_mode' must be one of",
     ),
     BadCall(
         "expanded_src_to_dst_row_dtype",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int64),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {5: np.array([2, 0, 1, 3], np.int64)}),
         TypeError,
         r"moe_finalize_routing: argument 'expanded_src_to_dst_row' must be of dtype int32",
     ),
     BadCall(
         "expanded_src_to_dst_row_range_2",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, -1, -1], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {5: np.array([2, 0, -1, -1], np.int32)}),
         ValueError,
         r"moe_finalize_routing: argument 'expanded_src_to_dst_row' must be row indices in \[0, 4\)",
     ),
     BadCall(
         "expanded_src_to_dst_row_range_3",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([0, 1, 2, 4], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {5: np.array([0, 1, 2, 4], np.int32)}),
         ValueError,
         r"moe_finalize_routing: argument 'expanded_src_to_dst_row' must be row indices in \[0, 4\)",
     ),
     BadCall(
         "expanded_src_to_dst_row_shape",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {5: np.array([2, 0, 1], np.int32)}),
         ValueError,
         r"moe_finalize_routing: argument 'expanded_src_to_dst_row' must be of shape \[N\*K\] = \[4\]",
     ),
     BadCall(
         "scales_dtype",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], np.float16),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {4: np.array([[0.5, 0.25], [2.0, 1.0]], np.float16)}),
         TypeError,
         r"moe_finalize_routing: argument 'scales' must be of dtype float32",
     ),
     BadCall(
         "skip1_value_2",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                np.full((2, 1), 1.0, F32),
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {2: np.full((2, 1), 1.0, F32)}),
         ValueError,
         r"moe_finalize_routing: argument 'skip1' must be given when skip2 is",
     ),
     BadCall(
         "skip1_shape",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                np.full((1, 1), 10.0, F32),
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {1: np.full((1, 1), 10.0, F32)}),
         ValueError,
         r"moe_finalize_routing: argument 'skip1' must be of shape \[N, H\] = \[2, 1\]",
     ),
     BadCall(
         "skip1_dtype",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                np.array([[10.0], [20.0]], np.float16),
-                None,
-                None,
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {1: np.array([[10.0], [20.0]], np.float16)}),
         TypeError,
         r"moe_finalize_routing: argument 'skip1' must be of dtype float32",
     ),
     BadCall(
         "export_for_source_row_value_2",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                np.array([[100.0], [0.0], [1000.0]], F32),
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                None,
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {3: np.array([[100.0], [0.0], [1000.0]], F32), 6: None}),
         ValueError,
         r"moe_finalize_routing: argument 'export_for_source_row' must be the \[N, K\] expert ids when bias is given",
     ),
     BadCall(
         "export_for_source_row_range_2",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                np.array([[100.0], [0.0]], F32),
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {3: np.array([[100.0], [0.0]], F32)}),
         ValueError,
         r"moe_finalize_routing: argument 'export_for_source_row' must be expert ids in \[0, E = 2\)",
     ),
     BadCall(
         "bias_shape",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                np.full((3, 2), 0.0, F32),
-                np.array([[0.5, 0.25], [2.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {3: np.full((3, 2), 0.0, F32)}),
         ValueError,
         r"moe_finalize_routing: argument 'bias' must be of shape \[E, H\] with H = 1",
     ),
     BadCall(
         "k_value_2",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                None,
-                None,
-                np.array([2, 0, 1, 3], np.int32),
-                None,
-            ),
-            {'drop_pad_mode': 2, 'k': 3},
-        ),
+        lambda: varied(_valid, {4: None, 6: None}, k=3),
         ValueError,
         r"moe_finalize_routing: argument 'k' must be a divisor of the index length 4",
     ),
     BadCall(
         "scales_nonfinite",
-        lambda: (
-            (
-                np.array([[1.0], [2.0], [3.0], [4.0]], F32),
-                None,
-                None,
-                None,
-                np.array([[np.nan, 1.0], [1.0, 1.0]], F32),
-                np.array([2, 0, 1, 3], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-            ),
-            {'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, {4: np.array([[np.nan, 1.0], [1.0, 1.0]], F32)}),
         ValueError,
         r"moe_finalize_routing: argument 'scales' must be finite",
     ),

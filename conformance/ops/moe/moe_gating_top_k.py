@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ... import strategies as S
-from ...declare import BadCall, Case, OpDecl, declare, outputs
+from ...declare import BadCall, Case, OpDecl, declare, outputs, varied
 from ...values import rng_for
 from ._common import BF16, F32, logits
 
@@ -79,6 +79,11 @@ CASES = [
          "of the table); the weights are the normalised scores of those experts.")
     for norm in (0, 1, 2)]
 
+def _valid():
+    """A valid call the bad calls below change one or two arguments of."""
+    return (np.full((2, 6), 0.0, F32), 1), {}
+
+
 BAD_CALLS = [
     BadCall("group_count_value", lambda: ((np.ones((2, 6), F32), 1), {"group_count": 4}),
             ValueError, r"moe_gating_top_k: argument 'group_count' must be a divisor of the expert count 6"),
@@ -103,37 +108,37 @@ BAD_CALLS = [
             ValueError, r"moe_gating_top_k: argument 'k' must be in \[1, 6\]"),
     BadCall("k_range_3", lambda: ((np.full((2, 6), 0.0, F32), 4), {'group_count': 3, 'k_group': 1}),
             ValueError, r"moe_gating_top_k: argument 'k' must be in \[1, 2\]"),
-    BadCall("group_count_value_2", lambda: ((np.full((2, 6), 0.0, F32), 1), {'group_count': 4}),
+    BadCall("group_count_value_2", lambda: varied(_valid, group_count=4),
             ValueError, r"moe_gating_top_k: argument 'group_count' must be a divisor of the expert count 6"),
-    BadCall("k_group_range", lambda: ((np.full((2, 6), 0.0, F32), 1), {'group_count': 2, 'k_group': 3}),
+    BadCall("k_group_range", lambda: varied(_valid, group_count=2, k_group=3),
             ValueError, r"moe_gating_top_k: argument 'k_group' must be in \[1, 2\]"),
     BadCall(
         "group_count_value_3",
-        lambda: ((np.full((2, 6), 0.0, F32), 1), {'group_count': 6, 'group_select_mode': 1}),
+        lambda: varied(_valid, group_count=6, group_select_mode=1),
         ValueError,
         r"moe_gating_top_k: argument 'group_count' must be at most E / 2 groups with group_select_mode=1",
     ),
-    BadCall("group_select_mode_choice", lambda: ((np.full((2, 6), 0.0, F32), 1), {'group_select_mode': 2}),
+    BadCall("group_select_mode_choice", lambda: varied(_valid, group_select_mode=2),
             ValueError, r"moe_gating_top_k: argument 'group_select_mode' must be one of"),
-    BadCall("norm_type_choice", lambda: ((np.full((2, 6), 0.0, F32), 1), {'norm_type': 3}),
+    BadCall("norm_type_choice", lambda: varied(_valid, norm_type=3),
             ValueError, r"moe_gating_top_k: argument 'norm_type' must be one of"),
-    BadCall("renorm_choice_2", lambda: ((np.full((2, 6), 0.0, F32), 1), {'renorm': 2}),
+    BadCall("renorm_choice_2", lambda: varied(_valid, renorm=2),
             ValueError, r"moe_gating_top_k: argument 'renorm' must be one of"),
-    BadCall("bias_shape", lambda: ((np.full((2, 6), 0.0, F32), 1), {'bias': np.full((5,), 0.0, F32)}),
+    BadCall("bias_shape", lambda: varied(_valid, bias=np.full((5,), 0.0, F32)),
             ValueError, r"moe_gating_top_k: argument 'bias' must be of shape \[E\] = \[6\]"),
-    BadCall("bias_dtype_2", lambda: ((np.full((2, 6), 0.0, F32), 1), {'bias': np.full((6,), 0.0, np.float16)}),
+    BadCall("bias_dtype_2", lambda: varied(_valid, bias=np.full((6,), 0.0, np.float16)),
             TypeError, r"moe_gating_top_k: argument 'bias' must be of dtype float32"),
-    BadCall("out_flag_type", lambda: ((np.full((2, 6), 0.0, F32), 1), {'out_flag': 1}),
+    BadCall("out_flag_type", lambda: varied(_valid, out_flag=1),
             TypeError, r"moe_gating_top_k: argument 'out_flag' must be a bool"),
-    BadCall("routed_scaling_factor_value", lambda: ((np.full((2, 6), 0.0, F32), 1), {'routed_scaling_factor': 'x'}),
+    BadCall("routed_scaling_factor_value", lambda: varied(_valid, routed_scaling_factor='x'),
             TypeError, r"moe_gating_top_k: argument 'routed_scaling_factor' must be a real number"),
-    BadCall("eps_nonfinite", lambda: ((np.full((2, 6), 0.0, F32), 1), {'eps': np.inf}),
+    BadCall("eps_nonfinite", lambda: varied(_valid, eps=np.inf),
             ValueError, r"moe_gating_top_k: argument 'eps' must be finite"),
     BadCall("x_shape", lambda: ((np.full((2, 4096), 0.0, F32), 1), {}),
             ValueError, r"moe_gating_top_k: argument 'x' must be of last dimension"),
     BadCall(
         "tid2eid_value_2",
-        lambda: ((np.full((2, 6), 0.0, F32), 1), {'input_ids': np.full((2,), 0, np.int32)}),
+        lambda: varied(_valid, input_ids=np.full((2,), 0, np.int32)),
         ValueError,
         r"moe_gating_top_k: argument 'tid2eid' must be given together with the other hash-mode argument",
     ),
@@ -148,19 +153,13 @@ BAD_CALLS = [
     ),
     BadCall(
         "input_ids_range",
-        lambda: (
-            (np.full((2, 6), 0.0, F32), 1),
-            {'input_ids': np.array([0, 3], np.int32), 'tid2eid': np.full((3, 1), 0, np.int32)},
-        ),
+        lambda: varied(_valid, input_ids=np.array([0, 3], np.int32), tid2eid=np.full((3, 1), 0, np.int32)),
         ValueError,
         r"moe_gating_top_k: argument 'input_ids' must be in \[0, 3\)",
     ),
     BadCall(
         "tid2eid_range_2",
-        lambda: (
-            (np.full((2, 6), 0.0, F32), 1),
-            {'input_ids': np.full((2,), 0, np.int32), 'tid2eid': np.full((3, 1), 6, np.int32)},
-        ),
+        lambda: varied(_valid, input_ids=np.full((2,), 0, np.int32), tid2eid=np.full((3, 1), 6, np.int32)),
         ValueError,
         r"moe_gating_top_k: argument 'tid2eid' must be expert ids in \[0, 6\)",
     ),

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ... import strategies as S
-from ...declare import BadCall, Case, OpDecl, declare, outputs
+from ...declare import BadCall, Case, OpDecl, declare, outputs, varied
 from ...values import float_tensor, rng_for
 from ._common import BF16, F32, bf16, expert_ids, routing_shape
 
@@ -47,6 +47,16 @@ CASES = [
          "tokens 0, 1, 0, 1."),
 ]
 
+def _valid():
+    """A valid call the bad calls below change one or two arguments of."""
+    return (
+        np.array([[1.0, 1.0], [2.0, 2.0]], F32),
+        np.array([[0, 2], [1, 3]], np.int32),
+        np.array([[2, 0], [0, 2]], np.int32),
+        2,
+    ), {}
+
+
 BAD_CALLS = [
     BadCall(
         "row_idx_value",
@@ -62,71 +72,31 @@ BAD_CALLS = [
     ),
     BadCall(
         "x_dtype",
-        lambda: (
-            (
-                np.array([[1, 1], [2, 2]], np.int8),
-                np.array([[0, 2], [1, 3]], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-                2,
-            ),
-            {},
-        ),
+        lambda: varied(_valid, {0: np.array([[1, 1], [2, 2]], np.int8)}),
         TypeError,
         r"moe_init_routing: argument 'x' must be of dtype float16, bfloat16 or float32",
     ),
     BadCall(
         "row_idx_value_2",
-        lambda: (
-            (
-                np.array([[1.0, 1.0], [2.0, 2.0]], F32),
-                np.array([[0, 2], [1, 1]], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-                2,
-            ),
-            {},
-        ),
+        lambda: varied(_valid, {1: np.array([[0, 2], [1, 1]], np.int32)}),
         ValueError,
         r"moe_init_routing: argument 'row_idx' must be a permutation of 0 \.\. N\*K-1 = 0 \.\. 3",
     ),
     BadCall(
         "row_idx_dtype",
-        lambda: (
-            (
-                np.array([[1.0, 1.0], [2.0, 2.0]], F32),
-                np.array([[0, 2], [1, 3]], np.int64),
-                np.array([[2, 0], [0, 2]], np.int32),
-                2,
-            ),
-            {},
-        ),
+        lambda: varied(_valid, {1: np.array([[0, 2], [1, 3]], np.int64)}),
         TypeError,
         r"moe_init_routing: argument 'row_idx' must be of dtype int32",
     ),
     BadCall(
         "expert_idx_shape",
-        lambda: (
-            (
-                np.array([[1.0, 1.0], [2.0, 2.0]], F32),
-                np.array([[0, 2], [1, 3]], np.int32),
-                np.array([[2], [0]], np.int32),
-                2,
-            ),
-            {},
-        ),
+        lambda: varied(_valid, {2: np.array([[2], [0]], np.int32)}),
         ValueError,
         r"moe_init_routing: argument 'expert_idx' must be of row_idx's shape",
     ),
     BadCall(
         "active_num_range_2",
-        lambda: (
-            (
-                np.array([[1.0, 1.0], [2.0, 2.0]], F32),
-                np.array([[0, 2], [1, 3]], np.int32),
-                np.array([[2, 0], [0, 2]], np.int32),
-                -1,
-            ),
-            {},
-        ),
+        lambda: varied(_valid, {3: -1}),
         ValueError,
         r"moe_init_routing: argument 'active_num' must be in \[0, inf\]",
     ),

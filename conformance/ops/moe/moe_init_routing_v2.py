@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import w8a8
 
 from ... import strategies as S
-from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs
+from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs, varied
 from ...values import float_tensor, positive_scales, rng_for
 from .. import _dsv4
 from ._common import BF16, F32, IDS, bench_experts_count, bench_routing, bf16, expert_ids, routing_shape
@@ -107,249 +107,193 @@ CASES = [
          "Capacity 2: [e0: token 0, token 1 | e1: token 2, an empty slot of zeros]; slots 0, 1, 2."),
 ]
 
+def _valid():
+    """A valid call (2 tokens, top-2 of 3 experts) the golden tests' bad inputs change one or two arguments of."""
+    return (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)), {'expert_num': 3}
+
+def _valid_fixtures():
+    """A valid call on the shared fixtures (bf16 x [2, 4], top-2 of 4 experts)."""
+    return (np.ones((2, 4), BF16), IDS[:2]), {'expert_num': 4}
+
+
 BAD_CALLS = [
     BadCall(
         "scale_value",
-        lambda: ((np.ones((2, 4), BF16), IDS[:2]), {"expert_num": 4, "quant_mode": 0}),
+        lambda: varied(_valid_fixtures, quant_mode=0),
         ValueError,
         r"moe_init_routing_v2: argument 'scale' must be a float32 \[1\] static scale with quant_mode=0",
     ),
-    BadCall("offset_shape", lambda: ((np.ones((2, 4), BF16), IDS[:2]), {"expert_num": 4, "quant_mode": 1,
-                                                                "offset": np.ones(1, F32)}),
+    BadCall("offset_shape", lambda: varied(_valid_fixtures, quant_mode=1, offset=np.ones(1, F32)),
             ValueError, r"moe_init_routing_v2: argument 'offset' must be None unless quant_mode=0"),
-    BadCall("expert_capacity_value", lambda: ((np.ones((2, 4), BF16), IDS[:2]), {"expert_num": 4, "drop_pad_mode": 1}),
+    BadCall("expert_capacity_value", lambda: varied(_valid_fixtures, drop_pad_mode=1),
             ValueError, r"moe_init_routing_v2: argument 'expert_capacity' must be > 0 with drop_pad_mode=1"),
     BadCall(
         "scale_shape",
-        lambda: ((np.ones((2, 4), BF16), IDS[:2]), {"expert_num": 4, "quant_mode": 1, "scale": np.ones((3, 4), F32)}),
+        lambda: varied(_valid_fixtures, quant_mode=1, scale=np.ones((3, 4), F32)),
         ValueError,
         r"moe_init_routing_v2: argument 'scale' must be of shape \[end - start, H\] = \[4, 4\] or \[1, 4\]",
     ),
-    BadCall("expert_num_value", lambda: ((np.ones((2, 4), BF16), IDS[:2]), {"expert_num": 0}),
+    BadCall("expert_num_value", lambda: varied(_valid_fixtures, expert_num=0),
             ValueError, r"moe_init_routing_v2: argument 'expert_num' must be > 0"),
     BadCall(
         "active_expert_range_range",
-        lambda: ((np.ones((2, 4), BF16), IDS[:2]), {"expert_num": 4, "active_expert_range": [0, 5]}),
+        lambda: varied(_valid_fixtures, active_expert_range=[0, 5]),
         ValueError,
         r"moe_init_routing_v2: argument 'active_expert_range' must be within \[0, expert_num = 4\]",
     ),
-    BadCall("expert_idx_shape", lambda: ((np.ones((2, 4), BF16), IDS[:3]), {"expert_num": 4}),
+    BadCall("expert_idx_shape", lambda: varied(_valid_fixtures, {1: IDS[:3]}),
             ValueError, r"moe_init_routing_v2: argument 'expert_idx' must be of shape \[N, K\] with N = 2"),
-    BadCall("scale_nonfinite", lambda: ((np.full((2, 4), 3e38, BF16), IDS[:2]), {"expert_num": 4, "quant_mode": 1,
-                                                                      "scale": np.full((1, 4), 10, F32)}),
+    BadCall("scale_nonfinite", lambda: varied(_valid_fixtures, {0: np.full((2, 4), 3e38, BF16)}, quant_mode=1, scale=np.full((1, 4), 10, F32)),
             ValueError, r"moe_init_routing_v2: argument 'scale' must be such that x \* scale stays finite in fp32"),
     BadCall(
         "expert_idx_dtype",
-        lambda: ((np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int64)), {'expert_num': 3}),
+        lambda: varied(_valid, {1: np.array([[2, 0], [0, 2]], np.int64)}),
         TypeError,
         r"moe_init_routing_v2: argument 'expert_idx' must be of dtype int32",
     ),
     BadCall(
         "expert_idx_shape_2",
-        lambda: ((np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0]], np.int32)), {'expert_num': 3}),
+        lambda: varied(_valid, {1: np.array([[2, 0]], np.int32)}),
         ValueError,
         r"moe_init_routing_v2: argument 'expert_idx' must be of shape \[N, K\] with N = 2",
     ),
     BadCall(
         "expert_num_missing",
-        lambda: ((np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)), {'expert_num': -1}),
+        lambda: varied(_valid, expert_num=-1),
         ValueError,
         r"moe_init_routing_v2: argument 'expert_num' must be > 0 when active_expert_range is not given",
     ),
     BadCall(
         "active_expert_range_limit",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'active_expert_range': [2, 1]},
-        ),
+        lambda: varied(_valid, active_expert_range=[2, 1]),
         ValueError,
         r"moe_init_routing_v2: argument 'active_expert_range' must be \[start, end\) with 0 <= start < end <= 10240",
     ),
     BadCall(
         "active_expert_range_range_2",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'active_expert_range': [0, 4]},
-        ),
+        lambda: varied(_valid, active_expert_range=[0, 4]),
         ValueError,
         r"moe_init_routing_v2: argument 'active_expert_range' must be within \[0, expert_num = 3\]",
     ),
     BadCall(
         "active_expert_range_value",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'active_expert_range': [0]},
-        ),
+        lambda: varied(_valid, active_expert_range=[0]),
         ValueError,
         r"moe_init_routing_v2: argument 'active_expert_range' must be two ints \[start, end\)",
     ),
     BadCall(
         "drop_pad_mode_choice",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'drop_pad_mode': 2},
-        ),
+        lambda: varied(_valid, drop_pad_mode=2),
         ValueError,
         r"moe_init_routing_v2: argument 'drop_pad_mode' must be one of",
     ),
     BadCall(
         "expert_capacity_value_2",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'drop_pad_mode': 1},
-        ),
+        lambda: varied(_valid, drop_pad_mode=1),
         ValueError,
         r"moe_init_routing_v2: argument 'expert_capacity' must be > 0 with drop_pad_mode=1",
     ),
     BadCall(
         "row_idx_type_value",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'drop_pad_mode': 1, 'expert_capacity': 2, 'row_idx_type': 1},
-        ),
+        lambda: varied(_valid, drop_pad_mode=1, expert_capacity=2, row_idx_type=1),
         ValueError,
         r"moe_init_routing_v2: argument 'row_idx_type' must be 0",
     ),
     BadCall(
         "expert_tokens_num_type_choice",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'expert_tokens_num_type': 3},
-        ),
+        lambda: varied(_valid, expert_tokens_num_type=3),
         ValueError,
         r"moe_init_routing_v2: argument 'expert_tokens_num_type' must be one of",
     ),
     BadCall(
         "expert_tokens_num_flag_type",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'expert_tokens_num_flag': 1},
-        ),
+        lambda: varied(_valid, expert_tokens_num_flag=1),
         TypeError,
         r"moe_init_routing_v2: argument 'expert_tokens_num_flag' must be a bool",
     ),
     BadCall(
         "expert_num_value_2",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {
-                'expert_num': -1,
-                'active_expert_range': [0, 3],
-                'expert_tokens_num_type': 2,
-                'expert_tokens_num_flag': True,
-            },
+        lambda: varied(
+            _valid, expert_num=-1, active_expert_range=[0, 3], expert_tokens_num_type=2, expert_tokens_num_flag=True
         ),
         ValueError,
         r"moe_init_routing_v2: argument 'expert_num' must be > 0 with expert_tokens_num_type=2",
     ),
     BadCall(
         "quant_mode_choice",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'quant_mode': 2},
-        ),
+        lambda: varied(_valid, quant_mode=2),
         ValueError,
         r"moe_init_routing_v2: argument 'quant_mode' must be one of",
     ),
     BadCall(
         "x_shape",
-        lambda: (
-            (np.array([[1, 1], [2, 2]], np.int8), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'quant_mode': 1},
-        ),
+        lambda: varied(_valid, {0: np.array([[1, 1], [2, 2]], np.int8)}, quant_mode=1),
         TypeError,
         r"moe_init_routing_v2: argument 'x' must be float16, bfloat16 or float32 when quantizing",
     ),
     BadCall(
         "scale_value_2",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'quant_mode': 0},
-        ),
+        lambda: varied(_valid, quant_mode=0),
         ValueError,
         r"moe_init_routing_v2: argument 'scale' must be a float32 \[1\] static scale with quant_mode=0",
     ),
     BadCall(
         "scale_shape_2",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'quant_mode': 0, 'scale': np.full((2,), 1.0, F32)},
-        ),
+        lambda: varied(_valid, quant_mode=0, scale=np.full((2,), 1.0, F32)),
         ValueError,
         r"moe_init_routing_v2: argument 'scale' must be of shape \[1\] with quant_mode=0",
     ),
     BadCall(
         "offset_shape_2",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'quant_mode': 0, 'scale': np.full((1,), 1.0, F32), 'offset': np.full((2,), 1.0, F32)},
-        ),
+        lambda: varied(_valid, quant_mode=0, scale=np.full((1,), 1.0, F32), offset=np.full((2,), 1.0, F32)),
         ValueError,
         r"moe_init_routing_v2: argument 'offset' must be of shape \[1\] with quant_mode=0",
     ),
     BadCall(
         "offset_shape_3",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'offset': np.full((1,), 1.0, F32)},
-        ),
+        lambda: varied(_valid, offset=np.full((1,), 1.0, F32)),
         ValueError,
         r"moe_init_routing_v2: argument 'offset' must be None unless quant_mode=0",
     ),
     BadCall(
         "scale_shape_3",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'scale': np.full((3,), 1.0, F32)},
-        ),
+        lambda: varied(_valid, scale=np.full((3,), 1.0, F32)),
         ValueError,
         r"moe_init_routing_v2: argument 'scale' must be of shape \[N\] = \[2\]",
     ),
     BadCall(
         "scale_dtype",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'scale': np.full((2,), 1.0, np.float16)},
-        ),
+        lambda: varied(_valid, scale=np.full((2,), 1.0, np.float16)),
         TypeError,
         r"moe_init_routing_v2: argument 'scale' must be of dtype float32",
     ),
     BadCall(
         "scale_shape_4",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'quant_mode': 1, 'scale': np.full((2, 2), 1.0, F32)},
-        ),
+        lambda: varied(_valid, quant_mode=1, scale=np.full((2, 2), 1.0, F32)),
         ValueError,
         r"moe_init_routing_v2: argument 'scale' must be of shape \[end - start, H\] = \[3, 2\] or \[1, 2\]",
     ),
     BadCall(
         "x_nonfinite",
-        lambda: ((np.array([[np.inf, 0.0], [0.0, 0.0]], F32), np.array([[2, 0], [0, 2]], np.int32)), {'expert_num': 3}),
+        lambda: varied(_valid, {0: np.array([[np.inf, 0.0], [0.0, 0.0]], F32)}),
         ValueError,
         r"moe_init_routing_v2: argument 'x' must be finite",
     ),
     BadCall(
         "active_num_range",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'active_num': -2},
-        ),
+        lambda: varied(_valid, active_num=-2),
         ValueError,
         r"moe_init_routing_v2: argument 'active_num' must be in \[-1, inf\]",
     ),
     BadCall(
         "expert_capacity_range",
-        lambda: (
-            (np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)),
-            {'expert_num': 3, 'expert_capacity': -2},
-        ),
+        lambda: varied(_valid, expert_capacity=-2),
         ValueError,
         r"moe_init_routing_v2: argument 'expert_capacity' must be in \[-1, inf\]",
     ),
     BadCall(
         "expert_num_value_3",
-        lambda: ((np.array([[1.0, 1.0], [2.0, 2.0]], F32), np.array([[2, 0], [0, 2]], np.int32)), {'expert_num': 0}),
+        lambda: varied(_valid, expert_num=0),
         ValueError,
         r"moe_init_routing_v2: argument 'expert_num' must be > 0",
     ),
