@@ -221,11 +221,16 @@ class _Worker:
         self.started = 0.0  # when the running case began
         self.ready = False
 
-    def send(self, task: Task, options: dict) -> None:
+    def send(self, task: Task, options: dict) -> bool:
+        """Queue ``task``; False if the worker is gone (its death is then read from its pipe)."""
+        try:
+            self.conn.send((asdict(task), options))
+        except (BrokenPipeError, OSError):
+            return False
         if not self.inflight:
             self.started = time.monotonic()
         self.inflight.append(task)
-        self.conn.send((asdict(task), options))
+        return True
 
     def finished(self) -> None:
         """The running case reported its result; the next one (if any) starts now."""
@@ -302,7 +307,9 @@ def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: d
         while todo or any(w.inflight for w in workers):
             for w in workers:
                 while w.ready and todo and len(w.inflight) < IN_FLIGHT:
-                    w.send(todo.popleft(), opts)
+                    if not w.send(todo[0], opts):
+                        break
+                    todo.popleft()
             ready = wait([w.conn for w in workers], timeout=0.25)
             for i, w in enumerate(workers):
                 if w.conn not in ready:
