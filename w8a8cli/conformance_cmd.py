@@ -107,6 +107,20 @@ def _tolerance_path(args) -> str | None:
     return str(path) if path.is_file() else None
 
 
+def _tolerance_problem(args) -> str | None:
+    """Why the tolerance table cannot be used (unreadable, or an entry naming an undeclared op or output)."""
+    path = _tolerance_path(args)
+    if not path:
+        return None
+    from conformance.tolerances import ToleranceTable
+
+    try:
+        ToleranceTable.load(path)
+    except (ValueError, OSError) as exc:
+        return str(exc)
+    return None
+
+
 def _run_single(args, names: list[str]) -> int:
     import backends
 
@@ -142,6 +156,8 @@ def run(args) -> int:
             print(f"{name:28s} [{spec.family}] {spec.description}")
         return 0
     names, registrations, problem = _select_backends(args.backend)
+    if not problem:
+        problem = _tolerance_problem(args)
     if problem:
         print(f"w8a8 conformance: {problem}", file=sys.stderr)
         return 2

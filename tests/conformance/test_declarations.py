@@ -145,3 +145,15 @@ def test_a_named_case_checks_the_documented_values_on_both_sides(monkeypatch):
     r = run_case(decl, {"named": "trans_quant_param/lie"}, GOLDEN)
     assert r["status"] == "fail" and len(r["expected_mismatch"]) == 2
     assert r["expected_mismatch"][0].startswith("golden differs from the documented packed: 1 of 1 elements differ")
+
+
+def test_the_command_refuses_a_table_naming_an_undeclared_output(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.toml"
+    path.write_text('[[entry]]\nbackend = "*"\nop = "quant_matmul"\noutput = "codes"\n')
+    out = subprocess.run([sys.executable, "-m", "w8a8cli.main", "conformance", "--tolerances", str(path), "--op",
+                          "trans_quant_param", "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "names output 'codes' of quant_matmul, whose outputs are y" in out.stderr
