@@ -265,10 +265,10 @@ def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume:
 
         ToleranceTable.load(options.tolerances)
 
-    def emit(record: dict) -> None:
-        results.append(record)
-        stats["ran"] += 1
-        if on_result:
+    def emit(*records: dict) -> None:
+        results.append_many(list(records))
+        stats["ran"] += len(records)
+        for record in records if on_result else ():
             on_result(record)
 
     if options.workers <= 0:
@@ -311,6 +311,7 @@ def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: d
                         break
                     todo.popleft()
             ready = wait([w.conn for w in workers], timeout=0.25)
+            arrived = []  # the results of this round, written (and fsynced) together
             for i, w in enumerate(workers):
                 if w.conn not in ready:
                     continue
@@ -330,7 +331,8 @@ def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: d
                     w.ready = True
                 elif kind == "result":
                     w.finished()
-                    emit(payload)
+                    arrived.append(payload)
+            emit(*arrived)
             now = time.monotonic()
             for i, w in enumerate(workers):
                 if w.inflight and now - w.started > options.timeout:
