@@ -1,8 +1,9 @@
 """Backends: one interface (:class:`Backend`), a registry, and the built-ins.
 
 Built-ins: ``numpy`` (the golden), ``torch-cpu`` (PyTorch on the CPU, native int8 paths),
-``torch-npu`` (Ascend 910C through torch_npu). Third-party backends register through the
-entry-point group ``w8a8.backends``: ``name = "package.module:factory"``, where the factory is a
+``torch-npu`` (Ascend 910C through torch_npu). A backend implements ops by registering methods
+(:func:`implements`, :func:`loads`; docs/adding-a-backend.md). Third-party backends register through
+the entry-point group ``w8a8.backends``: ``name = "package.module:factory"``, where the factory is a
 ``Backend`` subclass or a callable returning a ``Backend``.
 
 Importing this package imports neither torch nor torch_npu: backends that need them import them
@@ -15,7 +16,7 @@ import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
 
-from .base import Backend, Prepared, Unsupported
+from .base import Backend, Prepared, Unsupported, implements, loads
 from .ops import OPS
 
 ENTRY_POINT_GROUP = "w8a8.backends"
@@ -109,5 +110,5 @@ def describe_all() -> list[dict]:
     return rows
 
 
-__all__ = ["Backend", "Prepared", "Unsupported", "OPS", "ENTRY_POINT_GROUP", "register", "names", "get",
-           "available", "describe_all"]
+__all__ = ["Backend", "Prepared", "Unsupported", "implements", "loads", "OPS", "ENTRY_POINT_GROUP", "register",
+           "names", "get", "available", "describe_all"]

@@ -1,28 +1,53 @@
-"""The ``Backend`` interface.
+"""The ``Backend`` interface: ops implemented by registration, one prepare mechanism.
 
-A backend is an implementation of (some of) the golden's ops. Its public op methods have the
-golden's names and arguments and take and return NumPy arrays; conversion to and from the device
-happens at the boundary. Internally every op is split in three so that benchmarks can time the
-device work alone:
+A backend implements (some of) the golden's ops (:mod:`w8a8.registry`). Its public op methods
+(``backend.quant_matmul(...)``, one per registered op) have the golden's names and arguments and
+take and return NumPy arrays. A subclass implements an op by registering methods::
 
-1. ``to_device`` for every array argument (host -> device transfer, dtype conversion);
-2. ``load(op, args, kwargs)``: load-time work a serving stack does once per weight (transposes,
-   NZ casts, weight prepacking) — not part of the timed op;
-3. ``_<op>(*device_args, **kwargs)``: the device work; ``synchronize()`` after it;
-4. ``from_device`` for every array in the result.
+    class MyBackend(Backend):
+        name = "mine"
+        numerics = w8a8.ASCEND              # the record it implements, bit for bit
 
-:meth:`Backend.prepare` performs 1 and 2 and returns a :class:`Prepared` whose ``run()`` is 3 and
-whose ``finish()`` is 4. :meth:`Backend.call` (what the op methods use) is all four.
+        @loads("quant_matmul")              # optional: load-time work (untimed)
+        def _load_qmm(self, a):             # a: the golden's QuantMatmulArgs (NumPy)
+            return self.transfer(a.x1), ... # what the implementation gets
+        @implements("quant_matmul")         # the device work (timed)
+        def _qmm(self, loaded):
+            ...
 
-A subclass declares ``name``, ``numerics`` (the :class:`w8a8.Numerics` it implements: the golden run
-with that record must reproduce it bit for bit), implements ``available()`` and the ``_<op>``
-methods it supports, and optionally ``to_device`` / ``from_device`` / ``load`` / ``synchronize`` /
-``supports``. It raises :class:`Unsupported` for a call it cannot make (an op, a dtype
-combination, another numerics record).
+A registered method that declares a keyword-only ``op`` parameter gets the op's name (useful for
+one method registered for several ops, ``@implements("a", "b")``), one that declares ``numerics``
+the record the call runs under (the declared one, or another the backend accepts). An unknown op name, two methods of one class for the same op,
+a loader without an implementation, or a registered method named like a public op method is a
+``TypeError`` when the class is created.
+
+:meth:`Backend.prepare` is the one mechanism, in this order:
+
+1. the op is a registered golden op, else :class:`Unsupported`;
+2. this backend implements it, else :class:`Unsupported` (never a broken test);
+3. the backend is available, else :class:`Unsupported` with its reason;
+4. the numerics asked for (``numerics=``) is the declared one or one the backend accepts
+   (:meth:`Backend.accepts_numerics`), else :class:`Unsupported` — the one refusal for every backend;
+5. the golden's check ``<op>_args(...)`` runs on the call (:meth:`Backend.checked_args`): its
+   ``ValueError`` / ``TypeError`` propagate, so every backend refuses what the golden refuses, with
+   the golden's message;
+6. the loader runs (untimed, ``Prepared.load_s``); what it converts with :meth:`Backend.transfer` is
+   the host-to-device transfer (``Prepared.transfer_in_s``). Without a loader the implementation
+   gets the Args with every array converted by :meth:`Backend.to_device`;
+7. :meth:`Prepared.run` calls the implementation on what the loader returned, then
+   :meth:`Backend.synchronize` (what benchmarks time);
+8. :meth:`Prepared.finish` converts every device array of the result back with
+   :meth:`Backend.from_device`.
+
+A subclass declares ``name``, ``numerics``, optionally ``available()``, ``to_device`` /
+``from_device`` / ``synchronize`` / ``supports``, and raises :class:`Unsupported` from a loader or
+an implementation for a call it cannot make (a dtype combination, a layout).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 import time
 from collections.abc import Callable
@@ -31,9 +56,10 @@ from typing import Any
 
 import numpy as np
 
+from w8a8 import registry
 from w8a8.numerics import ASCEND, Numerics
 
-from .ops import OPS, golden_function
+from .ops import OPS
 
 
 class Unsupported(Exception):
@@ -56,6 +82,79 @@ class Prepared:
         return self.finish(self.run())
 
 
+_MARKS = "_w8a8_backend_registrations"
+
+
+def _mark(kind: str, ops: tuple[str, ...]) -> Callable[[Callable], Callable]:
+    if not ops or not all(isinstance(op, str) for op in ops):
+        raise TypeError(f"@{kind}: the op names, as strings (e.g. @{kind}('quant_matmul')); got {ops!r}")
+
+    def decorate(fn: Callable) -> Callable:
+        setattr(fn, _MARKS, getattr(fn, _MARKS, ()) + tuple((kind, op) for op in ops))
+        return fn
+
+    return decorate
+
+
+def implements(*ops: str) -> Callable[[Callable], Callable]:
+    """Register the decorated method as the backend's device work for ``ops`` (timed).
+
+    It is called with what the op's loader returned (or, without a loader, the golden's Args with
+    every array on the device) and returns the outputs in device space.
+    """
+    return _mark("implements", ops)
+
+
+def loads(*ops: str) -> Callable[[Callable], Callable]:
+    """Register the decorated method as the load-time work of ``ops`` (untimed).
+
+    It is called with the golden's checked Args (NumPy arrays) and returns what the implementation
+    gets; arrays it moves to the device go through :meth:`Backend.transfer`.
+    """
+    return _mark("loads", ops)
+
+
+_CONTEXT = ("op", "numerics")  # what a registered method gets as keyword-only arguments, if it declares them
+
+
+@functools.lru_cache(maxsize=None)
+def _context_keywords(fn: Callable) -> tuple[str, ...]:
+    params = inspect.signature(fn).parameters
+    return tuple(k for k in _CONTEXT if k in params and params[k].kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def _invoke(backend: Backend, method: str, value, op: str, numerics: Numerics):
+    fn = getattr(backend, method)
+    context = {"op": op, "numerics": numerics}
+    return fn(value, **{k: context[k] for k in _context_keywords(getattr(fn, "__func__", fn))})
+
+
+def _registrations(cls: type) -> tuple[dict[str, str], dict[str, str]]:
+    """``({op: implementation method name}, {op: loader method name})`` of a class and its bases (the most
+    derived registration wins; a subclass that overrides a registered method by name is called instead)."""
+    known = set(registry.names())
+    found: dict[str, dict[str, str]] = {"implements": {}, "loads": {}}
+    for klass in reversed(cls.__mro__):
+        own: dict[str, dict[str, str]] = {"implements": {}, "loads": {}}
+        for attr, fn in vars(klass).items():
+            for kind, op in getattr(fn, _MARKS, ()):
+                if op not in known:
+                    raise TypeError(f"{cls.__name__}.{attr}: @{kind}({op!r}): no golden op {op!r}; "
+                                    f"known: {', '.join(sorted(known))}")
+                if attr in known:
+                    raise TypeError(f"{cls.__name__}.{attr}: a registered method must not be named like the public "
+                                    f"op method {attr!r} (name it e.g. '_{attr}')")
+                if own[kind].get(op, attr) != attr:
+                    raise TypeError(f"{cls.__name__}: two methods @{kind}({op!r}): {own[kind][op]} and {attr}")
+                own[kind][op] = attr
+        for kind in found:
+            found[kind].update(own[kind])
+    orphans = sorted(set(found["loads"]) - set(found["implements"]))
+    if orphans:
+        raise TypeError(f"{cls.__name__}: @loads without @implements for {', '.join(orphans)}")
+    return found["implements"], found["loads"]
+
+
 class Backend:
     """Base class of every backend. See the module docstring for the contract."""
 
@@ -65,14 +164,22 @@ class Backend:
     numerics: Numerics = ASCEND
     compute: str = "int8"  # what its GEMMs run on: "int8" (int8 units) or "fp32" (float BLAS); bench's peak
 
+    _implementations: dict[str, str] = {}   # op -> the name of its registered method (implements)
+    _loaders: dict[str, str] = {}           # op -> the name of its registered method (loads)
+    _transfer_s: float | None = None  # seconds in transfer() while a call is being prepared
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._implementations, cls._loaders = _registrations(cls)
+
     # -- identity -----------------------------------------------------------------------------
     def available(self) -> tuple[bool, str]:
         """``(True, "")`` or ``(False, precise reason)``."""
         return True, ""
 
     def ops(self) -> tuple[str, ...]:
-        """The ops this backend implements (those of :data:`backends.ops.OPS` with an ``_<op>`` method)."""
-        return tuple(op for op in OPS if callable(getattr(self, "_" + op, None)))
+        """The ops this backend implements (registered with :func:`implements`), in registry order."""
+        return tuple(op for op in OPS if op in self._implementations)
 
     def supports(self, op: str, **dtypes) -> bool:
         """Whether the backend can run ``op`` with these dtype choices (e.g. ``output_dtype="float16"``).
@@ -95,57 +202,121 @@ class Backend:
     def from_device(self, value) -> np.ndarray:
         return value
 
-    def load(self, op: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """Load-time preparation of device arguments (untimed). Default: none."""
-        return args, kwargs
-
     def synchronize(self) -> None:
         """Wait for the device (no-op on synchronous backends)."""
 
-    # -- calls ----------------------------------------------------------------------------------
-    def prepare(self, op: str, /, *args, **kwargs) -> Prepared:
-        """Convert and load the arguments of ``op``; return the device work and the way back."""
-        impl = getattr(self, "_" + op, None)
-        if op not in OPS or impl is None:
-            raise Unsupported(f"backend '{self.name}' does not implement op '{op}'")
-        numerics = kwargs.pop("numerics", None)
-        if numerics is not None and numerics != self.numerics and not self.accepts_numerics(numerics):
-            raise Unsupported(f"backend '{self.name}' implements numerics '{self.numerics.name}' only; "
-                              f"got {numerics.differences(self.numerics) or numerics.name}")
-        if numerics is not None and self.accepts_numerics(numerics):
-            kwargs["numerics"] = numerics
+    def transfer(self, value):
+        """``value`` with every NumPy array in it converted by :meth:`to_device`: tuples, lists, dicts and
+        dataclass instances (an Args) field by field; anything else as is. Loaders call this; the time
+        it takes is the transfer of the call being prepared (``Prepared.transfer_in_s``)."""
         t0 = time.perf_counter()
-        dargs = tuple(self._convert(a, self.to_device) for a in args)
-        dkw = {k: self._convert(v, self.to_device) for k, v in kwargs.items()}
-        t1 = time.perf_counter()
-        dargs, dkw = self.load(op, dargs, dkw)
-        t2 = time.perf_counter()
-
-        def run():
-            out = impl(*dargs, **dkw)
-            self.synchronize()
-            return out
-
-        return Prepared(op=op, backend=self.name, run=run,
-                        finish=lambda out: self._convert(out, self.from_device, inbound=False),
-                        transfer_in_s=t1 - t0, load_s=t2 - t1)
-
-    def call(self, op: str, /, *args, **kwargs):
-        return self.prepare(op, *args, **kwargs)()
+        out = self._convert_in(value)
+        if self._transfer_s is not None:
+            self._transfer_s += time.perf_counter() - t0
+        return out
 
     def accepts_numerics(self, numerics: Numerics) -> bool:
         """Whether a caller may ask for another numerics record (the golden backend can; devices can't)."""
         return False
 
-    def _convert(self, value, fn, inbound: bool = True):
-        if isinstance(value, np.ndarray) if inbound else self._is_device_array(value):
-            return fn(value)
-        if isinstance(value, tuple):
-            return tuple(self._convert(v, fn, inbound) for v in value)
-        if isinstance(value, list):
-            return [self._convert(v, fn, inbound) for v in value]
+    # -- calls ----------------------------------------------------------------------------------
+    def prepare(self, op: str, /, *args, **kwargs) -> Prepared:
+        """Check, convert and load a call of ``op``; return the device work and the way back (module docstring)."""
+        golden = self._golden_op(op)
+        method = self._implementation(op)
+        self._require_available()
+        numerics = self._numerics_for(kwargs.pop("numerics", None))
+        checked = self.checked_args(golden, args, kwargs, numerics)
+        loaded, transfer_s, load_s = self._load(op, checked, numerics)
+
+        def run():
+            out = _invoke(self, method, loaded, op, numerics)
+            self.synchronize()
+            return out
+
+        return Prepared(op=op, backend=self.name, run=run, finish=self._convert_out, transfer_in_s=transfer_s,
+                        load_s=load_s, notes=self.notes(op, loaded))
+
+    def call(self, op: str, /, *args, **kwargs):
+        return self.prepare(op, *args, **kwargs)()
+
+    def notes(self, op: str, loaded) -> dict:
+        """What the backend records about a prepared call (``Prepared.notes``: a GEMM path, a plan). Default: none."""
+        return {}
+
+    def checked_args(self, golden: registry.GoldenOp, args: tuple, kwargs: dict, numerics: Numerics):
+        """Step 5: the golden's check on the call (``numerics`` given where the op takes it): its Args."""
+        if golden.takes_numerics:
+            kwargs = {**kwargs, "numerics": numerics}
+        return golden.args(*args, **kwargs)
+
+    def _golden_op(self, op: str) -> registry.GoldenOp:
+        try:
+            return registry.get(op)
+        except KeyError:
+            raise Unsupported(f"backend '{self.name}' does not implement op '{op}' (no golden op of that name)") \
+                from None
+
+    def _implementation(self, op: str) -> str:
+        method = self._implementations.get(op)
+        if method is None:
+            raise Unsupported(f"backend '{self.name}' does not implement op '{op}'")
+        return method
+
+    def _require_available(self) -> None:
+        ok, reason = self.available()
+        if not ok:
+            raise Unsupported(f"backend '{self.name}' is not available: {reason}")
+
+    def _numerics_for(self, requested) -> Numerics:
+        """The record the call runs under: the declared one, or another the backend accepts."""
+        if requested is None:
+            return self.numerics
+        if not isinstance(requested, Numerics):
+            raise TypeError(f"backend '{self.name}': argument 'numerics' must be a w8a8.Numerics; "
+                            f"got {type(requested).__name__} {requested!r}"[:200])
+        if requested != self.numerics and not self.accepts_numerics(requested):
+            raise Unsupported(f"backend '{self.name}' implements numerics '{self.numerics.name}' only; "
+                              f"got {requested.differences(self.numerics) or requested.name}")
+        return requested
+
+    def _load(self, op: str, checked, numerics: Numerics) -> tuple[Any, float, float]:
+        """Step 6: ``(what the implementation gets, transfer seconds, other load seconds)``."""
+        loader = self._loaders.get(op)
+        self._transfer_s = 0.0
+        t0 = time.perf_counter()
+        try:
+            loaded = _invoke(self, loader, checked, op, numerics) if loader is not None else self.transfer(checked)
+            transfer = self._transfer_s
+        finally:
+            self._transfer_s = None
+        return loaded, transfer, max(time.perf_counter() - t0 - transfer, 0.0)
+
+    def _convert_in(self, value):
+        if isinstance(value, np.ndarray):
+            return self.to_device(value)
+        if isinstance(value, (tuple, list)):
+            items = [self._convert_in(v) for v in value]
+            return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
         if isinstance(value, dict):
-            return {k: self._convert(v, fn, inbound) for k, v in value.items()}
+            return {k: self._convert_in(v) for k, v in value.items()}
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes = {}
+            for f in dataclasses.fields(value):
+                old = getattr(value, f.name)
+                new = self._convert_in(old)
+                if new is not old:
+                    changes[f.name] = new
+            return dataclasses.replace(value, **changes) if changes else value
+        return value
+
+    def _convert_out(self, value):
+        if self._is_device_array(value):
+            return self.from_device(value)
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._convert_out(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self._convert_out(v) for k, v in value.items()}
         return value
 
     def _is_device_array(self, value) -> bool:
@@ -156,24 +327,18 @@ class Backend:
         return f"<{type(self).__name__} '{self.name}'>"
 
 
-def _op_method(op: str):
+def _op_method(op: registry.GoldenOp):
     def method(self, *args, **kwargs):
-        return self.call(op, *args, **kwargs)
+        return self.call(op.name, *args, **kwargs)
 
-    method.__name__ = op
-    method.__qualname__ = f"Backend.{op}"
-    method.__doc__ = f"``{op}`` on this backend: NumPy arrays in and out, the golden's arguments."
-    try:
-        golden = golden_function(op)
-    except (ImportError, AttributeError):  # an op whose golden has not landed yet
-        return method
-    method.__doc__ = (f"``{op}`` on this backend: NumPy arrays in and out. Same arguments as the golden "
-                      f":func:`{golden.__module__}.{golden.__name__}`.")
-    params = list(inspect.signature(golden).parameters.values())
+    method.__name__ = op.name
+    method.__qualname__ = f"Backend.{op.name}"
+    method.__doc__ = (f"``{op.name}`` on this backend: NumPy arrays in and out. Same arguments as the golden "
+                      f":func:`{op.module}.{op.name}`.")
     method.__signature__ = inspect.Signature(
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + params)
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + list(op.signature.parameters.values()))
     return method
 
 
-for _op in OPS:
-    setattr(Backend, _op, _op_method(_op))
+for _op in registry.ops():
+    setattr(Backend, _op.name, _op_method(_op))

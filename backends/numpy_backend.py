@@ -1,18 +1,32 @@
 """``numpy``: the golden itself as a backend.
 
-It implements every op whose golden has landed, with any :class:`w8a8.Numerics` record: a caller may
-pass ``numerics=`` to run the golden under another record (the attribution engine does). Without
-one it runs :data:`w8a8.ASCEND`, or the record given to the constructor.
+It implements every registered op, with any :class:`w8a8.Numerics` record: a caller may pass
+``numerics=`` to run the golden under another record (the attribution engine does). Without one it
+runs :data:`w8a8.ASCEND`, or the record given to the constructor.
+
+The golden function checks its own arguments, so this backend skips the check step of
+:meth:`backends.base.Backend.prepare` (running it would check every call twice): the call itself
+is what the implementation gets.
 """
 
 from __future__ import annotations
 
-import inspect
-
+from w8a8 import registry
 from w8a8.numerics import ASCEND, Numerics
 
-from .base import Backend
-from .ops import OPS, golden_function
+from .base import Backend, implements
+
+
+class GoldenCall:
+    """A call of a golden function, arguments bound (what :meth:`NumpyBackend._run_golden` runs)."""
+
+    __slots__ = ("fn", "args", "kwargs")
+
+    def __init__(self, fn, args: tuple, kwargs: dict):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+    def __call__(self):
+        return self.fn(*self.args, **self.kwargs)
 
 
 class NumpyBackend(Backend):
@@ -29,29 +43,13 @@ class NumpyBackend(Backend):
     def accepts_numerics(self, numerics: Numerics) -> bool:
         return True
 
-    def ops(self) -> tuple[str, ...]:
-        return tuple(op for op in OPS if self._golden(op) is not None)
+    def checked_args(self, golden: registry.GoldenOp, args: tuple, kwargs: dict, numerics: Numerics) -> GoldenCall:
+        """The call itself: the golden op checks its arguments when it runs. ``numerics`` is this call's
+        record where the op takes one (ops without a choice point — layout, packing, exact GEMM — take none)."""
+        if golden.takes_numerics:
+            kwargs = {**kwargs, "numerics": numerics}
+        return GoldenCall(golden.fn, args, kwargs)
 
-    def _golden(self, op: str):
-        try:
-            return golden_function(op)
-        except (ImportError, AttributeError):
-            return None
-
-    def __getattr__(self, attr: str):
-        # "_<op>": the golden function, given this backend's numerics where the op takes them.
-        if attr.startswith("_") and attr[1:] in OPS:
-            fn = self._golden(attr[1:])
-            if fn is None:
-                raise AttributeError(attr)
-            takes_numerics = "numerics" in inspect.signature(fn).parameters
-
-            def impl(*args, **kwargs):
-                if takes_numerics:
-                    kwargs.setdefault("numerics", self.numerics)
-                else:  # ops without a choice point (layout, packing, exact GEMM) take no numerics
-                    kwargs.pop("numerics", None)
-                return fn(*args, **kwargs)
-
-            return impl
-        raise AttributeError(attr)
+    @implements(*registry.names())
+    def _run_golden(self, call: GoldenCall):
+        return call()

@@ -5,6 +5,8 @@ anyone writing a backend):
     check = BitwiseChecker(my_backend)          # the golden under my_backend's declared numerics
     check.same("quant_matmul", x1, x2, scale, output_dtype="bfloat16")   # same bits, or same error
     check.raises(ValueError, "'x2'", "quant_matmul", x1, bad_x2, scale)   # both refuse, identically
+    for how, args, kwargs in bad_calls(valid_args, valid_kwargs):         # the error contract, sampled
+        check.same("quant_matmul", *args, **kwargs)
 
 "Same" means the same container (tuple / list / None), dtype, shape and bytes — NaN bit patterns
 and signed zeros included — or, when the golden refuses the call, the same exception type and
@@ -31,6 +33,37 @@ def outcome(backend, op: str, args: tuple, kwargs: dict):
             return ("ok", backend.call(op, *args, **kwargs))
     except (ValueError, TypeError, OverflowError) as exc:
         return ("raise", type(exc), str(exc))
+
+
+def _with_nan(v: np.ndarray):
+    from w8a8 import dtypes as _dt
+
+    if v.size == 0 or not _dt.is_float(v.dtype) or v.dtype.itemsize < 2:
+        return None
+    w = v.copy()
+    w.reshape(-1)[0] = np.nan
+    return w
+
+
+def bad_calls(args: tuple, kwargs: dict):
+    """``(how, args, kwargs)``: a valid call of an op broken one way at a time — each array argument as a
+    list, as complex64, with an extra leading dimension, without its last dimension, with a NaN — and
+    the call with an unknown keyword. A sample of the golden's refusals (some of them stay valid calls)."""
+    slots = [(i, v) for i, v in enumerate(args)] + list(kwargs.items())
+    for key, v in slots:
+        if not isinstance(v, np.ndarray):
+            continue
+        for how, new in (("as a list", v.tolist()), ("complex64", v.astype(np.complex64)), ("extra dim", v[None]),
+                         ("missing dim", v[..., 0] if v.ndim else None), ("a NaN", _with_nan(v))):
+            if new is None:
+                continue
+            a2, k2 = list(args), dict(kwargs)
+            if isinstance(key, int):
+                a2[key] = new
+            else:
+                k2[key] = new
+            yield f"{key} {how}", tuple(a2), k2
+    yield "unknown keyword", args, {**kwargs, "no_such_argument": 1}
 
 
 def assert_bits(got, want, what: str = "result", who: str = "backend") -> None:

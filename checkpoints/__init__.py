@@ -5,7 +5,9 @@
 * :mod:`.schemes` — scheme resolution exactly as SGLang / vllm-ascend do it.
 * :mod:`.validate` — the tensors each type must carry, and their values.
 * :mod:`.inspect` — the execution path of every module (``w8a8 inspect``).
-* :mod:`.verify` — real weights through a backend against the golden (``--verify``).
+* :mod:`.verify` — real weights through a backend against the golden (``--verify``), on real or
+  synthetic activations.
+* :mod:`.reference` — whether a float ``--reference`` is the checkpoint's float model.
 * :mod:`.models`, :mod:`.recipes` — DeepSeek module lists and msModelSlim recipes.
 * :mod:`.writer` — small synthetic checkpoints with msModelSlim's export formulas.
 """

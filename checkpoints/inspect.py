@@ -333,6 +333,7 @@ def analyze(checkpoint: Checkpoint | str, *, loader: str = "sglang", read_data: 
             findings.warning(m.name, w, "path")
         r.warnings = [str(f) for f in m.findings] + r.warnings
         reports.append(r)
+    _router_bias(res, findings)
     n_layers = (ckpt.config or {}).get("num_hidden_layers")
     if isinstance(n_layers, int) and not res.dsv4:
         for r in reports:
@@ -351,6 +352,37 @@ def analyze(checkpoint: Checkpoint | str, *, loader: str = "sglang", read_data: 
     }
     reports.sort(key=lambda r: (layer_sort_key(r.module.layer.split(" ")[0]), r.module.name))
     return Report(res, reports, findings, totals, summary)
+
+
+DEEPSEEK_ROUTED = ("deepseek_v3", "deepseek_v32", "kimi_k2", "deepseek_v4")
+
+
+def _router_bias(res: Resolution, findings: Findings) -> None:
+    """DeepSeek's ``noaux_tc`` router selects with ``e_score_correction_bias`` (DeepSeek-V4: ``gate.bias``;
+    its hash-routed layers use ``tid2eid`` instead): report routers that lack it."""
+    cfg = res.checkpoint.config or {}
+    deepseek = res.dsv4 or str(cfg.get("model_type", "")) in DEEPSEEK_ROUTED or "n_group" in cfg \
+        or any("Deepseek" in a for a in cfg.get("architectures") or [])
+    if not deepseek:
+        return
+    missing = []
+    for m in res.modules:
+        if m.kind != "router":
+            continue
+        p = m.serving_name
+        parent = p.rsplit(".", 1)[0]
+        if p + ".e_score_correction_bias" in res.native_of or parent + ".topk.tid2eid" in res.native_of:
+            continue
+        missing.append(m.name)
+    if missing:
+        findings.warning(missing[0] if len(missing) == 1 else "",
+                         f"{len(missing)} MoE router(s) have no e_score_correction_bias ({', '.join(missing[:4])}"
+                         f"{'...' if len(missing) > 4 else ''}): DeepSeek's noaux_tc routing selects experts with "
+                         "score + bias, and the serving model registers the bias as a parameter that keeps its "
+                         "initial value when the checkpoint lacks it (zeros or uninitialised: loader-dependent, not "
+                         "confirmed). msModelSlim's saver drops it for transformers' native DeepSeek-V3, where it is a "
+                         "buffer: copy it from the float model. `w8a8 run CKPT --reference FLOAT_DIR` measures what it "
+                         "changes (the routing causes, and the logits with no module quantized)", "router-bias-missing")
 
 
 def _totals(res: Resolution, reports: list[ModuleReport]) -> dict:

@@ -6,6 +6,11 @@ and ``group`` (a list of ``linear_quant`` configs); other steps (``quarot``, ``f
 ...) change weights, not types, and are kept for information. A Linear that no step quantizes stays
 ``FLOAT``.
 
+Visited modules: msModelSlim's layer-wise runner visits the **decoder layers** only
+(``generated_decoder_layer_visit_func``: ``model.layers.{L}``, DeepSeek-V4's ``layers.{L}`` /
+``mtp.{i}``), so ``lm_head``, the embedding and every other module outside a layer stay ``FLOAT``
+whatever the globs say (``include: ["*"]`` quantizes every Linear *of the layers*).
+
 Matching: ``fnmatch.fnmatchcase`` of the glob against the full module name (``*`` crosses dots),
 as msModelSlim's include/exclude wildcards; a module is taken by a step when some include matches
 and no exclude does. Precedence (**not confirmed**, chosen and tested): across sequential steps the
@@ -29,6 +34,8 @@ import json
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
+
+from .naming import layer_of
 
 W8A8_DYNAMIC_QCONFIG = {
     "act": {"scope": "per_token", "dtype": "int8", "symmetric": True, "method": "minmax"},
@@ -158,6 +165,8 @@ class Recipe:
         return self.explain(module)[0]
 
     def explain(self, module: str) -> tuple[str, Rule | None]:
+        if layer_of(module) == "model":      # not inside a decoder layer: never visited (module docstring)
+            return "FLOAT", None
         for stage in self.stages:
             hit = None
             for rule in stage:

@@ -20,10 +20,12 @@ where the loader registers [N, 1], an fp32 ``deq_scale`` in an fp16 model, whose
 would truncate it) is an error; a float dtype the loader converts on copy (a bf16
 ``weight_scale``) is a warning.
 
-Value checks (``read_data``) use the export formulas of :mod:`w8a8.offline`: ``deq_scale`` must be
-``fp32(input_scale * weight_scale)`` bit for bit where both exist, and ``quant_bias`` is compared
-with ``rint(-input_offset * sum_k w)`` (what msModelSlim writes without a float bias; a
-difference means a float bias was folded in and is reported as information).
+Value checks (``read_data``) use the export formulas of :mod:`w8a8.offline`, in msModelSlim's
+model-dtype arithmetic or in float32 (the legacy tool's; either is consistent): ``deq_scale`` must
+be ``input_scale * weight_scale`` bit for bit where both exist; with a stored ``.bias``, ``quant_bias``
+must be ``rint(b / deq_scale - input_offset * sum_k w)`` of *that* bias (a warning otherwise: the
+serving static method adds ``quant_bias`` and ignores ``.bias``); without one, a ``quant_bias`` other
+than ``rint(-input_offset * sum_k w)`` means a float bias was folded in (information).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from w8a8 import dtypes as _dt
-from w8a8.offline import static_params
+from w8a8.offline import static_params, static_quant_bias
 from w8a8.trans_quant_param import FLAG
 
 from .issues import Findings
@@ -168,27 +170,55 @@ def _check_values(res: Resolution, prefix: str, t: str, tensors: dict[str, str],
         return
     weight = np.asarray(get(tensors[".weight"]))
     n = weight.shape[0]
-    has_ws = ".weight_scale" in tensors
-    # The export formula itself (w8a8.offline.static_params). Without a weight_scale (modelslim_v1 writes
-    # none) a unit scale stands in: deq is then input_scale, and quant_bias = rint(0 / deq - o_x * sum_k w)
-    # does not depend on it.
-    ws = (np.asarray(get(tensors[".weight_scale"])).astype(np.float32).reshape(n) if has_ws
-          else np.ones(n, np.float32))
-    exp_deq, exp_qb = static_params(weight, ws, s_in, o_in, None, model_dtype="bfloat16")
-    if has_ws:
-        diff = exp_deq.view(np.uint32) != deq32.view(np.uint32)
-        if diff.any():
-            rel = float(np.max(np.abs(deq32[diff].astype(np.float64) / exp_deq[diff] - 1)))
+    mdt = res.checkpoint.model_dtype
+    # msModelSlim (modelslim_v1) computes in the model dtype (w8a8.offline, arithmetic="model"); the fp32
+    # formulas are the legacy tool's / an fp32 model's. A value is consistent when either reproduces it.
+    arithmetics = ([("the model dtype", mdt, "model")] if mdt is not None and mdt != np.float32 else []) + \
+        [("float32", mdt if mdt is not None else _dt.bfloat16, "float32")]
+    if ".weight_scale" in tensors:
+        ws = np.asarray(get(tensors[".weight_scale"])).astype(np.float32).reshape(n)
+        expected = {label: _deq32(static_params(weight, ws, s_in, o_in, None, model_dtype=dt, arithmetic=a)[0])
+                    for label, dt, a in arithmetics}
+        diffs = {label: e.view(np.uint32) != deq32.view(np.uint32) for label, e in expected.items()}
+        if not any(not d.any() for d in diffs.values()):
+            label = min(diffs, key=lambda k: int(diffs[k].sum()))      # report the closer formula
+            e, diff = expected[label], diffs[label]
+            rel = float(np.max(np.abs(deq32[diff].astype(np.float64) / e[diff] - 1)))
             findings.error(res.native(tensors[".deq_scale"]),
-                           f"{int(diff.sum())} of {n} values differ from fp32(input_scale * weight_scale) "
-                           f"(max relative difference {rel:.3g})", "deq-mismatch")
+                           f"{int(diff.sum())} of {n} values differ from input_scale * weight_scale computed in "
+                           f"{' or in '.join(expected)} (closest: {label}, max relative difference {rel:.3g})",
+                           "deq-mismatch")
     qb = np.asarray(get(tensors[".quant_bias"])).astype(np.int64)
-    folded = qb != exp_qb
+    bias = np.asarray(get(tensors[".bias"])).astype(np.float32) if ".bias" in tensors else None
+    expected_qb = {label: static_quant_bias(weight, deq32, o_in, bias, model_dtype=dt, arithmetic=a).astype(np.int64)
+                   for label, dt, a in arithmetics}
+    implied = (qb + o_in[0].astype(np.float64) * weight.astype(np.float64).sum(axis=1)) * deq32
+    if bias is not None:
+        if not any((e == qb).all() for e in expected_qb.values()):
+            e = next(iter(expected_qb.values()))
+            bad = qb != e
+            # the serving static method adds quant_bias only: a contradicting .bias is silently ignored
+            findings.warning(res.native(tensors[".bias"]),
+                             f"contradicts quant_bias: {int(bad.sum())} of {n} quant_bias values are not "
+                             "rint(b / deq_scale - input_offset * sum_k w) of this .bias (the bias quant_bias implies "
+                             f"differs from it by up to {float(np.max(np.abs(implied - bias))):.4g}); SGLang's static "
+                             "method adds quant_bias and ignores .bias, so the exported model's bias is not the one "
+                             "stored", "bias-contradicts-quant-bias")
+        else:
+            findings.info(res.native(tensors[".quant_bias"]), "folds the stored .bias (consistent with it: "
+                                                              "SGLang's static method adds quant_bias only)",
+                          "folded-bias")
+        return
+    folded = qb != next(iter(expected_qb.values()))
     if folded.any():
-        implied = (qb + o_in[0].astype(np.float64) * weight.astype(np.float64).sum(axis=1)) * deq32
         findings.info(res.native(tensors[".quant_bias"]),
                       f"{int(folded.sum())} of {n} values differ from rint(-input_offset * sum_k w): a float bias is "
-                      f"folded in (implied |b| up to {float(np.max(np.abs(implied))):.4g})", "folded-bias")
+                      f"folded in (implied |b| up to {float(np.max(np.abs(implied))):.4g}) and no .bias is stored",
+                      "folded-bias")
+
+
+def _deq32(deq: np.ndarray) -> np.ndarray:
+    return deq if deq.dtype == np.float32 else (deq.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
 
 
 def decode_deq_scale(res: Resolution, name: str, deq: np.ndarray, findings: Findings) -> np.ndarray | None:

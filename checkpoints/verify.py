@@ -17,9 +17,19 @@ checkpoint's own dequantized weights (``w_q * scale``; static: ``w_q * deq_scale
 plus the bias folded into ``quant_bias``), which isolates activation quantization and output
 rounding.
 
-Activations: dynamic layers get a standard-normal bf16 ``x``; static layers get values spread over
-the range the layer was calibrated for, ``(u - input_offset) * input_scale`` with ``u`` uniform in
-[-128, 127], so that the static quantizer is exercised rather than saturated.
+Activations: **real** ones when the caller passes ``activations`` — what each module saw in the float
+model on real tokens (``w8a8 inspect --verify --reference FLOAT_DIR --prompts FILE``, captured by
+:func:`modelrun.capture.capture`; MoE blocks get the float router's choice as well). Otherwise, and for
+a module the capture does not hold, **synthetic** ones, said so in every result (``inputs``):
+dynamic layers get a standard-normal bf16 ``x``; static layers get values spread over the range the
+layer was calibrated for, ``(u - input_offset) * input_scale`` with ``u`` uniform in [-128, 127], so
+that the static quantizer is exercised rather than saturated — which flatters it: real activations
+have outlier channels and values beyond the calibrated range, synthetic ones have neither, and the
+SQNR on them can be far higher than on the model's own activations.
+
+A ``reference`` is checked first (:func:`checkpoints.reference.check_reference`: names, shapes,
+float-vs-dequantized distance); a reference that is not the checkpoint's float model is an error
+(ValueError with the findings), never a silent fallback to the dequantized weights.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from w8a8.rounding import to_float
 from w8a8.ulp import ulp_distance
 
 from .issues import Findings
+from .reference import check_reference
 from .safetensors_io import MappedFile
 from .schemes import Module, Resolution
 from .validate import decode_deq_scale
@@ -56,6 +67,7 @@ class VerifyResult:
     max_ulp: int | None = None
     sqnr_db: float | None = None
     reference: str | None = None
+    inputs: str = "synthetic"     # "real (<tokens> tokens of <float model>)" or "synthetic (...)"
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -123,8 +135,16 @@ def _arr(res: Resolution, prefix: str, suffix: str) -> np.ndarray | None:
     return None if name is None else np.array(res.tensor(name))
 
 
+def _real(activations, *names):
+    found = getattr(activations, "linear", None) or {}
+    for name in names:
+        if name in found:
+            return found[name]
+    return None
+
+
 def _verify_linear(res: Resolution, prefix: str, t: str, backend, tokens: int, seed: int,
-                   reference: ReferenceWeights | None) -> VerifyResult:
+                   reference: ReferenceWeights | None, activations=None) -> VerifyResult:
     native = res.native_prefix(prefix)
     result = VerifyResult(native, "linear", t, "skip")
     t0 = time.perf_counter()
@@ -134,8 +154,14 @@ def _verify_linear(res: Resolution, prefix: str, t: str, backend, tokens: int, s
     bias = _arr(res, prefix, ".bias")
     # Activations in the model dtype (bf16; fp16 models run fp16 — an int64 deq_scale needs fp16 output).
     xdt = _dt.float16 if res.checkpoint.model_dtype == _dt.float16 else _dt.bfloat16
+    real = _real(activations, native, prefix)
+    if real is not None:
+        x = real if real.dtype == xdt else to_float(np.asarray(real, dtype=np.float32), xdt)
+        result.inputs = f"real ({x.shape[0]} rows of {activations.source})"
     if t == "W8A8_DYNAMIC":
-        x = to_float(rng.standard_normal((tokens, k)).astype(np.float32), xdt)
+        if real is None:
+            x = to_float(rng.standard_normal((tokens, k)).astype(np.float32), xdt)
+            result.inputs = f"synthetic (standard normal, {tokens} rows)"
         ws = _arr(res, prefix, ".weight_scale")
         y_g = w8a8.w8a8_dynamic_linear(x, w, ws, bias=bias, numerics=backend.numerics)
         y_b = backend.w8a8_dynamic_linear(x, w, ws, bias=bias)
@@ -147,8 +173,10 @@ def _verify_linear(res: Resolution, prefix: str, t: str, backend, tokens: int, s
         deq = _arr(res, prefix, ".deq_scale")
         qb = _arr(res, prefix, ".quant_bias")
         s, o = float(np.float32(s_in.reshape(-1)[0])), float(np.float32(o_in.reshape(-1)[0]))
-        u = rng.uniform(-128.0, 127.0, (tokens, k))
-        x = to_float(((u - o) * s).astype(np.float32), xdt)
+        if real is None:
+            u = rng.uniform(-128.0, 127.0, (tokens, k))
+            x = to_float(((u - o) * s).astype(np.float32), xdt)
+            result.inputs = f"synthetic (uniform over the calibrated range, {tokens} rows)"
         kwargs = dict(input_scale=s_in, input_offset=o_in, deq_scale=deq, quant_bias=qb)
         y_g = w8a8.w8a8_static_linear(x, w, numerics=backend.numerics, **kwargs)
         y_b = backend.w8a8_static_linear(x, w, **kwargs)
@@ -171,7 +199,7 @@ def _silu(v: np.ndarray) -> np.ndarray:
 
 
 def _verify_moe(res: Resolution, m: Module, backend, tokens: int, seed: int,
-                reference: ReferenceWeights | None) -> VerifyResult:
+                reference: ReferenceWeights | None, activations=None) -> VerifyResult:
     result = VerifyResult(m.name, "moe", m.scheme, "skip")
     golden = getattr(w8a8, "w8a8_moe", None)
     if golden is None:
@@ -195,10 +223,20 @@ def _verify_moe(res: Resolution, m: Module, backend, tokens: int, seed: int,
     limit = cfg.get("swiglu_limit")
     limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
     rng = _rng(m.name, seed)
-    x = to_float(rng.standard_normal((tokens, h)).astype(np.float32), _dt.bfloat16)
-    ids = np.argsort(rng.random((tokens, e)), axis=1)[:, :k].astype(np.int32)
-    wts = rng.uniform(0.1, 1.0, (tokens, k)).astype(np.float32)
-    wts = (wts / wts.sum(axis=1, keepdims=True)).astype(np.float32)
+    real = (getattr(activations, "moe", None) or {}).get(m.name) or (getattr(activations, "moe", None) or {}).get(
+        m.serving_name)
+    if real is not None:
+        x, ids, wts = real
+        x = x if x.dtype == _dt.bfloat16 else to_float(np.asarray(x, dtype=np.float32), _dt.bfloat16)
+        ids, wts = ids.astype(np.int32), wts.astype(np.float32)
+        tokens, k = ids.shape
+        result.inputs = f"real ({tokens} tokens of {activations.source}, the float router's choice)"
+    else:
+        x = to_float(rng.standard_normal((tokens, h)).astype(np.float32), _dt.bfloat16)
+        ids = np.argsort(rng.random((tokens, e)), axis=1)[:, :k].astype(np.int32)
+        wts = rng.uniform(0.1, 1.0, (tokens, k)).astype(np.float32)
+        wts = (wts / wts.sum(axis=1, keepdims=True)).astype(np.float32)
+        result.inputs = f"synthetic (standard normal, random top-{k} routing, {tokens} tokens)"
     kwargs = dict(topk_ids=ids, topk_weights=wts, swiglu_limit=limit)
     y_g = golden(x, w13, s13, w2, s2, numerics=backend.numerics, **kwargs)
     y_b = np.asarray(backend.w8a8_moe(x, w13, s13, w2, s2, **kwargs))
@@ -240,10 +278,13 @@ def select(res: Resolution, layers: str = "*") -> list[Module]:
 
 
 def verify(res: Resolution, *, backend: str = "numpy", layers: str = "*", tokens: int = 16, seed: int = 0,
-           reference=None, error_modules: set[str] | None = None) -> list[VerifyResult]:
+           reference=None, error_modules: set[str] | None = None, activations=None) -> list[VerifyResult]:
     """Run the selected quantized modules of ``res`` through ``backend`` against the golden.
 
-    Raises ValueError for an unknown or unavailable backend (with its reason) or bad arguments.
+    ``activations``: real inputs (module docstring; an object with ``linear`` {name: x}, ``moe``
+    {name: (x, ids, weights)} and ``source``), else synthetic ones.
+    Raises ValueError for an unknown or unavailable backend (with its reason), bad arguments, or a
+    ``reference`` that is not this checkpoint's float model (with the findings).
     Modules listed in ``error_modules`` (those with checkpoint errors) are skipped.
     """
     import backends as _backends
@@ -258,6 +299,20 @@ def verify(res: Resolution, *, backend: str = "numpy", layers: str = "*", tokens
     if not ok:
         raise ValueError(f"verify: backend {backend!r} is not available here: {why}")
     ref = ReferenceWeights(reference) if reference is not None else None
+    if ref is not None:
+        arrays = {name: f.tensor(name) for f in ref.files for name in f.entries}
+        cfg = None
+        if (ref.path / "config.json").is_file():
+            import json
+
+            try:
+                cfg = json.loads((ref.path / "config.json").read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError):
+                cfg = None
+        found, _ = check_reference(res, arrays, cfg if isinstance(cfg, dict) else None)
+        if found.errors:
+            raise ValueError(f"verify: --reference {ref.path} is not this checkpoint's float model:\n  "
+                             + "\n  ".join(str(f) for f in found.errors))
     out: list[VerifyResult] = []
     for m in select(res, layers):
         if error_modules and m.name in error_modules:
@@ -266,7 +321,7 @@ def verify(res: Resolution, *, backend: str = "numpy", layers: str = "*", tokens
             continue
         if m.kind == "moe":
             if m.scheme == "W8A8_DYNAMIC":
-                out.append(_verify_moe(res, m, be, tokens, seed, ref))
+                out.append(_verify_moe(res, m, be, tokens, seed, ref, activations))
             continue
         if m.kind not in ("linear", "packed"):
             continue
@@ -278,7 +333,7 @@ def verify(res: Resolution, *, backend: str = "numpy", layers: str = "*", tokens
                     out.append(VerifyResult(res.native_prefix(prefix), "linear", t, "skip",
                                             f"backend '{be.name}' does not implement {op}"))
                     continue
-                out.append(_verify_linear(res, prefix, t, be, tokens, seed, ref))
+                out.append(_verify_linear(res, prefix, t, be, tokens, seed, ref, activations))
             elif t == "W8A8_MIX":
                 out.append(VerifyResult(res.native_prefix(prefix), "linear", t, "skip",
                                         "W8A8_MIX (PD-mix) is not verified"))

@@ -71,13 +71,17 @@ class Case:
     output is specified). A case with no ``expected`` pins an input whose point is its shape or
     path (K = 4097, an empty group, a transposed weight); it is compared with the golden only.
 
-    ``op`` is set by :func:`declare`."""
+    The documented values hold under ``numerics`` (default: :data:`w8a8.ASCEND`, the device's record
+    with its kernel variants). A backend that declares another record is held to them where the
+    golden under that record gives them too, and otherwise compared with the golden under its record
+    only. ``op`` is set by :func:`declare`."""
 
     name: str
     build: Callable[[], Inputs]
     expected: Mapping[str, np.ndarray] = field(default_factory=dict)
     why: str = ""
     op: str = ""
+    numerics: Any = None
 
     @property
     def key(self) -> str:

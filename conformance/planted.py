@@ -2,7 +2,10 @@
 
 Each is a small, independent NumPy implementation of ``dynamic_quant``, ``quant_matmul`` and
 ``w8a8_dynamic_linear`` (written here, not by re-running the golden with another ``Numerics``),
-which declares the Ascend numerics but gets one thing wrong, the way kernels do:
+which declares the Ascend numerics without shape-dependent kernel variants (``variants="fixed"``: one
+kernel per op, the main-path formulas) but gets one thing wrong, the way kernels do. Like any backend
+it gets the golden's checked arguments (:meth:`backends.base.Backend.prepare` runs the golden's check):
+its own code is the arithmetic only.
 
 * ``TiesAwayBackend`` — rounds .5 ties away from zero (``floor(|x| + 0.5)``) instead of to even;
 * ``DivideScaleBackend`` — computes the scale as ``amax / 127`` and divides ``x / scale``
@@ -19,13 +22,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.base import Backend
+from backends.base import Backend, Unsupported, implements
+from w8a8 import ASCEND
 from w8a8 import dtypes as _dt
 
 
 class _PlantedBase(Backend):
     device = "cpu"
     bug = ""
+    # One kernel per op (the dynamic_quant scale 1 / inv whatever the shape): the record these backends
+    # implement, bugs aside. The golden under it computes the same fixed formulas (w8a8.variants).
+    numerics = ASCEND.replace(name="ascend-a2a3-fixed", variants="fixed")
 
     @property
     def description(self):  # type: ignore[override]
@@ -44,15 +51,14 @@ class _PlantedBase(Backend):
         q = np.where(np.isnan(q), 0, np.clip(q, -qmax, qmax))
         return q.astype(np.int8), scale[..., 0].astype(np.float32)
 
-    def _dynamic_quant(self, x, *, smooth_scales=None, group_index=None, dst_type="int8"):
-        if smooth_scales is not None or group_index is not None or dst_type not in ("int8", None):
-            from backends.base import Unsupported
+    @implements("dynamic_quant")
+    def _dynamic_quant(self, a):
+        if a.smooth_scales is not None or a.group_index is not None or a.dst_name != "int8":
             raise Unsupported(f"{self.name}: plain int8 dynamic_quant only")
-        if x.dtype not in (_dt.bfloat16, _dt.float16):
-            raise TypeError(f"dynamic_quant: argument 'x' must be float16 or bfloat16; got {x.dtype}")
-        if not np.isfinite(x.astype(np.float32)).all():
-            raise ValueError("dynamic_quant: argument 'x' must be finite")
-        xf = x.astype(np.float32).reshape(int(np.prod(x.shape[:-1])), x.shape[-1])
+        return self._int8_rows(a.x)
+
+    def _int8_rows(self, x):
+        xf = x.astype(np.float32).reshape(int(np.prod(x.shape[:-1])), x.shape[-1])  # H = 0 too
         q, s = self._row_quant(xf, 127)
         return q.reshape(x.shape), s.reshape(x.shape[:-1])
 
@@ -69,15 +75,14 @@ class _PlantedBase(Backend):
     def _add_bias_in_acc(self) -> bool:
         return True
 
-    def _quant_matmul(self, x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None):
-        out = _dt.name(_dt.resolve(output_dtype or "int8"))
-        if out not in ("bfloat16", "float16", "int32"):
-            from backends.base import Unsupported
-            raise Unsupported(f"{self.name}: output {out} not implemented")
-        if x1.dtype != np.int8 or x2.dtype != np.int8:
-            raise TypeError("quant_matmul: argument 'x1' must be int8")
-        if x1.shape[-1] != x2.shape[-2]:
-            raise ValueError("quant_matmul: argument 'x2' must match K of x1")
+    @implements("quant_matmul")
+    def _quant_matmul(self, a):
+        out = _dt.name(a.out)
+        if out not in ("bfloat16", "float16", "int32") or a.int4 is not None:
+            raise Unsupported(f"{self.name}: output {out} / int4 weights not implemented")
+        return self._matmul(a.x1, a.x2, a.scale, a.pertoken_scale, a.bias, out)
+
+    def _matmul(self, x1, x2, scale, pertoken_scale, bias, out: str):
         acc = np.matmul(x1.astype(np.float64), x2.astype(np.float64)).astype(np.int64)
         int_bias = bias is not None and bias.dtype == np.int32
         if int_bias and (self._add_bias_in_acc() or out == "int32"):
@@ -91,13 +96,12 @@ class _PlantedBase(Backend):
             v = v + bias.astype(np.float32)
         return v.astype(np.float32).astype(_dt.resolve(out))
 
-    def _w8a8_dynamic_linear(self, x, weight, weight_scale, *, bias=None):
-        n, k = weight.shape
-        ws = weight_scale.reshape(n).astype(_dt.bfloat16 if x.dtype == _dt.bfloat16 else np.float32)
-        xq, s = self._dynamic_quant(x.reshape(-1, k))
-        b = None if bias is None else bias.reshape(n).astype(x.dtype)
-        y = self._quant_matmul(xq, weight.T, ws, pertoken_scale=s, bias=b, output_dtype=_dt.name(x.dtype))
-        return y.reshape(x.shape[:-1] + (n,))
+    @implements("w8a8_dynamic_linear")
+    def _w8a8_dynamic_linear(self, a):
+        x, p = a.x, a.params   # the parameters as the golden loads them (scale and bias in the model dtype)
+        xq, s = self._int8_rows(x.reshape(-1, p.k))
+        y = self._matmul(xq, p.weight.T, p.weight_scale, s, p.bias, _dt.name(x.dtype))
+        return y.reshape(x.shape[:-1] + (p.n,))
 
 
 class TiesAwayBackend(_PlantedBase):
@@ -152,12 +156,12 @@ class SegfaultBackend(_PlantedBase):
     name = "planted-segfault"
     bug = "segfaults on odd row counts"
 
-    def _dynamic_quant(self, x, **kwargs):
-        if int(np.prod(x.shape[:-1])) % 2:
+    def _dynamic_quant(self, a):
+        if int(np.prod(a.x.shape[:-1])) % 2:
             import ctypes
 
             ctypes.string_at(0)  # a real segmentation fault
-        return super()._dynamic_quant(x, **kwargs)
+        return super()._dynamic_quant(a)
 
 
 class HangingBackend(_PlantedBase):
@@ -166,9 +170,9 @@ class HangingBackend(_PlantedBase):
     name = "planted-hang"
     bug = "hangs on wide rows"
 
-    def _dynamic_quant(self, x, **kwargs):
-        if x.shape[-1] > 64:
+    def _dynamic_quant(self, a):
+        if a.x.shape[-1] > 64:
             import time
 
             time.sleep(3600)
-        return super()._dynamic_quant(x, **kwargs)
+        return super()._dynamic_quant(a)

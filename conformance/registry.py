@@ -21,10 +21,12 @@ _loaded = False
 
 
 def golden_op_names() -> tuple[str, ...]:
-    """The golden's ops, in its registration order: the one place conformance reads op names from."""
-    from backends.ops import OPS
+    """The golden's ops (:func:`w8a8.registry.ops`), in its order: the one place conformance reads op
+    names from."""
+    import w8a8  # noqa: F401 - importing the golden registers its ops
+    from w8a8 import registry
 
-    return tuple(OPS)
+    return tuple(op.name for op in registry.ops())
 
 
 def register(decl: OpDecl) -> OpDecl:

@@ -52,6 +52,12 @@ def array(op: str, arg: str, value, *, dtypes: Iterable | None = None, ndim: int
     return value
 
 
+def stand_in(dtype, shape) -> np.ndarray:
+    """A read-only array of ``shape`` that holds no data (zero strides): the operand of a check that reads
+    shapes and dtypes only, standing in for an intermediate that does not exist yet."""
+    return np.broadcast_to(np.zeros((), dtype), tuple(shape))
+
+
 def optional(op: str, arg: str, value, **kw) -> np.ndarray | None:
     return None if value is None else array(op, arg, value, **kw)
 

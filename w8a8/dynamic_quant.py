@@ -1,10 +1,16 @@
 """``npu_dynamic_quant`` and ``npu_dynamic_quant_asymmetric``: per-token (per-row) dynamic quantization.
 
 The kernel order matters and is mirrored here (spec/ascend-ops.md §1.3): the reciprocal
-``inv = 127 / amax`` is computed once per row and *multiplied*, the scale returned is ``1 / inv``.
-That is not ``x / (amax / 127)``: the two differ by one code wherever ``x * inv`` and ``x / scale``
-round to different sides of a .5 tie, and the scales differ in the last bit. Both orders (and the
-other scale formulas in use) are selectable through :class:`~w8a8.numerics.Numerics`.
+``inv = 127 / amax`` is computed once per row and *multiplied*. That is not ``x / (amax / 127)``: the
+two differ by one code wherever ``x * inv`` and ``x / scale`` round to different sides of a .5 tie.
+
+The **scale written depends on the kernel the host tiling picks for the shape** (kernel-variants §2,
+:mod:`w8a8.variants.dynamic_quant`): ``amax * fp32(1/127)`` in the single-row (key 100: H in {4096,
+5120, 10240}, 4 <= rows <= 384), multi-row (key 10: 128 <= H <= 16320, H % 8 == 0) and double-buffer
+(keys 2/3) kernels, ``1 / inv`` in the basic, large-shape and MoE kernels (keys 0/1, 6, 7, 8). The two
+differ in the last bit for about a quarter of the rows. Every formula is selectable through
+:class:`~w8a8.numerics.Numerics` (``scale_out``, ``quant_codes``; ``variants="fixed"`` for no shape
+dependence).
 
 The argument checks are public (:func:`dynamic_quant_args`, :func:`dynamic_quant_asymmetric_args`), so
 that backends run the golden's checks instead of copying them; :func:`smoothed_rows` is the data
@@ -21,7 +27,11 @@ from . import _check
 from . import dtypes as _dt
 from .int4 import pack_int4
 from .numerics import ASCEND, Numerics
+from .registry import golden_op
 from .rounding import to_int
+from .variants import calls as _variants
+
+__all__ = ["dynamic_quant", "dynamic_quant_asymmetric"]
 
 _OP = "dynamic_quant"
 _OP_ASYM = "dynamic_quant_asymmetric"
@@ -51,6 +61,7 @@ def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: s
     * ``m = max_j |x_j|``
     * ``codes == "mul_inv"``: ``inv = qmax / m``; ``q = round(x * inv)``
     * ``codes == "div_scale"``: ``q = round(x / s)`` with ``s`` below
+    * ``codes == "mul_rcp"``: ``q = round(x * fp32(1 / s))`` with ``s`` below
     * ``scale == "reciprocal"``: ``s = 1 / inv``; ``"amax_mul_rcp"``: ``s = m * fp32(1 / qmax)``;
       ``"amax_div"``: ``s = m / qmax``
 
@@ -73,8 +84,11 @@ def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: s
             t = xf * inv
         elif codes == "div_scale":
             t = xf / s
+        elif codes == "mul_rcp":
+            t = xf * (np.float32(1) / s)
         else:
-            raise ValueError(f"quantize_rows: argument 'codes' must be 'mul_inv' or 'div_scale'; got {codes!r}")
+            raise ValueError(f"quantize_rows: argument 'codes' must be 'mul_inv', 'div_scale' or 'mul_rcp'; "
+                             f"got {codes!r}")
     y = to_int(t, _dt.int8, mode=round_mode, saturate=saturate, lo=-qmax, hi=qmax, nan_value=nan_code)
     return y, s[..., 0].astype(np.float32)
 
@@ -108,6 +122,7 @@ class DynamicQuantArgs:
     rows: int
     """``S = prod(x.shape[:-1])``: the number of tokens."""
     h: int
+    """``H = x.shape[-1]``: the row width."""
     row_groups: np.ndarray | None
     """int ``[S]``: the smooth row of every x row (with ``group_index``), or None."""
 
@@ -118,7 +133,12 @@ class DynamicQuantArgs:
 
     @property
     def dst_name(self) -> str:
+        """``"int8"`` or ``"int4"``."""
         return _dt.name(self.dst)
+
+
+DynamicQuantAsymmetricArgs = DynamicQuantArgs
+"""The checked arguments of :func:`dynamic_quant_asymmetric`: those of :func:`dynamic_quant`."""
 
 
 _EXPONENT = {_dt.float16: np.uint16(0x7C00), _dt.bfloat16: np.uint16(0x7F80)}
@@ -142,7 +162,7 @@ def dynamic_quant_args(x, *, smooth_scales=None, group_index=None, dst_type="int
 
 
 def dynamic_quant_asymmetric_args(x, *, smooth_scales=None, group_index=None, dst_type="int8",
-                                  numerics: Numerics = ASCEND) -> DynamicQuantArgs:
+                                  numerics: Numerics = ASCEND) -> DynamicQuantAsymmetricArgs:
     """:func:`dynamic_quant_args` for :func:`dynamic_quant_asymmetric` (its name in the messages)."""
     return _args(_OP_ASYM, x, smooth_scales, group_index, dst_type, numerics)
 
@@ -205,6 +225,7 @@ def _pack(y: np.ndarray, dst, shape) -> np.ndarray:
     return pack_int4(y) if dst == _dt.int4 else y
 
 
+@golden_op("dense", check=dynamic_quant_args, mirrors="torch_npu.npu_dynamic_quant")
 def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
                   group_index: np.ndarray | None = None, dst_type="int8",
                   numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray]:
@@ -220,26 +241,33 @@ def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
         of rows, E <= 1024.
     dst_type : ``"int8"`` (default, also None) or ``"int4"`` / ``"quint4x2"``.
     numerics : :class:`~w8a8.numerics.Numerics`; fields used: ``quant_codes``, ``scale_out``,
-        ``round_mode``, ``zero_row``, ``nan_policy``, ``saturate``.
+        ``round_mode``, ``zero_row``, ``nan_policy``, ``saturate``; ``platform`` / ``variants`` select
+        the kernel (:func:`w8a8.variants.select`), which decides ``scale_out``.
 
     Returns
     -------
     y : int8 of x's shape; for int4, int32 ``[..., H/8]`` with 8 codes per word, LSB first.
     scale : float32 of shape ``x.shape[:-1]``.
 
-    Formula (fp32, Ascend default; spec §1.3)::
+    Formula (fp32, Ascend kernels; kernel-variants §2.2)::
 
         xf  = fp32(x) [* fp32(smooth[g])]
         inv = qmax / max_j |xf_j|             # qmax = 127 (int8) or 7 (int4)
         y   = rint(xf * inv)                  # half to even; |y| <= qmax, so -128 never appears
-        scale = 1 / inv
+        scale = max_j |xf_j| * fp32(1/qmax)   # keys 100, 10, 2, 3 (single-row, multi-row, double buffer)
+              | 1 / inv                       # keys 0, 1, 6, 7, 8 (basic, large shape, MoE)
+
+    On A3 with H = 4096 (DeepSeek-V4): rows 4..384 run key 100, rows 1..3 and >= 385 key 10, both
+    ``amax * fp32(1/127)``; ``[64, 20000]`` runs key 6 (``1 / inv``); every ``group_index`` call runs
+    key 7 / 8 (``1 / inv``).
 
     All-zero row: ``inv = inf`` and ``0 * inf`` is NaN; the device's integer for it is not
     confirmed, the golden writes 0 (``zero_row="zero"``; ``"int_min"`` writes -128 / -8). The
     scale is 0 either way.
 
     A row whose max is subnormal-small overflows ``inv`` to Inf (IEEE fp32): its nonzero codes
-    saturate to +-qmax and its scale is 0 — whether the device flushes subnormals is not confirmed.
+    saturate to +-qmax and its scale is ``1 / inf = 0`` in the reciprocal kernels, the subnormal
+    ``amax * fp32(1/qmax)`` in the others — whether the device flushes subnormals is not confirmed.
 
     Errors
     ------
@@ -257,12 +285,14 @@ def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
 def dynamic_quant_from_args(a: DynamicQuantArgs, numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray]:
     """:func:`dynamic_quant` on arguments :func:`dynamic_quant_args` has checked (no second pass over x)."""
     xf = smoothed_rows(a, numerics)
-    nan_code = 0 if numerics.zero_row == "zero" else -(a.qmax + 1)
-    y, scale = quantize_rows(xf, a.qmax, codes=numerics.quant_codes, scale=numerics.scale_out,
-                             round_mode=numerics.round_mode, nan_code=nan_code, saturate=numerics.saturate)
+    n = _variants.dynamic_quant(a, numerics).numerics(numerics)
+    nan_code = 0 if n.zero_row == "zero" else -(a.qmax + 1)
+    y, scale = quantize_rows(xf, a.qmax, codes=n.quant_codes, scale=n.scale_out, round_mode=n.round_mode,
+                             nan_code=nan_code, saturate=n.saturate)
     return _pack(y, a.dst, a.x.shape), scale.reshape(a.x.shape[:-1])
 
 
+@golden_op("dense", check=dynamic_quant_asymmetric_args, mirrors="torch_npu.npu_dynamic_quant_asymmetric")
 def dynamic_quant_asymmetric(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
                              group_index: np.ndarray | None = None, dst_type="int8",
                              numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

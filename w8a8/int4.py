@@ -16,6 +16,8 @@ import numpy as np
 
 from . import _check
 
+__all__ = ["pack_int4", "unpack_int4"]
+
 _SHIFTS = np.arange(8, dtype=np.uint32) * 4
 
 

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _check
+from .registry import golden_op
+
+__all__ = ["int_matmul"]
 
 _F32_EXACT = 1 << 24
 _F64_EXACT = 1 << 53
@@ -33,6 +36,38 @@ _I64_MAX = (1 << 63) - 1
 _INT_DTYPES = (np.int8, np.uint8, np.int16, np.int32)
 
 
+@dataclass(frozen=True, eq=False)
+class IntMatmulArgs:
+    """The checked operands of :func:`int_matmul` (as given) and the shape of the result."""
+
+    a: np.ndarray
+    """int8 / uint8 / int16 / int32 ``[..., M, K]``."""
+    b: np.ndarray
+    """int8 / uint8 / int16 / int32 ``[..., K, N]``."""
+    k: int
+    """K, the contracted dimension."""
+    out_shape: tuple[int, ...]
+    """``broadcast(a.shape[:-2], b.shape[:-2]) + (M, N)``."""
+    op: str
+    """The op named in the messages (the ``op`` argument)."""
+
+
+def int_matmul_args(a, b, *, op: str = "int_matmul") -> IntMatmulArgs:
+    """The argument checks of :func:`int_matmul` (``op`` names the op in the messages).
+
+    TypeError for a non-integer operand, ValueError for rank < 2 or mismatched K; batch dims that
+    do not broadcast raise NumPy's ``ValueError`` of ``np.broadcast_shapes``.
+    """
+    a = _check.array(op, "a", a, dtypes=_INT_DTYPES, min_ndim=2)
+    b = _check.array(op, "b", b, dtypes=_INT_DTYPES, min_ndim=2)
+    k = a.shape[-1]
+    if b.shape[-2] != k:
+        _check.fail(op, "b", f"of shape [..., K={k}, N] to match a {tuple(a.shape)}", _check.describe(b))
+    out_shape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) + (a.shape[-2], b.shape[-1])
+    return IntMatmulArgs(a=a, b=b, k=int(k), out_shape=tuple(int(d) for d in out_shape), op=op)
+
+
+@golden_op("dense", check=int_matmul_args)
 def int_matmul(a: np.ndarray, b: np.ndarray, *, op: str = "int_matmul") -> np.ndarray:
     """Exact ``a @ b`` of integer arrays, as the int32 accumulator.
 
@@ -79,34 +114,6 @@ def int_matmul(a: np.ndarray, b: np.ndarray, *, op: str = "int_matmul") -> np.nd
         check_int32(op, total)
         return total.astype(np.int32)
     return total
-
-
-@dataclass(frozen=True, eq=False)
-class IntMatmulArgs:
-    """The checked operands of :func:`int_matmul` (as given) and the shape of the result."""
-
-    a: np.ndarray
-    """int8 / uint8 / int16 / int32 ``[..., M, K]``."""
-    b: np.ndarray
-    """int8 / uint8 / int16 / int32 ``[..., K, N]``."""
-    k: int
-    out_shape: tuple[int, ...]
-    """``broadcast(a.shape[:-2], b.shape[:-2]) + (M, N)``."""
-
-
-def int_matmul_args(a, b, *, op: str = "int_matmul") -> IntMatmulArgs:
-    """The argument checks of :func:`int_matmul` (``op`` names the op in the messages).
-
-    TypeError for a non-integer operand, ValueError for rank < 2 or mismatched K; batch dims that
-    do not broadcast raise NumPy's ``ValueError`` of ``np.broadcast_shapes``.
-    """
-    a = _check.array(op, "a", a, dtypes=_INT_DTYPES, min_ndim=2)
-    b = _check.array(op, "b", b, dtypes=_INT_DTYPES, min_ndim=2)
-    k = a.shape[-1]
-    if b.shape[-2] != k:
-        _check.fail(op, "b", f"of shape [..., K={k}, N] to match a {tuple(a.shape)}", _check.describe(b))
-    out_shape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) + (a.shape[-2], b.shape[-1])
-    return IntMatmulArgs(a=a, b=b, k=int(k), out_shape=tuple(int(d) for d in out_shape))
 
 
 def _wide_matmul(op: str, a: np.ndarray, b: np.ndarray, out_shape: tuple, k: int, bound: int) -> np.ndarray:

@@ -24,6 +24,9 @@ import numpy as np
 
 from . import _check
 from . import dtypes as _dt
+from .registry import golden_op
+
+__all__ = ["format_cast_nz", "nz_to_nd", "is_nz_aligned", "nz_storage_shape"]
 
 ACL_FORMAT_ND = 2
 ACL_FORMAT_FRACTAL_NZ = 29
@@ -42,40 +45,6 @@ def nz_storage_shape(shape: tuple[int, ...], dtype) -> tuple[int, ...]:
     r, c = shape[-2], shape[-1]
     c0 = nz_c0(dtype)
     return tuple(shape[:-2]) + (math.ceil(c / c0), math.ceil(r / _ROWS), _ROWS, c0)
-
-
-def format_cast_nz(w: np.ndarray) -> np.ndarray:
-    """ND ``[..., R, C]`` -> NZ storage ``[..., ceil(C/C0), ceil(R/16), 16, C0]``, zero padded.
-
-    Any dtype of itemsize 1, 2 or 4 (and 8, treated like 4 — torch_npu never casts those).
-    Raises ValueError for fewer than 2 dims.
-    """
-    a = format_cast_nz_args(w)
-    w, c0 = a.w, a.c0
-    r, c = w.shape[-2:]
-    r1, c1 = math.ceil(r / _ROWS), math.ceil(c / c0)
-    padded = np.zeros(w.shape[:-2] + (r1 * _ROWS, c1 * c0), dtype=w.dtype)
-    padded[..., :r, :c] = w
-    lead = w.shape[:-2]
-    blocks = padded.reshape(lead + (r1, _ROWS, c1, c0))
-    n = len(lead)
-    perm = tuple(range(n)) + (n + 2, n, n + 1, n + 3)
-    return np.ascontiguousarray(blocks.transpose(perm))
-
-
-def nz_to_nd(w_nz: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Inverse of :func:`format_cast_nz`: NZ storage -> ND of the logical ``shape`` (padding dropped).
-
-    Raises ValueError when ``w_nz.shape`` is not the NZ storage shape of ``shape`` for its dtype.
-    """
-    a = nz_to_nd_args(w_nz, shape)
-    w_nz, shape = a.w_nz, a.shape
-    c1, r1, _, c0 = w_nz.shape[-4:]
-    lead = w_nz.shape[:-4]
-    n = len(lead)
-    perm = tuple(range(n)) + (n + 1, n + 2, n, n + 3)
-    nd = w_nz.transpose(perm).reshape(lead + (r1 * _ROWS, c1 * c0))
-    return np.ascontiguousarray(nd[..., : shape[-2], : shape[-1]])
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,6 +86,42 @@ def nz_to_nd_args(w_nz, shape) -> NzToNdArgs:
         _check.fail(op, "w_nz", f"of NZ storage shape {expected} for logical shape {shape} ({w_nz.dtype})",
                     _check.describe(w_nz))
     return NzToNdArgs(w_nz=w_nz, shape=shape)
+
+
+@golden_op("dense", check=format_cast_nz_args, mirrors="torch_npu.npu_format_cast")
+def format_cast_nz(w: np.ndarray) -> np.ndarray:
+    """ND ``[..., R, C]`` -> NZ storage ``[..., ceil(C/C0), ceil(R/16), 16, C0]``, zero padded.
+
+    Any dtype of itemsize 1, 2 or 4 (and 8, treated like 4 — torch_npu never casts those).
+    Raises ValueError for fewer than 2 dims.
+    """
+    a = format_cast_nz_args(w)
+    w, c0 = a.w, a.c0
+    r, c = w.shape[-2:]
+    r1, c1 = math.ceil(r / _ROWS), math.ceil(c / c0)
+    padded = np.zeros(w.shape[:-2] + (r1 * _ROWS, c1 * c0), dtype=w.dtype)
+    padded[..., :r, :c] = w
+    lead = w.shape[:-2]
+    blocks = padded.reshape(lead + (r1, _ROWS, c1, c0))
+    n = len(lead)
+    perm = tuple(range(n)) + (n + 2, n, n + 1, n + 3)
+    return np.ascontiguousarray(blocks.transpose(perm))
+
+
+@golden_op("dense", check=nz_to_nd_args)
+def nz_to_nd(w_nz: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Inverse of :func:`format_cast_nz`: NZ storage -> ND of the logical ``shape`` (padding dropped).
+
+    Raises ValueError when ``w_nz.shape`` is not the NZ storage shape of ``shape`` for its dtype.
+    """
+    a = nz_to_nd_args(w_nz, shape)
+    w_nz, shape = a.w_nz, a.shape
+    c1, r1, _, c0 = w_nz.shape[-4:]
+    lead = w_nz.shape[:-4]
+    n = len(lead)
+    perm = tuple(range(n)) + (n + 1, n + 2, n, n + 3)
+    nd = w_nz.transpose(perm).reshape(lead + (r1 * _ROWS, c1 * c0))
+    return np.ascontiguousarray(nd[..., : shape[-2], : shape[-1]])
 
 
 def is_nz_aligned(shape: tuple[int, ...], dtype) -> bool:

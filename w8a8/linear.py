@@ -5,9 +5,9 @@ load-time conversion the serving code does (transpose to ``[K, N]``; the NZ cast
 only, not values) before the forward (spec/serving-paths.md §3, §4).
 
 Each path's checks are one public function that the op calls first and the backends call instead of
-copying them: :func:`dynamic_linear_args` / :func:`static_linear_args` (the checks of the ops the path
-runs included, on the parameters as loaded), with the load steps on their own for callers without an
-activation: :func:`dynamic_linear_params`, :func:`static_activation_params`.
+copying them: :func:`w8a8_dynamic_linear_args` / :func:`w8a8_static_linear_args` (the checks of the ops
+the path runs included, on the parameters as loaded), with the load steps on their own for callers
+without an activation: :func:`dynamic_linear_params`, :func:`static_activation_params`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,12 @@ from . import _check
 from . import dtypes as _dt
 from .dynamic_quant import DynamicQuantArgs, dynamic_quant_args, dynamic_quant_from_args
 from .numerics import ASCEND, Numerics
+from .variants import calls as _variants
 from .quant_matmul import quant_matmul_args, quant_matmul_stages
 from .quantize import QuantizeArgs, quantize_args, quantize_from_args
+from .registry import golden_op
+
+__all__ = ["w8a8_dynamic_linear", "w8a8_static_linear", "dynamic_linear_stages", "static_linear_stages"]
 
 _X_DTYPES = (_dt.bfloat16, _dt.float16)
 _FLOAT_BIAS = (_dt.float32, _dt.bfloat16, _dt.float16)
@@ -53,11 +57,6 @@ def _model_dtype(op: str, x_dtype) -> np.dtype:
     return dt
 
 
-def _stand_in(dtype, shape) -> np.ndarray:
-    """A read-only array of ``shape`` that holds no data: the operand of a check of shapes and dtypes."""
-    return np.broadcast_to(np.zeros((), dtype), tuple(shape))
-
-
 def _check_matmul(m: int, k: int, n: int, scale: np.ndarray, bias, out, pertoken: bool, numerics: Numerics) -> None:
     """:func:`~w8a8.quant_matmul.quant_matmul_args` on the loaded parameters of a Linear.
 
@@ -65,9 +64,9 @@ def _check_matmul(m: int, k: int, n: int, scale: np.ndarray, bias, out, pertoken
     stand in with their shapes and dtypes: those checks are the same, and their messages describe
     the same shapes and dtypes.
     """
-    pt = _stand_in(np.float32, (m,)) if pertoken else None
-    quant_matmul_args(_stand_in(np.int8, (m, k)), _stand_in(np.int8, (k, n)), scale, pertoken_scale=pt, bias=bias,
-                      output_dtype=out, numerics=numerics)
+    pt = _check.stand_in(np.float32, (m,)) if pertoken else None
+    quant_matmul_args(_check.stand_in(np.int8, (m, k)), _check.stand_in(np.int8, (k, n)), scale, pertoken_scale=pt,
+                      bias=bias, output_dtype=out, numerics=numerics)
 
 
 # -- W8A8_DYNAMIC ------------------------------------------------------------------------------------
@@ -79,7 +78,9 @@ class DynamicLinearParams:
     weight: np.ndarray
     """int8 ``[N, K]``, the checkpoint layout (the forward uses ``weight.T``)."""
     n: int
+    """N, the output features."""
     k: int
+    """K, the input features."""
     weight_scale: np.ndarray
     """``[N]``: bfloat16 for a bf16 model (the fp32 checkpoint scale rounded!), float32 for fp16."""
     bias: np.ndarray | None
@@ -87,13 +88,14 @@ class DynamicLinearParams:
 
 
 @dataclass(frozen=True, eq=False)
-class DynamicLinearArgs:
+class W8a8DynamicLinearArgs:
     """The checked arguments of :func:`w8a8_dynamic_linear`: the activation, the loaded parameters and
     the checked ``dynamic_quant`` call on the flattened activation."""
 
     x: np.ndarray
     """bfloat16 / float16 ``[..., K]``."""
     params: DynamicLinearParams
+    """The weight, scale and bias as loaded (:func:`dynamic_linear_params`)."""
     quant: DynamicQuantArgs
     """:func:`~w8a8.dynamic_quant.dynamic_quant_args` of ``x.reshape(-1, K)``."""
 
@@ -135,7 +137,8 @@ def dynamic_linear_params(x_dtype, k: int, weight, weight_scale, bias=None, *, n
     return DynamicLinearParams(weight=weight, n=int(n), k=k, weight_scale=ws, bias=b)
 
 
-def dynamic_linear_args(x, weight, weight_scale, *, bias=None, numerics: Numerics = ASCEND) -> DynamicLinearArgs:
+def w8a8_dynamic_linear_args(x, weight, weight_scale, *, bias=None,
+                             numerics: Numerics = ASCEND) -> W8a8DynamicLinearArgs:
     """Every argument check of :func:`w8a8_dynamic_linear`, in its order, with its exceptions and
     messages: its own (dtypes, shapes), then those of the ``dynamic_quant`` and ``quant_matmul`` it
     runs (NaN/Inf in x, N <= 65535, a scale or bias that became Inf at load). Returns the activation,
@@ -148,23 +151,26 @@ def dynamic_linear_args(x, weight, weight_scale, *, bias=None, numerics: Numeric
     quant = dynamic_quant_args(x2, numerics=numerics)
     _check_matmul(x2.shape[0], k, n, ws, b, x.dtype, True, numerics)
     params = DynamicLinearParams(weight=weight, n=int(n), k=int(k), weight_scale=ws, bias=b)
-    return DynamicLinearArgs(x=x, params=params, quant=quant)
+    return W8a8DynamicLinearArgs(x=x, params=params, quant=quant)
 
 
 def dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, *,
                           bias: np.ndarray | None = None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`w8a8_dynamic_linear` with every intermediate: ``x_q``, ``x_scale``, ``weight_kn``,
-    ``weight_scale`` (as loaded), ``bias`` (as loaded), ``acc`` (int32) and ``y``."""
-    a = dynamic_linear_args(x, weight, weight_scale, bias=bias, numerics=numerics)
+    ``weight_scale`` (as loaded), ``bias`` (as loaded), ``acc`` (int32), ``y``, and ``variants``: the
+    kernels modelled (``{"dynamic_quant": Variant, "quant_matmul": Variant}``, :mod:`w8a8.variants`)."""
+    a = w8a8_dynamic_linear_args(x, weight, weight_scale, bias=bias, numerics=numerics)
     p = a.params
     w_kn = p.weight.T
     x_q, x_scale = dynamic_quant_from_args(a.quant, numerics)
     mm = quant_matmul_stages(x_q, w_kn, p.weight_scale, pertoken_scale=x_scale, bias=p.bias, output_dtype=a.x.dtype,
                              numerics=numerics)
     return {"x_q": x_q, "x_scale": x_scale, "weight_kn": w_kn, "weight_scale": p.weight_scale, "bias": p.bias,
-            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (p.n,))}
+            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (p.n,)),
+            "variants": {"dynamic_quant": _variants.dynamic_quant(a.quant, numerics), **mm["variants"]}}
 
 
+@golden_op("dense", check=w8a8_dynamic_linear_args)
 def w8a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, *,
                         bias: np.ndarray | None = None, numerics: Numerics = ASCEND) -> np.ndarray:
     """The ``W8A8_DYNAMIC`` Linear: per-token dynamic int8 activations, per-channel int8 weights.
@@ -187,7 +193,7 @@ def w8a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndar
 
     Returns ``[..., N]`` of x's dtype.
 
-    Errors (all checked up front by :func:`dynamic_linear_args`, load-time values included): TypeError
+    Errors (all checked up front by :func:`w8a8_dynamic_linear_args`, load-time values included): TypeError
     for dtypes; ValueError for shapes (a K mismatch names ``x``), NaN/Inf in x (named by
     ``dynamic_quant``), a scale or bias that becomes +-Inf in the model dtype at load or N > 65535
     (named by ``quant_matmul``).
@@ -252,7 +258,7 @@ def static_activation_params(x_dtype, input_scale, input_offset, k: int) -> tupl
 
 
 @dataclass(frozen=True, eq=False)
-class StaticLinearArgs:
+class W8a8StaticLinearArgs:
     """The checked arguments of :func:`w8a8_static_linear`, its parameters as loaded, and the checked
     ``quantize`` call on the flattened activation."""
 
@@ -261,7 +267,9 @@ class StaticLinearArgs:
     weight: np.ndarray
     """int8 ``[N, K]`` (the forward uses ``weight.T``)."""
     n: int
+    """N, the output features."""
     k: int
+    """K, the input features."""
     input_scale_reciprocal: np.ndarray
     """``[K]`` in x's dtype (:func:`static_activation_params`)."""
     input_offset: np.ndarray
@@ -281,8 +289,8 @@ class StaticLinearArgs:
         return self.quant_bias if self.quant_bias is not None else self.bias
 
 
-def static_linear_args(x, weight, *, input_scale, input_offset, deq_scale, quant_bias, bias=None,
-                       numerics: Numerics = ASCEND) -> StaticLinearArgs:
+def w8a8_static_linear_args(x, weight, *, input_scale, input_offset, deq_scale, quant_bias, bias=None,
+                            numerics: Numerics = ASCEND) -> W8a8StaticLinearArgs:
     """Every argument check of :func:`w8a8_static_linear`, in its order, with its exceptions and
     messages: its own (dtypes, shapes, ``input_scale`` finite and > 0), then those of the ``quantize``
     and ``quant_matmul`` it runs on the loaded parameters (NaN/Inf in x, an Inf reciprocal / offset /
@@ -305,7 +313,7 @@ def static_linear_args(x, weight, *, input_scale, input_offset, deq_scale, quant
     x2 = x.reshape(-1, k)
     quant = quantize_args(x2, recip_k, off_k, dtype="int8", axis=-1, div_mode=False, numerics=numerics)
     _check_matmul(x2.shape[0], k, n, deq, qb if qb is not None else b, x.dtype, False, numerics)
-    return StaticLinearArgs(x=x, weight=weight, n=int(n), k=int(k), input_scale_reciprocal=recip_k,
+    return W8a8StaticLinearArgs(x=x, weight=weight, n=int(n), k=int(k), input_scale_reciprocal=recip_k,
                             input_offset=off_k, deq_scale=deq, quant_bias=qb, bias=b, quant=quant)
 
 
@@ -313,16 +321,18 @@ def static_linear_stages(x: np.ndarray, weight: np.ndarray, *, input_scale: np.n
                          deq_scale: np.ndarray, quant_bias: np.ndarray | None, bias: np.ndarray | None = None,
                          numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`w8a8_static_linear` with its intermediates: ``input_scale_reciprocal``, ``input_offset``
-    (as loaded, ``[K]``), ``x_q``, ``acc`` and ``y``."""
-    a = static_linear_args(x, weight, input_scale=input_scale, input_offset=input_offset, deq_scale=deq_scale,
+    (as loaded, ``[K]``), ``x_q``, ``acc``, ``y`` and ``variants`` (the kernels modelled)."""
+    a = w8a8_static_linear_args(x, weight, input_scale=input_scale, input_offset=input_offset, deq_scale=deq_scale,
                            quant_bias=quant_bias, bias=bias, numerics=numerics)
     x_q = quantize_from_args(a.quant, numerics)
     mm = quant_matmul_stages(x_q, a.weight.T, a.deq_scale, bias=a.matmul_bias, output_dtype=a.x.dtype,
                              numerics=numerics)
     return {"input_scale_reciprocal": a.input_scale_reciprocal, "input_offset": a.input_offset, "x_q": x_q,
-            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (a.n,))}
+            "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (a.n,)),
+            "variants": {"quantize": _variants.quantize(a.quant, numerics), **mm["variants"]}}
 
 
+@golden_op("dense", check=w8a8_static_linear_args)
 def w8a8_static_linear(x: np.ndarray, weight: np.ndarray, *, input_scale: np.ndarray, input_offset: np.ndarray,
                        deq_scale: np.ndarray, quant_bias: np.ndarray | None, bias: np.ndarray | None = None,
                        numerics: Numerics = ASCEND) -> np.ndarray:
@@ -356,7 +366,7 @@ def w8a8_static_linear(x: np.ndarray, weight: np.ndarray, *, input_scale: np.nda
 
     Returns ``[..., N]`` of x's dtype.
 
-    Errors (all checked up front by :func:`static_linear_args`, load-time values included): TypeError
+    Errors (all checked up front by :func:`w8a8_static_linear_args`, load-time values included): TypeError
     for dtypes; ValueError for shapes, an ``input_scale`` that is not finite and > 0 (NaN, 0 or a
     negative scale: a broken calibration, whatever ``numerics.nan_policy``), ``bias`` together with
     ``quant_bias``, NaN/Inf in x or an Inf reciprocal / offset (named by ``quantize``), the deq_scale

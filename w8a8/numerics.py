@@ -6,20 +6,28 @@ backend bit for bit. The defaults are the Ascend A2/A3 kernels as documented in
 not confirmed, the default is the golden's documented choice and the field exists so that a
 backend which differs can say so.
 
+Several Ascend ops run different kernels for different shapes, and the kernels do not compute the
+same arithmetic (spec/kernel-variants.md). Under ``variants="select"`` (the default) each op asks
+:mod:`w8a8.variants` which kernel the host tiling of ``platform`` picks for the call and applies that
+kernel's choices (a *delta* of the fields below) on top of the record; a field the record sets away
+from its default is never overridden. ``variants="fixed"`` uses the record as it is.
+
 Fields
 ------
 round_mode : ``"half_even"`` | ``"half_away"``
     How a float becomes an integer code (quantization, requant). Ascend ``CAST_RINT`` is half to
     even (spec §1.3, §2.1); round-half-away-from-zero is ``CAST_ROUND``, C ``round()``, and the
     microxcaling default.
-quant_codes : ``"mul_inv"`` | ``"div_scale"``
+quant_codes : ``"mul_inv"`` | ``"div_scale"`` | ``"mul_rcp"``
     Dynamic per-row quantization. ``"mul_inv"``: ``inv = qmax / amax`` (fp32 division), codes are
-    ``round(x * inv)`` — the Ascend kernel (spec §1.3). ``"div_scale"``: codes are
-    ``round(x / scale)`` with the scale of ``scale_out`` — the op-plugin goldens and most
-    reference code.
+    ``round(x * inv)`` — the Ascend ``npu_dynamic_quant`` kernels (spec §1.3). ``"div_scale"``: codes
+    are ``round(x / scale)`` with the scale of ``scale_out`` (``npu_dequant_swiglu_quant`` with
+    group_index, the op-plugin goldens). ``"mul_rcp"``: ``round(x * fp32(1 / scale))`` (the legacy
+    ``npu_dequant_swiglu_quant`` kernels, kernel-variants §4.2).
 scale_out : ``"reciprocal"`` | ``"amax_mul_rcp"`` | ``"amax_div"``
-    The per-row scale that dynamic quantization returns: ``1 / inv`` (Ascend main path),
-    ``amax * fp32(1/qmax)`` (Ascend double-buffer path), or ``amax / qmax``.
+    The per-row scale that dynamic quantization returns: ``1 / inv`` (the basic, large-shape and MoE
+    kernels), ``amax * fp32(1/qmax)`` (the single-row, multi-row and double-buffer kernels), or
+    ``amax / qmax``. Which kernel runs depends on the shape: see ``variants`` and :mod:`w8a8.variants`.
 zero_row : ``"zero"`` | ``"int_min"``
     Codes written for an all-zero row, where ``0 * (qmax / 0)`` is NaN before the float->int cast.
     The device's integer for NaN is not confirmed (spec §10.1); the golden writes 0. The scale of
@@ -52,12 +60,52 @@ transcendental : ``"float64"`` | ``"float32"``
     both do this agree), or NumPy's float32 ``exp``. Device exp units are approximations; their
     difference is a tolerance matter, not a bitwise one.
 routing_quant_round : ``"half_even"`` | ``"trunc_fp16_half_away"``
-    ``moe_init_routing_v2`` dynamic quant rounding: RINT on the newer full-row path, or the
-    column-tiled path's fp32->fp16 truncation followed by fp16->int8 half-away (spec §7.6).
-zero_point_position : ``"after_rounding"`` | ``"before_rounding"``
-    ``quantize(div_mode=True)``: ``rint(x / s) + zp`` (torch ``quantize_per_channel``, golden
-    choice) or ``rint(x / s + zp)``. Not confirmed for the A2/A3 kernel (spec §2.2, §10.5); the two
-    differ at ties even for integer zero points (``rint(0.5) + 1 = 1``, ``rint(1.5) = 2``).
+    ``moe_init_routing_v2`` dynamic quant rounding: RINT (the full-load perf kernel: fp32 -> fp16
+    round-to-odd, then RINT, which is one RNE), or the gather kernel's fp32 -> fp16 truncation
+    followed by fp16 -> int8 half-away (every other shape; kernel-variants §8).
+zero_point_position : ``"before_rounding"`` | ``"after_rounding"``
+    ``quantize(div_mode=True)``: ``rint(zp + x * fp32(1/s))`` (torch ``quantize_per_channel`` on x86,
+    torch 2.13, measured: ``tests/golden/test_quantize.py``; the golden's choice) or
+    ``rint(x * fp32(1/s)) + zp``. The A2/A3 kernel is not public (kernel-variants §10); the two differ
+    at ties even for integer zero points (``rint(0.5) + 1 = 1``, ``rint(1.5) = 2``).
+quantize_div : ``"mul_rcp"`` | ``"div"``
+    ``quantize(div_mode=True)``: multiply by the fp32 reciprocal ``x * fp32(1/s)`` (torch, the vendor
+    reference; golden choice) or divide ``x / s`` (the arch35 regbase kernel, not an A2/A3 one).
+swiglu_order : ``"a_div"`` | ``"rcp_mul"``
+    fp32 SiLU-GLU: ``a / (1 + e) * b`` (``swi_glu_bf16.hpp``: the fp16 / bf16 kernels) or
+    ``((1 / (1 + e)) * a) * b`` (``swi_glu_impl.hpp``: the fp32 kernel), ``e = exp(-a)``.
+antiquant_precision : ``"fp32"`` | ``"x_dtype"``
+    ``weight_quant_batchmatmul`` antiquant ``(w + offset) * scale``: in fp32 with one rounding to x's
+    dtype (bf16 Custom kernel), or in x's dtype with a rounding after the add and after the multiply
+    (fp16 Custom kernel: ``AntiQuantCalType<half>``).
+finalize_precision : ``"fp32"`` | ``"io_dtype"``
+    ``moe_finalize_routing`` arithmetic: fp32 with one final rounding (the bf16 templates), or in the
+    rows' dtype with a rounding after every add and multiply (the fp16 / fp32 ``T`` templates).
+finalize_out_round : ``"half_even"`` | ``"half_away"``
+    ``moe_finalize_routing`` bf16 final cast: ``CAST_RINT`` (V2 kernels) or ``CAST_ROUND`` (V1, used
+    only where aclnnMoeFinalizeRoutingV2/V4 are missing).
+dropped_slot_bias : ``"apply"`` | ``"skip"``
+    ``moe_finalize_routing`` dropped slot (index -1): its row reads zero and its bias is still added,
+    contributing ``scale * bias[e]`` (generic fp cut-H template), or it is skipped and contributes 0
+    (every other template).
+gating_precision : ``"fp32"`` | ``"fp16"``
+    ``moe_gating_top_k_softmax`` on fp16 logits: probabilities ranked in fp32 (perf kernel), or
+    rounded to fp16 first and ranked on the fp16 values (``SoftMax<half>`` / ``TopK<half>`` of the
+    full-load kernels), ties to the lower expert index.
+static_zero_scale : ``"as_one"`` | ``"ieee"``
+    ``dequant_swiglu_quant`` static quantization by a scalar ``quant_scale = 0``: treated as 1 (the
+    group kernel's ``(s == 0) ? 1 : 1/s``) or IEEE ``1/0 = inf`` (the legacy kernels, no guard).
+
+Policy fields (not arithmetic)
+------------------------------
+platform : a registered :mod:`w8a8.platforms` name, ``"ascend910_93"`` (A3, the default) or
+    ``"ascend910b"`` (A2): the chip whose host tiling :mod:`w8a8.variants` mirrors.
+variants : ``"select"`` | ``"fixed"``
+    ``"select"`` (default): every op asks :mod:`w8a8.variants` which kernel the platform's host tiling
+    picks for *this* call and applies that kernel's choices to every arithmetic field the variant
+    decides **and the record leaves at its default value** (a field you changed is yours).
+    ``"fixed"``: exactly the record, no shape dependence — what a backend with one kernel per op
+    declares, and what attribution re-runs the golden with.
 """
 
 from __future__ import annotations
@@ -66,9 +114,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from . import platforms as _platforms
+
+__all__ = ["ASCEND", "ASCEND_A2", "Numerics"]
+
 _CHOICES: dict[str, tuple] = {
     "round_mode": ("half_even", "half_away"),
-    "quant_codes": ("mul_inv", "div_scale"),
+    "quant_codes": ("mul_inv", "div_scale", "mul_rcp"),
     "scale_out": ("reciprocal", "amax_mul_rcp", "amax_div"),
     "zero_row": ("zero", "int_min"),
     "nan_policy": ("raise", "ieee"),
@@ -80,8 +132,18 @@ _CHOICES: dict[str, tuple] = {
     "requant_clamp9": (True, False),
     "transcendental": ("float64", "float32"),
     "routing_quant_round": ("half_even", "trunc_fp16_half_away"),
-    "zero_point_position": ("after_rounding", "before_rounding"),
+    "zero_point_position": ("before_rounding", "after_rounding"),
+    "quantize_div": ("mul_rcp", "div"),
+    "swiglu_order": ("a_div", "rcp_mul"),
+    "antiquant_precision": ("fp32", "x_dtype"),
+    "finalize_precision": ("fp32", "io_dtype"),
+    "finalize_out_round": ("half_even", "half_away"),
+    "dropped_slot_bias": ("apply", "skip"),
+    "gating_precision": ("fp32", "fp16"),
+    "static_zero_scale": ("as_one", "ieee"),
 }
+_POLICY = ("platform", "variants")
+_VARIANT_POLICIES = ("select", "fixed")
 
 
 @dataclass(frozen=True)
@@ -90,7 +152,7 @@ class Numerics:
 
     name: str = "ascend-a2a3"
     round_mode: Literal["half_even", "half_away"] = "half_even"
-    quant_codes: Literal["mul_inv", "div_scale"] = "mul_inv"
+    quant_codes: Literal["mul_inv", "div_scale", "mul_rcp"] = "mul_inv"
     scale_out: Literal["reciprocal", "amax_mul_rcp", "amax_div"] = "reciprocal"
     zero_row: Literal["zero", "int_min"] = "zero"
     nan_policy: Literal["raise", "ieee"] = "raise"
@@ -102,13 +164,32 @@ class Numerics:
     requant_clamp9: bool = True
     transcendental: Literal["float64", "float32"] = "float64"
     routing_quant_round: Literal["half_even", "trunc_fp16_half_away"] = "half_even"
-    zero_point_position: Literal["after_rounding", "before_rounding"] = "after_rounding"
+    zero_point_position: Literal["before_rounding", "after_rounding"] = "before_rounding"
+    quantize_div: Literal["mul_rcp", "div"] = "mul_rcp"
+    swiglu_order: Literal["a_div", "rcp_mul"] = "a_div"
+    antiquant_precision: Literal["fp32", "x_dtype"] = "fp32"
+    finalize_precision: Literal["fp32", "io_dtype"] = "fp32"
+    finalize_out_round: Literal["half_even", "half_away"] = "half_even"
+    dropped_slot_bias: Literal["apply", "skip"] = "apply"
+    gating_precision: Literal["fp32", "fp16"] = "fp32"
+    static_zero_scale: Literal["as_one", "ieee"] = "as_one"
+    platform: str = _platforms.A3.name
+    variants: Literal["select", "fixed"] = "select"
 
     def __post_init__(self):
         for field, allowed in _CHOICES.items():
             value = getattr(self, field)
             if value not in allowed or type(value) is not type(allowed[0]):
                 raise ValueError(f"Numerics: field '{field}' must be one of {allowed}; got {value!r}")
+        if self.platform not in _platforms.names():
+            raise ValueError(f"Numerics: field 'platform' must be one of {_platforms.names()}; got {self.platform!r}")
+        if self.variants not in _VARIANT_POLICIES:
+            raise ValueError(f"Numerics: field 'variants' must be one of {_VARIANT_POLICIES}; got {self.variants!r}")
+
+    @property
+    def platform_record(self) -> _platforms.Platform:
+        """The :class:`w8a8.platforms.Platform` named by :attr:`platform`."""
+        return _platforms.get(self.platform)
 
     def replace(self, **changes) -> "Numerics":
         """A copy with some fields changed (``name`` defaults to a description of the change)."""
@@ -127,15 +208,26 @@ class Numerics:
         return cls(**data)
 
     def differences(self, other: "Numerics") -> dict[str, tuple]:
-        """``{field: (self_value, other_value)}`` for every arithmetic field that differs."""
-        return {f: (getattr(self, f), getattr(other, f)) for f in _CHOICES
+        """``{field: (self_value, other_value)}`` for every arithmetic or policy field that differs."""
+        return {f: (getattr(self, f), getattr(other, f)) for f in (*_CHOICES, *_POLICY)
                 if getattr(self, f) != getattr(other, f)}
 
     @staticmethod
     def choices() -> dict[str, tuple]:
-        """Every arithmetic field with its allowed values (the first is the Ascend default)."""
+        """Every arithmetic field with its allowed values (the first is the Ascend default).
+
+        The policy fields ``platform`` and ``variants`` are not arithmetic choices and are not listed."""
         return dict(_CHOICES)
+
+    @staticmethod
+    def defaults() -> dict:
+        """The default value of every arithmetic field (what ``variants="select"`` may override)."""
+        return {f: v[0] for f, v in _CHOICES.items()}
 
 
 ASCEND = Numerics()
-"""The Ascend A2/A3 (910B / 910C) kernel behaviour: the golden's default."""
+"""The Ascend kernels on A3 (910C, ``ascend910_93``): the golden's default. Each op applies the kernel
+variant the A3 host tiling selects for the call (``variants="select"``)."""
+
+ASCEND_A2 = Numerics(name="ascend-a2", platform=_platforms.A2.name)
+"""The Ascend kernels on A2 (910B, ``ascend910b``), variants selected for that chip."""

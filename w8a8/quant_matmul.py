@@ -12,6 +12,7 @@ shared with :func:`w8a8.moe.grouped_matmul`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,8 +20,15 @@ from . import _check
 from . import dtypes as _dt
 from .intgemm import add_int32, int_matmul
 from .numerics import ASCEND, Numerics
+from .registry import golden_op
 from .rounding import round_to_integral, to_float, to_int
 from .trans_quant_param import decode_quant_param, fp19
+from .variants import calls as _variants
+
+if TYPE_CHECKING:
+    from .lowbit.w4a8 import QuantMatmulInt4Args
+
+__all__ = ["quant_matmul", "quant_matmul_stages"]
 
 _OP = "quant_matmul"
 _PACKED = (_dt.int64, _dt.uint64)
@@ -45,121 +53,43 @@ def _s9(v: np.ndarray, mode: str) -> np.ndarray:
     return np.where(np.isnan(r), 0, r)
 
 
-def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None,
-                 pertoken_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
-                 output_dtype=None, numerics: Numerics = ASCEND) -> np.ndarray:
-    """Quantized matmul mirroring ``torch_npu.npu_quant_matmul`` (x2 is ``[K, N]``).
-
-    Parameters
-    ----------
-    x1 : int8 ``[..., M, K]``, 2-D to 6-D (int32-packed int4: the A4W4 / A8W4 path).
-    x2 : int8 ``[..., K, N]``, 2-D to 6-D; batch dims broadcast. Any strided view works
-        (torch_npu detects a transposed ``[N, K]`` storage from strides; the math is the same).
-    scale : per-channel dequant scale, ``(N,)``, ``(1,)`` or ``(1, N)``: float32, bfloat16, or the
-        packed int64/uint64 of :func:`~w8a8.trans_quant_param.trans_quant_param`. float16 is
-        rejected, as on the device (error 161002).
-    offset : float32 ``(N,)`` / ``(1,)``, int8 output only (requant offset).
-    pertoken_scale : float32 ``(M,)`` (1-D, M = ``x1.shape[-2]``; the same per-row scale applies to
-        every batch — serving code flattens x1 to 2-D first).
-    bias : ``(N,)``; int32, or bfloat16 / float16 / float32 where the combination allows it.
-    output_dtype : None (= int8), ``"int8"``, ``"float16"``, ``"bfloat16"`` or ``"int32"``.
-    numerics : fields used: ``fp19_scale``, ``fp19_round_mode``, ``int32_bias``,
-        ``epilogue_order``, ``requant_clamp9``, ``round_mode``, ``nan_policy``.
-
-    Allowed combinations (A2/A3, spec §3.3)::
-
-        output   scale                 offset     bias                   pertoken
-        fp16     int64 | fp32          -          int32                  -
-        int8     int64 | fp32          fp32 | -   int32                  -
-        bf16     fp32 | bf16           -          int32 | bf16 | fp32    fp32 | -
-        fp16     fp32                  -          int32 | fp16 | fp32    fp32 (required)
-        int32    fp32 | bf16 (ignored) -          int32                  -
-        (int4 x1 / x2 packed in int32: see w8a8.lowbit.w4a8.quant_matmul_int4)
-
-    Formula, in order (``acc`` = exact int32 ``x1 @ x2``)::
-
-        int32 bias:  acc = acc + bias                          # inside the cube, before scaling
-        int32 out:   y = acc                                   # scale ignored
-        bf16 / fp16 out:
-            y = ((fp32(acc) * scale[n]) * pertoken[m]) + fp32(bias_float[n])   -> RNE cast
-        int8 out (requant), s9(v) = clip(rint(v), -256, 255):
-            y = clip(s9(s9(fp32(acc) * deq[n]) + s9(offset[n])), -128, 127)
-
-    ``scale`` where the torch_npu adapter packs it (fp32 scale, no pertoken_scale, fp16 or int8
-    output; spec §3.5) is silently reduced to FP19 by truncation — up to 2^-10 relative error —
-    and a packed int64 scale decodes to its FP19 value (and its offset bits when ``offset`` is
-    None). The bf16-output and per-token paths use the scale at full precision. Whether the CANN
-    per-tensor FP19 rule also applies to bf16 output is not confirmed; the golden does not apply it.
-    Without pertoken_scale the bf16 output comes from ``AscendDequant``, whose internal rounding
-    is not documented: the golden rounds the fp32 product once (RNE).
-
-    Errors
-    ------
-    TypeError: a dtype outside the table. ValueError: ranks, K mismatch, K > 65535 (allowed only
-    for a 1-D float scale with pertoken_scale), N > 65535, shapes of scale / offset / bias / pertoken_scale, a
-    required or forbidden argument, NaN/Inf in a float parameter under ``nan_policy="raise"`` (all
-    raised by :func:`quant_matmul_args`). OverflowError: the int32 accumulator (plus bias) overflows.
-    """
-    return quant_matmul_stages(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
-                               output_dtype=output_dtype, numerics=numerics)["y"]
-
-
-def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None,
-                        pertoken_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
-                        output_dtype=None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
-    """:func:`quant_matmul` with its stages: ``acc`` (the raw int32 accumulator ``x1 @ x2``, before
-    any bias), ``scale`` (the fp32 scale the epilogue used, after FP19 packing where it applies)
-    and ``y``. Same arguments, checks and result.
-
-    int4 operands (int32 words packing 8 codes, LSB first: A4W4, A8W4) are routed to
-    :func:`w8a8.lowbit.w4a8.quant_matmul_int4_stages`, whose stages add ``x1_codes``/``x2_codes``.
-    """
-    if isinstance(x2, np.ndarray) and x2.dtype == _dt.int32:  # int4 weights: A8W4 (x1 int8) or A4W4 (x1 int32)
-        from .lowbit.w4a8 import quant_matmul_int4_stages  # lazy: lowbit.w4a8 imports this module
-
-        return quant_matmul_int4_stages(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
-                                        output_dtype=output_dtype, numerics=numerics)
-    a = quant_matmul_args(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
-                          output_dtype=output_dtype, numerics=numerics)
-    raw = int_matmul(a.x1, a.x2, op=_OP)
-    raw = np.broadcast_to(raw, a.batch + (a.m, a.n)) if raw.shape[:-2] != a.batch else raw
-    acc = raw
-    if a.int_bias and (numerics.int32_bias == "accumulator" or a.out == _dt.int32):
-        acc = add_int32(_OP, acc, a.bias)
-    if a.out == _dt.int32:
-        return {"acc": raw, "scale": None, "y": np.ascontiguousarray(acc, dtype=np.int32)}
-    deq, packed_offset = effective_scale(a.scale, a.out, a.pertoken_scale is not None, numerics)
-    return {"acc": raw, "scale": deq,
-            "y": epilogue(acc, deq, packed_offset, a.offset, a.pertoken_scale, a.bias, a.out, numerics)}
-
-
 @dataclass(frozen=True, eq=False)
 class QuantMatmulArgs:
-    """The arguments of one int8 x int8 :func:`quant_matmul` call, checked and normalized.
+    """The arguments of one :func:`quant_matmul` call, checked and normalized.
 
     Arrays are the caller's (views at most, no copies, no arithmetic): ``scale`` and ``bias`` are
     made 1-D (a ``(1, N)`` row becomes ``(N,)``), everything else is as given.
+
+    An int32 ``x2`` (int4 weights packed 8 per word) is the op's A4W4 / A8W4 route: then
+    :attr:`int4` holds that route's checked arguments and the fields here describe the same call
+    (``x1`` / ``x2`` packed as given, ``m`` / ``k`` / ``n`` the unpacked problem).
     """
 
     x1: np.ndarray
-    """int8 ``[..., M, K]``."""
+    """int8 ``[..., M, K]`` (int4 route: int32 ``[..., M, K/8]`` for A4W4, int8 ``[M, K]`` for A8W4)."""
     x2: np.ndarray
-    """int8 ``[..., K, N]``."""
+    """int8 ``[..., K, N]`` (int4 route: int32 ``[K, N/8]`` or ``[K/8, N]``)."""
     scale: np.ndarray
-    """1-D ``(N,)`` or ``(1,)``: float32, bfloat16, or packed int64 / uint64."""
+    """1-D ``(N,)`` or ``(1,)``: float32, bfloat16, or packed int64 / uint64 (A8W4: also ``[K/256, N]``)."""
     offset: np.ndarray | None
-    """float32 ``(N,)`` / ``(1,)`` (int8 output only), or None."""
+    """float32 ``(N,)`` / ``(1,)`` (int8 output only; A8W4: the ``yOffset`` auxiliary), or None."""
     pertoken_scale: np.ndarray | None
-    """float32 ``(M,)``, or None."""
+    """float32 ``(M,)`` (A8W4: also ``(M, 1)``), or None."""
     bias: np.ndarray | None
     """1-D ``(N,)``: int32, or the float dtype the combination allows; or None."""
     out: np.dtype
     """The output dtype: int8, float16, bfloat16 or int32."""
     m: int
+    """M, the rows of x1."""
     k: int
+    """K, the contracted dimension."""
     n: int
+    """N, the columns of the result."""
     batch: tuple[int, ...]
     """The broadcast batch dims of x1 and x2 (``()`` for 2-D operands)."""
+    int4: QuantMatmulInt4Args | None = None
+    """The int4 route's checked arguments (:func:`w8a8.lowbit.w4a8.quant_matmul_int4_args`), or None
+    for an int8 x int8 call."""
 
     @property
     def int_bias(self) -> bool:
@@ -183,14 +113,28 @@ class QuantMatmulArgs:
 
 def quant_matmul_args(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None,
                       numerics: Numerics = ASCEND) -> QuantMatmulArgs:
-    """Every argument check of the int8 x int8 :func:`quant_matmul` (the §3.3 dtype table, shapes, the
-    65535 limits, NaN/Inf under ``numerics.nan_policy="raise"``), in the op's order, with its
-    exceptions and messages; returns the normalized arguments.
+    """Every argument check of :func:`quant_matmul` (the §3.3 dtype table, shapes, the 65535 limits,
+    NaN/Inf under ``numerics.nan_policy="raise"``), in the op's order, with its exceptions and
+    messages; returns the normalized arguments.
 
     Backends call this instead of re-implementing the rules, then add their own device restrictions.
-    int32-packed int4 ``x2`` (the A8W4 / A4W4 route of :func:`quant_matmul`, checked by
-    :mod:`w8a8.lowbit.w4a8`) is not an int8 call: it is refused here as a dtype (TypeError on ``x2``).
+    An int32-packed int4 ``x2`` takes the op's A8W4 / A4W4 route, whose checks are
+    :func:`w8a8.lowbit.w4a8.quant_matmul_int4_args` (:attr:`QuantMatmulArgs.int4`).
     """
+    if isinstance(x2, np.ndarray) and x2.dtype == _dt.int32:  # int4 weights: the A8W4 / A4W4 route
+        from .lowbit.w4a8 import quant_matmul_int4_args  # lazy: lowbit.w4a8 imports this module
+
+        i = quant_matmul_int4_args(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
+                                   output_dtype=output_dtype, numerics=numerics)
+        return QuantMatmulArgs(x1=i.x1, x2=i.x2, scale=i.scale, offset=i.offset, pertoken_scale=i.pertoken_scale,
+                               bias=i.bias, out=i.out, m=int(i.x1.shape[-2]), k=i.k, n=i.n,
+                               batch=tuple(i.x1.shape[:-2]), int4=i)
+    return _int8_args(x1, x2, scale, offset, pertoken_scale, bias, output_dtype, numerics)
+
+
+def _int8_args(x1, x2, scale, offset, pertoken_scale, bias, output_dtype, numerics: Numerics) -> QuantMatmulArgs:
+    """The checks of an int8 x int8 call (:func:`quant_matmul_args`): an int32 ``x2`` is refused here as
+    a dtype (TypeError on ``x2``)."""
     out = _resolve_output(output_dtype)
     x1 = _check.array(_OP, "x1", x1, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
     x2 = _check.array(_OP, "x2", x2, dtypes=(_dt.int8,), min_ndim=2, max_ndim=6)
@@ -247,6 +191,108 @@ def quant_matmul_args(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=N
                 _check.finite(_OP, arg, value)
     return QuantMatmulArgs(x1=x1, x2=x2, scale=s, offset=off, pertoken_scale=pt, bias=b, out=out, m=int(m), k=int(k),
                            n=int(n), batch=tuple(batch))
+
+
+@golden_op("dense", check=quant_matmul_args, mirrors="torch_npu.npu_quant_matmul")
+def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None,
+                 pertoken_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
+                 output_dtype=None, numerics: Numerics = ASCEND) -> np.ndarray:
+    """Quantized matmul mirroring ``torch_npu.npu_quant_matmul`` (x2 is ``[K, N]``).
+
+    Parameters
+    ----------
+    x1 : int8 ``[..., M, K]``, 2-D to 6-D (int32-packed int4: the A4W4 / A8W4 path).
+    x2 : int8 ``[..., K, N]``, 2-D to 6-D; batch dims broadcast. Any strided view works
+        (torch_npu detects a transposed ``[N, K]`` storage from strides; the math is the same).
+    scale : per-channel dequant scale, ``(N,)``, ``(1,)`` or ``(1, N)``: float32, bfloat16, or the
+        packed int64/uint64 of :func:`~w8a8.trans_quant_param.trans_quant_param`. float16 is
+        rejected, as on the device (error 161002).
+    offset : float32 ``(N,)`` / ``(1,)``, int8 output only (requant offset).
+    pertoken_scale : float32 ``(M,)`` (1-D, M = ``x1.shape[-2]``; the same per-row scale applies to
+        every batch — serving code flattens x1 to 2-D first).
+    bias : ``(N,)``; int32, or bfloat16 / float16 / float32 where the combination allows it.
+    output_dtype : None (= int8), ``"int8"``, ``"float16"``, ``"bfloat16"`` or ``"int32"``.
+    numerics : fields used: ``fp19_scale``, ``fp19_round_mode``, ``int32_bias``,
+        ``epilogue_order``, ``requant_clamp9``, ``round_mode``, ``nan_policy``.
+
+    Allowed combinations (A2/A3, spec §3.3)::
+
+        output   scale                 offset     bias                   pertoken
+        fp16     int64 | fp32          -          int32                  -
+        int8     int64 | fp32          fp32 | -   int32                  -
+        bf16     fp32 | bf16           -          int32 | bf16 | fp32    fp32 | -
+        fp16     fp32                  -          int32 | fp16 | fp32    fp32 (required)
+        int32    fp32 | bf16 (ignored) -          int32                  -
+        (int4 x1 / x2 packed in int32: see w8a8.lowbit.w4a8.quant_matmul_int4)
+
+    Formula, in order (``acc`` = exact int32 ``x1 @ x2``)::
+
+        int32 bias:  acc = acc + bias                          # inside the cube, before scaling
+        int32 out:   y = acc                                   # scale ignored
+        bf16 / fp16 out:
+            y = ((fp32(acc) * scale[n]) * pertoken[m]) + fp32(bias_float[n])   -> RNE cast
+        int8 out (requant), s9(v) = clip(rint(v), -256, 255):
+            y = clip(s9(s9(fp32(acc) * deq[n]) + s9(offset[n])), -128, 127)
+
+    ``scale`` where the torch_npu adapter packs it (fp32 scale, no pertoken_scale, fp16 or int8
+    output; spec §3.5) is silently reduced to FP19 by truncation — up to 2^-10 relative error —
+    and a packed int64 scale decodes to its FP19 value (and its offset bits when ``offset`` is
+    None). The bf16-output and per-token paths use the scale at full precision: for int8 x1 the adapter
+    packs only an fp32 scale without pertoken_scale and with an fp16 / int8 output (op-plugin
+    ``QuantMatmulKernelNpuOpApi.cpp:261-298`` @ 517f2e7d: ``use_trans_quant_param``). Whether CANN itself
+    reduces a bf16-output fp32 scale inside the kernel is not confirmed; the golden does not.
+    Without pertoken_scale the bf16 output comes from ``AscendDequant``, whose internal rounding
+    is not documented: the golden rounds the fp32 product once (RNE).
+
+    Kernel variants (:func:`w8a8.variants.select`): with ``pertoken_scale`` and a bf16 / fp16 output the
+    decode ("opt") kernel computes ``acc * (scale[n] * pertoken[m])`` (``epilogue_order="combined"``)
+    where M is at most the closed TBE tiling's ``baseM``; that threshold is not derivable from public
+    source, so the golden selects the opt kernel only on a platform record that carries a measured
+    limit (:mod:`w8a8.platforms`) and otherwise computes the basic / TBE order above.
+
+    Errors
+    ------
+    TypeError: a dtype outside the table. ValueError: ranks, K mismatch, K > 65535 (allowed only
+    for a 1-D float scale with pertoken_scale), N > 65535, shapes of scale / offset / bias / pertoken_scale, a
+    required or forbidden argument, NaN/Inf in a float parameter under ``nan_policy="raise"`` (all
+    raised by :func:`quant_matmul_args`). OverflowError: the int32 accumulator (plus bias) overflows.
+    """
+    return quant_matmul_stages(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
+                               output_dtype=output_dtype, numerics=numerics)["y"]
+
+
+def quant_matmul_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None,
+                        pertoken_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
+                        output_dtype=None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
+    """:func:`quant_matmul` with its stages: ``acc`` (the raw int32 accumulator ``x1 @ x2``, before
+    any bias), ``scale`` (the fp32 scale the epilogue used, after FP19 packing where it applies),
+    ``y``, and ``variants`` (``{"quant_matmul": Variant}``: the kernel modelled). Same arguments,
+    checks and result.
+
+    int4 operands (int32 words packing 8 codes, LSB first: A4W4, A8W4) are routed to
+    :func:`w8a8.lowbit.w4a8.quant_matmul_int4_stages`, whose stages add ``x1_codes``/``x2_codes``.
+    """
+    if isinstance(x2, np.ndarray) and x2.dtype == _dt.int32:  # int4 weights: A8W4 (x1 int8) or A4W4 (x1 int32)
+        from .lowbit.w4a8 import quant_matmul_int4_stages  # lazy: lowbit.w4a8 imports this module
+
+        return quant_matmul_int4_stages(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
+                                        output_dtype=output_dtype, numerics=numerics)
+    a = quant_matmul_args(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
+                          output_dtype=output_dtype, numerics=numerics)
+    variant = _variants.quant_matmul(a, numerics)
+    numerics = variant.numerics(numerics)
+    raw = int_matmul(a.x1, a.x2, op=_OP)
+    raw = np.broadcast_to(raw, a.batch + (a.m, a.n)) if raw.shape[:-2] != a.batch else raw
+    acc = raw
+    if a.int_bias and (numerics.int32_bias == "accumulator" or a.out == _dt.int32):
+        acc = add_int32(_OP, acc, a.bias)
+    if a.out == _dt.int32:
+        return {"acc": raw, "scale": None, "y": np.ascontiguousarray(acc, dtype=np.int32),
+                "variants": {_OP: variant}}
+    deq, packed_offset = effective_scale(a.scale, a.out, a.pertoken_scale is not None, numerics)
+    return {"acc": raw, "scale": deq,
+            "y": epilogue(acc, deq, packed_offset, a.offset, a.pertoken_scale, a.bias, a.out, numerics),
+            "variants": {_OP: variant}}
 
 
 def epilogue(acc: np.ndarray, deq: np.ndarray, packed_offset: np.ndarray | None, off: np.ndarray | None,

@@ -5,8 +5,12 @@
 * ``div_mode=False`` -> ``aclnnAscendQuantV3``: **multiply**, ``y = rint(x * scale + offset)``.
   This is the W8A8-static activation quantizer of SGLang / vllm-ascend, which pass the reciprocal
   of ``input_scale`` as ``scales``.
-* ``div_mode=True`` -> ``aclnnQuantize`` (torch ``quantize_per_channel`` semantics): **divide**,
-  ``y = rint(x / scale) + zero_point``.
+* ``div_mode=True`` -> ``aclnnQuantize``, whose A2/A3 kernel is not public (ops-nn has only the arch35
+  regbase one, kernel-variants §10). Its vendor reference is ``torch.quantize_per_channel``, which
+  (x86, torch 2.13, measured in ``tests/golden/test_quantize.py``) **multiplies by the fp32 reciprocal
+  and adds the zero point before rounding**: ``y = rint(zero_point + x * fp32(1 / scale))``. The golden
+  follows that reference (``Numerics.quantize_div="mul_rcp"``, ``zero_point_position="before_rounding"``);
+  the device kernel's choice can only be settled on a device.
 
 Each op's argument checks are one public function (:func:`quantize_args`, :func:`dequantize_args`,
 :func:`anti_quant_args`) that the op calls first and the backends call instead of copying them.
@@ -22,7 +26,10 @@ from . import _check
 from . import dtypes as _dt
 from .int4 import pack_int4, unpack_int4
 from .numerics import ASCEND, Numerics
+from .registry import golden_op
 from .rounding import round_to_integral, to_float, to_int
+
+__all__ = ["quantize", "dequantize", "anti_quant"]
 
 _FLOATS = (_dt.float32, _dt.float16, _dt.bfloat16)
 
@@ -39,45 +46,6 @@ def _channel_vector(op: str, arg: str, value: np.ndarray, n: int, axis: int, ndi
             and value.shape[axis] in (1, n):
         return value
     _check.fail(op, arg, f"1-D of size {n} or 1, or {ndim}-D with 1s outside axis {axis}", _check.describe(value))
-
-
-def quantize(x: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None = None, *, dtype="int8",
-             axis: int = 1, div_mode: bool = True, numerics: Numerics = ASCEND) -> np.ndarray:
-    """Static per-channel (or per-tensor) quantization, mirroring ``torch_npu.npu_quantize``.
-
-    Parameters
-    ----------
-    x : float32 / float16 / bfloat16, any rank >= 1.
-    scales : per-channel scales along ``axis``: 1-D of size ``x.shape[axis]`` or 1, or full rank
-        with 1s elsewhere. ``div_mode=False``: same dtype as x. ``div_mode=True``: float32 or
-        bfloat16.
-    zero_points : optional, shaped like ``scales``. ``div_mode=False``: same dtype as x.
-        ``div_mode=True``: int8 / uint8 / int32 / bfloat16 / float32.
-    dtype : ``div_mode=False``: ``"int8"`` (``qint8``) or ``"int4"`` (``quint4x2``: int32 output
-        with 8 codes per word, LSB first; last dim % 8 == 0). ``div_mode=True``: ``"int8"``,
-        ``"uint8"`` (``quint8``) or ``"int32"`` (``qint32``).
-    axis : the channel axis. ``div_mode=False`` mirrors the AscendQuantV3 rule: ``axis >= -2`` and
-        **every axis other than -2 means the last axis** (-2 the second to last), whatever the
-        rank. ``div_mode=True``: an ordinary axis (negative counts from the end).
-    div_mode : selects the kernel (module docstring).
-    numerics : ``round_mode``, ``saturate``, ``nan_policy``; ``div_mode=True`` also
-        ``zero_point_position`` (see below).
-
-    Formula (fp32)::
-
-        div_mode=False:  y = sat(rint(fp32(x) * fp32(scale) + fp32(offset)))     # A2/A3: RINT
-        div_mode=True:   y = sat(rint(fp32(x) / fp32(scale)) + zero_point)
-
-    ``sat`` clamps to the output range ([-128, 127] int8, [0, 255] uint8, [-8, 7] int4, int32).
-    With ``div_mode=True`` it is not confirmed whether the device rounds before or after adding the
-    zero point; the golden rounds first (torch ``quantize_per_channel`` semantics) and adds
-    ``rint(zero_point)`` (``numerics.zero_point_position="before_rounding"`` adds it first).
-
-    Errors: TypeError for dtypes outside these lists, ValueError for shapes, axis, NaN/Inf in x,
-    scales or a float zero_points (under ``nan_policy="raise"``).
-    """
-    a = quantize_args(x, scales, zero_points, dtype=dtype, axis=axis, div_mode=div_mode, numerics=numerics)
-    return quantize_from_args(a, numerics)
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,9 +69,11 @@ class QuantizeArgs:
     channel_axis: int
     """The axis the scales run along, in ``[0, x.ndim)``, after the AscendQuantV3 rule of ``div_mode=False``."""
     div_mode: bool
+    """True: ``aclnnQuantize`` (divide); False: ``aclnnAscendQuantV3`` (multiply)."""
 
     @property
     def out_name(self) -> str:
+        """The output dtype's name (``"int8"``, ``"int4"``, ``"uint8"``, ``"int32"``)."""
         return _dt.name(self.out)
 
 
@@ -153,6 +123,51 @@ def quantize_args(x, scales, zero_points=None, *, dtype="int8", axis: int = 1, d
                         channel_axis=ax, div_mode=div_mode)
 
 
+@golden_op("dense", check=quantize_args, mirrors="torch_npu.npu_quantize")
+def quantize(x: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None = None, *, dtype="int8",
+             axis: int = 1, div_mode: bool = True, numerics: Numerics = ASCEND) -> np.ndarray:
+    """Static per-channel (or per-tensor) quantization, mirroring ``torch_npu.npu_quantize``.
+
+    Parameters
+    ----------
+    x : float32 / float16 / bfloat16, any rank >= 1.
+    scales : per-channel scales along ``axis``: 1-D of size ``x.shape[axis]`` or 1, or full rank
+        with 1s elsewhere. ``div_mode=False``: same dtype as x. ``div_mode=True``: float32 or
+        bfloat16.
+    zero_points : optional, shaped like ``scales``. ``div_mode=False``: same dtype as x.
+        ``div_mode=True``: int8 / uint8 / int32 / bfloat16 / float32.
+    dtype : ``div_mode=False``: ``"int8"`` (``qint8``) or ``"int4"`` (``quint4x2``: int32 output
+        with 8 codes per word, LSB first; last dim % 8 == 0). ``div_mode=True``: ``"int8"``,
+        ``"uint8"`` (``quint8``) or ``"int32"`` (``qint32``).
+    axis : the channel axis. ``div_mode=False`` mirrors the AscendQuantV3 rule: ``axis >= -2`` and
+        **every axis other than -2 means the last axis** (-2 the second to last), whatever the
+        rank. ``div_mode=True``: an ordinary axis (negative counts from the end).
+    div_mode : selects the kernel (module docstring).
+    numerics : ``round_mode``, ``saturate``, ``nan_policy``; ``div_mode=True`` also ``quantize_div``
+        and ``zero_point_position`` (see below).
+
+    Formula (fp32)::
+
+        div_mode=False:  y = sat(rint(fp32(x) * fp32(scale) + fp32(offset)))     # A2/A3: RINT
+        div_mode=True:   t = fp32(x) * fp32(1 / fp32(scale))                      # quantize_div="mul_rcp"
+                         y = sat(rint(fp32(zero_point) + t))                      # "before_rounding"
+
+    ``sat`` clamps to the output range ([-128, 127] int8, [0, 255] uint8, [-8, 7] int4, int32).
+    ``div_mode=True`` follows torch ``quantize_per_channel`` (module docstring): the A2/A3 kernel is
+    closed, so whether it divides or multiplies by the reciprocal, and where it adds the zero point,
+    is not confirmed. ``quantize_div="div"`` computes ``fp32(x) / fp32(scale)``;
+    ``zero_point_position="after_rounding"`` computes ``rint(t) + rint(zero_point)``. The two zero-point
+    positions differ at ties even for integer zero points (``rint(0.5) + 1 = 1``, ``rint(1.5) = 2``);
+    division and reciprocal differ by one code where ``x / s`` and ``x * fp32(1/s)`` fall on opposite
+    sides of a .5.
+
+    Errors: TypeError for dtypes outside these lists, ValueError for shapes, axis, NaN/Inf in x,
+    scales or a float zero_points (under ``nan_policy="raise"``).
+    """
+    a = quantize_args(x, scales, zero_points, dtype=dtype, axis=axis, div_mode=div_mode, numerics=numerics)
+    return quantize_from_args(a, numerics)
+
+
 def quantize_from_args(a: QuantizeArgs, numerics: Numerics = ASCEND) -> np.ndarray:
     """:func:`quantize` on arguments :func:`quantize_args` has checked (no second pass over x)."""
     xf = a.x.astype(np.float32)
@@ -166,7 +181,7 @@ def quantize_from_args(a: QuantizeArgs, numerics: Numerics = ASCEND) -> np.ndarr
             return pack_int4(to_int(t, _dt.int4, mode=numerics.round_mode, saturate=numerics.saturate))
         return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        t = xf / sf
+        t = xf * (np.float32(1) / sf) if numerics.quantize_div == "mul_rcp" else xf / sf
     if a.zero_points_b is None:
         return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate)
     zf = a.zero_points_b
@@ -186,40 +201,6 @@ def _finite_params(op: str, numerics: Numerics, scales: np.ndarray, zero_points:
     _check.finite(op, "scales", scales)
     if zero_points is not None and _dt.is_float(zero_points.dtype):
         _check.finite(op, "zero_points", zero_points)
-
-
-def dequantize(y: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = -1,
-               output_dtype="float32") -> np.ndarray:
-    """``(fp32(y) - zero_point) * scale`` in fp32, rounded to ``output_dtype``.
-
-    The inverse of :func:`quantize` (``div_mode=True``) and of the dynamic quantizers: per-row
-    dynamic scales have shape ``y.shape[:-1]`` — pass them with ``axis=None`` and they broadcast
-    over the last dimension. ``scale``/``zero_point`` are otherwise per-channel vectors along
-    ``axis`` (size ``y.shape[axis]`` or 1); with ``axis=None`` a zero point is per row too, of the
-    scale's shape ``y.shape[:-1]``. int4 codes must be unpacked first (:func:`w8a8.int4.unpack_int4`).
-
-    There is no ``nan_policy``: NaN / Inf in the scale or zero point, and fp32 overflow, give IEEE
-    results (``0 * Inf`` is NaN; the NaN bits: :func:`w8a8.rounding.to_float`), without warnings.
-
-    Errors (:func:`dequantize_args`): TypeError for y's or scale's dtype; ValueError for the
-    output dtype, axis, and the shapes of scale and zero_point.
-    """
-    a = dequantize_args(y, scale, zero_point, axis=axis, output_dtype=output_dtype)
-    return _shift_scale(a.y, a.zero_point_b, True, a.scale_b, a.out)
-
-
-def _shift_scale(codes: np.ndarray, shift, subtract: bool, scale: np.ndarray, out) -> np.ndarray:
-    """``(fp32(codes) -/+ fp32(shift)) * fp32(scale)`` in fp32, one RNE rounding to ``out``.
-
-    IEEE throughout, without warnings: an overflow is +-Inf, ``Inf - Inf`` and ``0 * Inf`` are NaN.
-    """
-    xf = codes.astype(np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if shift is not None:
-            sf = shift.astype(np.float32)
-            xf = xf - sf if subtract else xf + sf
-        v = (xf * scale.astype(np.float32)).astype(np.float32)
-    return to_float(v, out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -266,23 +247,39 @@ def dequantize_args(y, scale, zero_point=None, *, axis: int | None = -1, output_
     return DequantizeArgs(y=y, scale=s, zero_point=z, scale_b=sb, zero_point_b=zb, out=out, axis=ax)
 
 
-def anti_quant(x: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None, dst_dtype=None,
-               src_dtype=None) -> np.ndarray:
-    """Weight dequantization mirroring ``torch_npu.npu_anti_quant``: ``(x + offset) * scale``.
+@golden_op("dense", check=dequantize_args)
+def dequantize(y: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = -1,
+               output_dtype="float32") -> np.ndarray:
+    """``(fp32(y) - zero_point) * scale`` in fp32, rounded to ``output_dtype``.
 
-    Parameters
-    ----------
-    x : int8, or int32 packing 8 int4 codes LSB first (``src_dtype="int4"``/``"quint4x2"``).
-    scale : float32 / bfloat16, 1-D of size n (the last dim of the unpacked x) or 1.
-    offset : optional, same dtype and shape as scale. It is **added** (the negated zero point).
-    dst_dtype : float16 (default) or bfloat16.
+    The inverse of :func:`quantize` (``div_mode=True``) and of the dynamic quantizers: per-row
+    dynamic scales have shape ``y.shape[:-1]`` — pass them with ``axis=None`` and they broadcast
+    over the last dimension. ``scale``/``zero_point`` are otherwise per-channel vectors along
+    ``axis`` (size ``y.shape[axis]`` or 1); with ``axis=None`` a zero point is per row too, of the
+    scale's shape ``y.shape[:-1]``. int4 codes must be unpacked first (:func:`w8a8.int4.unpack_int4`).
 
-    Formula: ``out = cast(fp32((x + offset) * scale))`` with the add and multiply in fp32 and one
-    RNE rounding to ``dst_dtype``.
+    There is no ``nan_policy``: NaN / Inf in the scale or zero point, and fp32 overflow, give IEEE
+    results (``0 * Inf`` is NaN; the NaN bits: :func:`w8a8.rounding.to_float`), without warnings.
+
+    Errors (:func:`dequantize_args`): TypeError for y's or scale's dtype; ValueError for the
+    output dtype, axis, and the shapes of scale and zero_point.
     """
-    a = anti_quant_args(x, scale, offset=offset, dst_dtype=dst_dtype, src_dtype=src_dtype)
-    codes = unpack_int4(a.x) if a.src == _dt.int4 else a.x
-    return _shift_scale(codes, a.offset, False, a.scale, a.dst)
+    a = dequantize_args(y, scale, zero_point, axis=axis, output_dtype=output_dtype)
+    return _shift_scale(a.y, a.zero_point_b, True, a.scale_b, a.out)
+
+
+def _shift_scale(codes: np.ndarray, shift, subtract: bool, scale: np.ndarray, out) -> np.ndarray:
+    """``(fp32(codes) -/+ fp32(shift)) * fp32(scale)`` in fp32, one RNE rounding to ``out``.
+
+    IEEE throughout, without warnings: an overflow is +-Inf, ``Inf - Inf`` and ``0 * Inf`` are NaN.
+    """
+    xf = codes.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if shift is not None:
+            sf = shift.astype(np.float32)
+            xf = xf - sf if subtract else xf + sf
+        v = (xf * scale.astype(np.float32)).astype(np.float32)
+    return to_float(v, out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -327,3 +324,23 @@ def anti_quant_args(x, scale, *, offset=None, dst_dtype=None, src_dtype=None) ->
         if o.shape != s.shape:
             _check.fail(op, "offset", f"of scale's shape {s.shape}", _check.describe(o))
     return AntiQuantArgs(x=x, scale=s, offset=o, src=src, dst=dst, n=int(n))
+
+
+@golden_op("dense", check=anti_quant_args, mirrors="torch_npu.npu_anti_quant")
+def anti_quant(x: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None, dst_dtype=None,
+               src_dtype=None) -> np.ndarray:
+    """Weight dequantization mirroring ``torch_npu.npu_anti_quant``: ``(x + offset) * scale``.
+
+    Parameters
+    ----------
+    x : int8, or int32 packing 8 int4 codes LSB first (``src_dtype="int4"``/``"quint4x2"``).
+    scale : float32 / bfloat16, 1-D of size n (the last dim of the unpacked x) or 1.
+    offset : optional, same dtype and shape as scale. It is **added** (the negated zero point).
+    dst_dtype : float16 (default) or bfloat16.
+
+    Formula: ``out = cast(fp32((x + offset) * scale))`` with the add and multiply in fp32 and one
+    RNE rounding to ``dst_dtype``.
+    """
+    a = anti_quant_args(x, scale, offset=offset, dst_dtype=dst_dtype, src_dtype=src_dtype)
+    codes = unpack_int4(a.x) if a.src == _dt.int4 else a.x
+    return _shift_scale(codes, a.offset, False, a.scale, a.dst)

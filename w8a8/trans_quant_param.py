@@ -28,7 +28,10 @@ import numpy as np
 
 from . import _check
 from . import dtypes as _dt
+from .registry import golden_op
 from .rounding import round_half_even
+
+__all__ = ["trans_quant_param", "decode_quant_param", "fp32_bits_to_int64"]
 
 FLAG = np.uint64(1) << np.uint64(46)
 _MANTISSA_KEEP = np.uint32(0xFFFFE000)
@@ -59,29 +62,6 @@ def fp19(scale32: np.ndarray, round_mode: int = 0) -> np.ndarray:
     return fp19_truncate(scale32) if round_mode == 0 else fp19_round_even(scale32)
 
 
-def trans_quant_param(scale: np.ndarray, offset: np.ndarray | None = None, *, round_mode: int = 0) -> np.ndarray:
-    """Pack an fp32 scale (and optional offset) into the int64 quant parameter.
-
-    Parameters
-    ----------
-    scale : float32, 1-D ``(n,)`` / ``(1,)`` or 2-D ``(1, n)`` / ``(g, 1)`` / ``(g, n)``.
-    offset : optional float32; for a 1-D scale, 1-D of size n or 1 (the output takes the larger
-        shape); otherwise the scale's shape.
-    round_mode : 0 (truncate, default) or 1 (round to nearest even).
-
-    Returns int64 of the scale's shape (see the module docstring for the bits).
-    """
-    a = trans_quant_param_args(scale, offset, round_mode=round_mode)
-    lo = fp19(a.scale, a.round_mode).view(np.uint32).astype(np.uint64)
-    if a.offset is None:
-        return (lo | FLAG).view(np.int64)
-    lo, o = np.broadcast_arrays(lo, a.offset)
-    with np.errstate(invalid="ignore"):
-        o9 = np.clip(round_half_even(o.astype(np.float64)), -256, 255)
-    o9 = np.where(np.isnan(o9), 0, o9).astype(np.int64) & 0x1FF
-    return (lo | FLAG | (o9.astype(np.uint64) << np.uint64(37))).view(np.int64)
-
-
 @dataclass(frozen=True, eq=False)
 class TransQuantParamArgs:
     """The checked arguments of :func:`trans_quant_param` (as given)."""
@@ -109,6 +89,30 @@ def trans_quant_param_args(scale, offset=None, *, round_mode: int = 0) -> TransQ
         elif o.shape != s.shape:
             _check.fail(op, "offset", f"of the scale's shape {s.shape}", _check.describe(o))
     return TransQuantParamArgs(scale=s, offset=o, round_mode=0 if round_mode == 0 else 1)
+
+
+@golden_op("dense", check=trans_quant_param_args, mirrors="torch_npu.npu_trans_quant_param")
+def trans_quant_param(scale: np.ndarray, offset: np.ndarray | None = None, *, round_mode: int = 0) -> np.ndarray:
+    """Pack an fp32 scale (and optional offset) into the int64 quant parameter.
+
+    Parameters
+    ----------
+    scale : float32, 1-D ``(n,)`` / ``(1,)`` or 2-D ``(1, n)`` / ``(g, 1)`` / ``(g, n)``.
+    offset : optional float32; for a 1-D scale, 1-D of size n or 1 (the output takes the larger
+        shape); otherwise the scale's shape.
+    round_mode : 0 (truncate, default) or 1 (round to nearest even).
+
+    Returns int64 of the scale's shape (see the module docstring for the bits).
+    """
+    a = trans_quant_param_args(scale, offset, round_mode=round_mode)
+    lo = fp19(a.scale, a.round_mode).view(np.uint32).astype(np.uint64)
+    if a.offset is None:
+        return (lo | FLAG).view(np.int64)
+    lo, o = np.broadcast_arrays(lo, a.offset)
+    with np.errstate(invalid="ignore"):
+        o9 = np.clip(round_half_even(o.astype(np.float64)), -256, 255)
+    o9 = np.where(np.isnan(o9), 0, o9).astype(np.int64) & 0x1FF
+    return (lo | FLAG | (o9.astype(np.uint64) << np.uint64(37))).view(np.int64)
 
 
 def decode_quant_param(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,8 @@ import numpy as np
 
 from . import dtypes as _dt
 
+__all__ = ["ulp_distance"]
+
 NAN_DISTANCE = np.iinfo(np.int64).max
 """The distance reported between NaN and a number (larger than any real distance)."""
 

@@ -2,9 +2,11 @@
 
 Per layer and module: the scheme from ``quant_model_description.json``, the quantization method,
 the op family (and the ACLNN entry it reaches), the shapes before and after load, the weight layout
-after load (FRACTAL_NZ, or ND and why), the scale dtypes after load, and warnings; then totals (bytes
-per quant type, Linears on the ND fallback) and every finding. ``--verify`` runs the selected layers'
-real weights through a backend against the golden.
+after load (FRACTAL_NZ, or ND and why), the scale dtypes after load, the static parameters, and
+warnings; then totals (bytes per quant type, Linears on the ND fallback) and every finding (errors,
+warnings, information). ``--verify`` runs the selected layers' real weights through a backend against
+the golden: on the float model's real activations when ``--reference`` and ``--prompts`` (or
+``--token-ids``) are given, otherwise on synthetic inputs — and it says which.
 
 Exit status: 0 fine; 1 the checkpoint has errors (or --verify found a mismatch); 2 unreadable
 checkpoint or bad arguments.
@@ -38,8 +40,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tokens", type=int, default=16, help="--verify activation rows (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="--verify activation seed (default 0)")
     parser.add_argument("--reference", metavar="DIR",
-                        help="--verify: float weights (safetensors, checkpoint names) for the SQNR reference; "
-                             "default: the dequantized checkpoint weights")
+                        help="--verify: the float model (safetensors, checkpoint names) for the SQNR reference, checked "
+                             "against the checkpoint (names, shapes, distance); default: the dequantized weights")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--prompts", metavar="FILE",
+                     help="--verify with --reference: run the float model on these prompts (one a line) and verify "
+                          "every module on the activations it saw (needs a model family `w8a8 run` supports)")
+    src.add_argument("--token-ids", metavar="IDS", action="append",
+                     help="as --prompts, with token ids (comma-separated; repeat for more sequences)")
 
 
 def run(args) -> int:
@@ -66,13 +74,27 @@ def run(args) -> int:
         mismatches = diff(recipe, checkpoint_linear_types(report.resolution.checkpoint))
         out["recipe"] = {"name": recipe.name, "mismatches": [m.__dict__ for m in mismatches]}
     if args.verify:
+        activations, why = None, "no --reference with --prompts / --token-ids"
+        if (args.prompts or args.token_ids) and not args.reference:
+            print("w8a8 inspect: --prompts / --token-ids need --reference (the float model to run)", file=sys.stderr)
+            return 2
         try:
+            if args.reference and (args.prompts or args.token_ids):
+                from modelrun.capture import capture
+
+                from .run_cmd import _sequences
+
+                seqs = _sequences(_Seqs(args.path, args.reference, args.prompts, args.token_ids))
+                activations = capture(args.reference, seqs)
             results = verify(report.resolution, backend=args.backend, layers=args.layers, tokens=args.tokens,
-                             seed=args.seed, reference=args.reference, error_modules=report.modules_with_errors())
+                             seed=args.seed, reference=args.reference, error_modules=report.modules_with_errors(),
+                             activations=activations)
         except ValueError as exc:
             print(f"w8a8 inspect: {exc}", file=sys.stderr)
             return 2
-        out["verify"] = {"backend": args.backend, "results": [r.as_dict() for r in results]}
+        out["verify"] = {"backend": args.backend, "results": [r.as_dict() for r in results],
+                         "inputs": (f"real activations of the float model {args.reference} ({activations.tokens} "
+                                    "tokens)") if activations is not None else f"synthetic ({why})"}
         if any(r.status == "fail" for r in results):
             status = 1
     if args.json:
@@ -80,6 +102,13 @@ def run(args) -> int:
         return status
     _print(report, out, args)
     return status
+
+
+class _Seqs:
+    """The two input arguments of ``w8a8 run``, for its parser of token sequences."""
+
+    def __init__(self, path, reference, prompts, token_ids):
+        self.path, self.reference, self.prompts, self.tokens = path, reference, prompts, token_ids
 
 
 def _print(report, out, args) -> None:
@@ -101,8 +130,9 @@ def _print(report, out, args) -> None:
     for r in report.modules:
         m = r.module
         notes = "; ".join(list(m.notes) + r.warnings + ([f"ND: {r.nd_reason}"] if r.nd_reason else []))
+        scales = r.scales + (f"\nstatic: {r.static}" if r.static not in ("-", "") else "")
         rows.append((m.layer, m.name + ("" if m.kind == "linear" else f" ({m.kind})"), m.scheme or "-",
-                     f"{m.method or '-'}\n{r.op_family}", f"{r.checkpoint_shape} -> {r.loaded}", r.scales, notes))
+                     f"{m.method or '-'}\n{r.op_family}", f"{r.checkpoint_shape} -> {r.loaded}", scales, notes))
     t = out["totals"]
     totals = [f"{k}: {human_bytes(v)}" for k, v in t["bytes_by_type"].items()]
     totals.append(f"Linears on the ND fallback: {t['linears_nd_fallback']}"
@@ -111,7 +141,8 @@ def _print(report, out, args) -> None:
     if t["moe_nd_fallback"]:
         totals.append(f"MoE layers with an ND expert weight: {t['moe_nd_fallback']}")
     totals.append("modules: " + ", ".join(f"{k} x{v}" for k, v in t["modules_by_kind_and_scheme"].items()))
-    findings = [str(f) for f in report.findings if f.severity != "info" or args.trace]
+    order = {"error": 0, "warning": 1, "info": 2}
+    findings = [str(f) for f in sorted(report.findings, key=lambda f: order.get(f.severity, 3))]
     if Console is None:
         print(head)
         last = None
@@ -128,7 +159,7 @@ def _print(report, out, args) -> None:
         console.print(escape(head))
         table = Table(show_lines=False, title="modules", title_justify="left")
         for col in ("module", "scheme", "method / op family", "weight: checkpoint -> after load",
-                    "scales after load", "notes / warnings"):
+                    "scales after load / static parameters", "notes / warnings"):
             table.add_column(col, overflow="fold")
         last = None
         for row in rows:
@@ -141,7 +172,9 @@ def _print(report, out, args) -> None:
         console.print(table)
         console.print("[bold]totals[/]: " + escape("; ".join(totals)))
     if findings:
-        print(f"findings ({len(report.findings.errors)} errors):")
+        n_warn = sum(f.severity == "warning" for f in report.findings)
+        print(f"findings ({len(report.findings.errors)} errors, {n_warn} warnings, "
+              f"{len(findings) - len(report.findings.errors) - n_warn} information):")
         for line in findings[:60]:
             print("  " + line)
         if len(findings) > 60:
@@ -162,9 +195,12 @@ def _print(report, out, args) -> None:
         res = v["results"]
         print(f"\nverify on backend {v['backend']} ({len(res)} modules): "
               f"{sum(r['status'] == 'pass' for r in res)} pass, {sum(r['status'] == 'fail' for r in res)} fail, "
-              f"{sum(r['status'] == 'skip' for r in res)} skipped")
+              f"{sum(r['status'] == 'skip' for r in res)} skipped; inputs: {v['inputs']}")
+        synthetic = [r["module"] for r in res if r.get("inputs", "").startswith("synthetic") and r["status"] != "skip"]
+        if synthetic and not v["inputs"].startswith("synthetic"):
+            print(f"  {len(synthetic)} module(s) fell back to synthetic inputs (not captured): {', '.join(synthetic[:6])}")
         for r in res:
             sq = "-" if r["sqnr_db"] is None else f"{r['sqnr_db']:.1f} dB vs {r['reference']}"
             agree = "-" if r["max_ulp"] is None else f"{r['equal']}/{r['elements']} bitwise, max {r['max_ulp']} ULP"
-            print(f"  {r['status']:4}  {r['module']} ({r['scheme']}): {agree}; SQNR {sq}"
+            print(f"  {r['status']:4}  {r['module']} ({r['scheme']}): {agree}; SQNR {sq} on {r.get('inputs', '?')}"
                   + (f"; {r['message']}" if r["message"] else ""))

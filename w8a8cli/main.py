@@ -18,6 +18,9 @@ COMMANDS: dict[str, str] = {
     "bench": "w8a8cli.bench_cmd",
     "estimate": "w8a8cli.estimate_cmd",
     "inspect": "w8a8cli.inspect_cmd",
+    "replay": "w8a8cli.replay_cmd",
+    "run": "w8a8cli.run_cmd",
+    "explain": "w8a8cli.explain_cmd",
 }
 
 

@@ -12,6 +12,8 @@ qlinear prepack on AMX machines).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -75,9 +77,14 @@ def _blockwise(x: torch.Tensor, layer, bias_absmax: int, forward) -> torch.Tenso
 
 def w8a8_dynamic_linear(x: torch.Tensor, layer: DynamicLinear) -> torch.Tensor:
     """Per-token dynamic int8 ``x``, then ``quant_matmul(x_q, W, s_w, pertoken_scale=s_tok, bias=b)``
-    (row block by row block, see :func:`_blocks`)."""
+    (row block by row block, see :func:`_blocks`). The scale formula is the one of the kernel the tiling
+    picks for the whole activation ``[prod(x.shape[:-1]), K]`` (not for a block)."""
+    from .kernel_variants import dynamic_quant as variant
+
+    scale_out = variant((math.prod(x.shape[:-1]), x.shape[-1]), x.dtype).scale_out
+
     def forward(rows):
-        x_q, x_scale = dynamic_quant(rows)
+        x_q, x_scale = dynamic_quant(rows, scale_out=scale_out)
         return quant_matmul(x_q, layer.weight, layer.scale, pertoken_scale=x_scale, bias=layer.bias,
                             output_dtype=layer.dtype)
 

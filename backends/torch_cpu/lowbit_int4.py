@@ -111,8 +111,11 @@ def weight_quant_batchmatmul(x: torch.Tensor, w_hat: torch.Tensor, quant_scale, 
     return to_int((acc * quant_scale).add_(quant_offset), -128, 127, torch.int8, inplace=True)
 
 
-def antiquant_weight(weight, layout: str, scale, group, offset, packed: bool, dtype: torch.dtype) -> torch.Tensor:
-    """The load step of ``weight_quant_batchmatmul``: ``w_hat = cast_x_dtype((fp32(w) + fp32(o)) * fp32(s))``."""
+def antiquant_weight(weight, layout: str, scale, group, offset, packed: bool, dtype: torch.dtype, *,
+                     precision: str = "fp32") -> torch.Tensor:
+    """The load step of ``weight_quant_batchmatmul``: ``w_hat = cast_x_dtype((fp32(w) + fp32(o)) * fp32(s))``
+    (``precision="fp32"``: the bf16 Custom kernel), or with the sum rounded to x's dtype before the
+    multiply (``"x_dtype"``: the fp16 Custom kernel's half ``Adds`` then ``Muls``)."""
     w = weight_codes(weight, layout)
     k = w.shape[0]
     if packed:
@@ -124,6 +127,8 @@ def antiquant_weight(weight, layout: str, scale, group, offset, packed: bool, dt
     v = w.to(torch.float32)
     if of is not None:
         v.add_(of)
+        if precision == "x_dtype":
+            v = to_float(v, dtype).to(torch.float32)
     v.mul_(sf)
     return to_float(v, dtype)
 

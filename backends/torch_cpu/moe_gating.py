@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from . import kernel_variants
 from .arith import const, to_float
 from .moe_math import F32, exp32, log1p32, relu_, sigmoid, sqrt32, sum_f32, topk_desc
 
@@ -28,6 +29,8 @@ def gating_top_k_softmax(x: torch.Tensor, finished: torch.Tensor | None, *, k: i
     n = xf.shape[0]
     ex = _softmax_exp(xf)
     p = torch.div(ex, sum_f32(ex))                       # vector division by the row sum
+    if x.dtype == torch.float16 and kernel_variants.gating_softmax(e=e, k=k, dtype=x.dtype).gating_precision == "fp16":
+        p = p.to(torch.float16).to(F32)                  # the full-load kernels rank the fp16 probabilities
     idx = topk_desc(p, k)
     y = to_float(p.gather(-1, idx), x.dtype, may_nan=False)
     expert_idx = idx.to(torch.int32)

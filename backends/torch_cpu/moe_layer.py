@@ -18,8 +18,9 @@ transposed to row-major ``[K, N]`` for ``torch._int_mm``), the checkpoint scales
 SGLang loads them (and widened to fp32 for the epilogues), the shared expert's three Linears loaded as
 the dense path loads them (:func:`backends.torch_cpu.linear.load_dynamic`).
 
-**Errors, in the golden's order.** :func:`check` runs :func:`w8a8.moe.w8a8_moe_args` (everything the
-golden checks before computing). The checks the golden makes later — in the ops it runs, some on
+**Errors, in the golden's order.** :meth:`backends.base.Backend.prepare` runs the golden's
+:func:`~w8a8.moe.pipeline.w8a8_moe_args` (everything the golden checks before computing) before
+:func:`load` gets its result. The checks the golden makes later — in the ops it runs, some on
 intermediate values — are reproduced at the same points: the static ones (on arguments only: the
 expert scales rounded to bf16 becoming Inf, ``swiglu_limit``, the shared expert's weights, ...) are
 evaluated at load with the golden's validators on stand-ins of the intermediates and raised at their
@@ -41,18 +42,21 @@ import torch
 
 from w8a8 import _check
 from w8a8 import dtypes as _dt
-from w8a8.linear import dynamic_linear_args
-from w8a8.moe import dequant_swiglu_quant_args, grouped_matmul_args, moe_finalize_routing_args, swiglu_args
+from w8a8.linear import w8a8_dynamic_linear_args
+from w8a8.moe.finalize import moe_finalize_routing_args
+from w8a8.moe.grouped_matmul import grouped_matmul_args
+from w8a8.moe.swiglu import dequant_swiglu_quant_args, swiglu_args
 from w8a8.numerics import ASCEND
 
 from ..torch_common import from_torch, to_torch
 from .arith import absmax, any_nonfinite, to_float
 from .gemm import acc_bound
+from . import kernel_variants
 from .linear import load_dynamic, w8a8_dynamic_linear
 from .moe_experts import ExpertGemm
 from .moe_gating import gating_options, gating_top_k, gating_top_k_softmax
 from .moe_gmm import may_nan
-from .moe_math import F32, clamped_swiglu, quantize_rows_div, silu, sum_f32
+from .moe_math import F32, clamped_swiglu, dsq_quantize_rows, silu, sum_f32
 from .moe_routing import dynamic_quant_rows
 from .runtime import claim_threads
 
@@ -64,12 +68,13 @@ STAGES = ("gmm1", "dsq", "gmm2", "finalize", "shared_gate", "shared_up", "shared
           "shared_down_load", "shared_out")
 
 
-# -- check (NumPy side) -------------------------------------------------------------------------------
+# -- the checked arguments (NumPy side) -------------------------------------------------------------------
 
-def check(op: str, a) -> tuple[tuple, dict]:
-    """Device arguments from the golden's :class:`w8a8.moe.MoeArgs`."""
+def _host_inputs(a) -> tuple[tuple, dict]:
+    """The forward's inputs and the layer's parameters from the golden's :class:`~w8a8.moe.pipeline.W8a8MoeArgs`
+    (NumPy arrays, to be moved to the device)."""
     ex, r = a.experts, a.routing
-    kwargs = {"op": op, "w13": ex.w13, "w13_scale": ex.w13_scale, "w2": ex.w2, "w2_scale": ex.w2_scale,
+    kwargs = {"op": a.op, "w13": ex.w13, "w13_scale": ex.w13_scale, "w2": ex.w2, "w2_scale": ex.w2_scale,
               "mode": r.mode, "k": r.k, "renormalize": r.renormalize, "swiglu_limit": a.swiglu_limit,
               "shared": None if a.shared_expert is None else dict(a.shared_expert), "gating": None}
     ids = weights = logits = bias = None
@@ -144,8 +149,11 @@ class _Stages:
             return None
 
 
-def load(args: tuple, kwargs: dict, gemm_path: str):
-    """``(device args, {"layer": MoeLayer})``; see the module docstring."""
+def load(a, transfer, gemm_path: str) -> tuple[tuple, MoeLayer]:
+    """``(the forward's device inputs, the loaded MoeLayer)`` of the golden's checked
+    :class:`~w8a8.moe.pipeline.W8a8MoeArgs`; ``transfer`` moves NumPy arrays to the device (the
+    backend's :meth:`~backends.base.Backend.transfer`). See the module docstring."""
+    args, kwargs = transfer(_host_inputs(a))
     x, x_scale, shared_input, ids, weights, logits, bias = args
     t, k = x.shape[0], kwargs["k"]
     m = t * k
@@ -181,7 +189,7 @@ def load(args: tuple, kwargs: dict, gemm_path: str):
                      renormalize=kwargs["renormalize"], gating=kwargs["gating"],
                      swiglu_limit=None if limit is None else float(limit), shared=shared, deferred=stages.failed,
                      raw={"w2_view": w2_view, "shared": kwargs["shared"]})
-    return (x, x_scale, shared_input, ids, weights, logits, bias), {"layer": layer}
+    return (x, x_scale, shared_input, ids, weights, logits, bias), layer
 
 
 def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor, h: int, gemm_path: str):
@@ -190,8 +198,8 @@ def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor,
     t = x_np.shape[0]
 
     def linear(x_like, name):
-        a = dynamic_linear_args(x_like, _np(se[f"{name}_weight"]), _np(se[f"{name}_scale"]), numerics=ASCEND)
-        p = a.params
+        p = w8a8_dynamic_linear_args(x_like, _np(se[f"{name}_weight"]), _np(se[f"{name}_scale"]),
+                                     numerics=ASCEND).params
         return load_dynamic(_BF16, to_torch(p.weight), to_torch(p.weight_scale), None, gemm_path)
 
     gate = stages.run("shared_gate", lambda: linear(x_np, "gate"))
@@ -305,13 +313,16 @@ def _expert_chain(c: _Expert, runs, threads: bool, sink: dict | None):
     Returns the first non-finite rows of GEMM1's output, the requant scale and GEMM2's output."""
     layer, i, clock = c.layer, c.layer.i, _Clock(sink)
     bad_g, bad_scale, bad_o = _FirstBad(), _FirstBad(), _FirstBad()
+    # the golden's dequant_swiglu_quant without group_index: the legacy kernel's quantization
+    dsq = kernel_variants.dequant_swiglu_quant(x_dtype=_BF16, tokens=c.x_e.shape[0], groups=None, quant_mode=1,
+                                               quant_scale=None, bias=None, scalar=False)
     for ex, start, stop in runs:
         acc = layer.w13.f32(ex, c.x_e[start:stop], threads=threads)
         clock.lap("gemm1")
         g = to_float(acc.mul_(layer.s13f[ex]).mul_(c.s_e[start:stop, None]), _BF16, may_nan=c.nan1)
         bad_g.note(start, g, c.nan1)
         gf = g.to(F32)
-        a_q, a_s = quantize_rows_div(clamped_swiglu(gf[:, :i], gf[:, i:], layer.swiglu_limit), "amax_mul_rcp")
+        a_q, a_s = dsq_quantize_rows(clamped_swiglu(gf[:, :i], gf[:, i:], layer.swiglu_limit), dsq)
         bad_scale.note(start, a_s, True)
         clock.lap("act")
         acc = layer.w2.f32(ex, a_q, threads=threads)
@@ -445,8 +456,11 @@ def forward(x, x_scale, shared_input, ids, weights, logits, bias, *, layer: MoeL
     order = torch.sort(flat, stable=True).indices
     counts = torch.bincount(flat, minlength=layer.e).tolist()
     tokens = torch.div(order, k, rounding_mode="floor")
-    if x_scale is None:
-        q_tok, s_tok = dynamic_quant_rows(x.to(F32))
+    if x_scale is None:  # the golden's moe_init_routing_v2(quant_mode=1) of this layer: its kernel's rounding
+        rec = kernel_variants.init_routing_v2(
+            n=t, k=k, h=h, x_dtype=kernel_variants.dtype_name(x.dtype), quant_mode=1, scale_shape=None, offset=False,
+            start=0, end=layer.e, expert_num=layer.e, count_type=1, row_idx_type=0)
+        q_tok, s_tok = dynamic_quant_rows(x.to(F32), rec.routing_quant_round)
     else:
         q_tok, s_tok = x, x_scale
     x_e = q_tok.index_select(0, tokens)
@@ -503,7 +517,7 @@ def _add_shared(layer: MoeLayer, routed: torch.Tensor, shared_input) -> torch.Te
     layer.raise_at("shared_down")
     if any_nonfinite(a):   # the down Linear's dynamic_quant refuses NaN/Inf in the activation
         se = layer.raw["shared"]
-        _golden_refuses(dynamic_linear_args, from_torch(a), _np(se["down_weight"]), _np(se["down_scale"]),
+        _golden_refuses(w8a8_dynamic_linear_args, from_torch(a), _np(se["down_weight"]), _np(se["down_scale"]),
                         numerics=ASCEND)
     layer.raise_at("shared_down_load")
     layer.raise_at("shared_out")
@@ -511,4 +525,4 @@ def _add_shared(layer: MoeLayer, routed: torch.Tensor, shared_input) -> torch.Te
     return to_float(routed.to(F32).add_(shared.to(F32)), _BF16)
 
 
-__all__ = ["check", "load", "forward", "MoeLayer", "STAGES"]
+__all__ = ["load", "forward", "MoeLayer", "STAGES"]

@@ -87,18 +87,30 @@ def clamped_swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float | None) ->
     return silu(gate).mul_(up)
 
 
-def quantize_rows_div(xf: torch.Tensor, scale: str, *, qmax: int = 127) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`w8a8.dynamic_quant.quantize_rows` with ``codes="div_scale"``, half to even, saturating, NaN
-    code 0: ``m = rowmax|x|``; ``s = m / qmax`` (``scale="amax_div"``) or ``m * fp32(1 / qmax)``
-    (``"amax_mul_rcp"``); ``q = rint(x / s)``. An all-zero row has ``s = 0`` and codes 0 (``0 / 0``).
-    ``xf`` (fp32 ``[S, H]``) is used as scratch. Returns ``(int8 [S, H], fp32 [S])``."""
+def quantize_rows_div(xf: torch.Tensor, scale: str, *, qmax: int = 127,
+                      codes: str = "div_scale") -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`w8a8.dynamic_quant.quantize_rows` with ``codes="div_scale"`` (``q = rint(x / s)``) or
+    ``"mul_rcp"`` (``q = rint(x * fp32(1 / s))``: the legacy dequant_swiglu_quant kernels), half to
+    even, saturating, NaN code 0: ``m = rowmax|x|``; ``s = m / qmax`` (``scale="amax_div"``) or
+    ``m * fp32(1 / qmax)`` (``"amax_mul_rcp"``). An all-zero row has ``s = 0`` and codes 0 (``0 / 0``,
+    ``0 * inf``). ``xf`` (fp32 ``[S, H]``) is used as scratch. Returns ``(int8 [S, H], fp32 [S])``."""
     m = _row_absmax(xf)
     if scale == "amax_div":
         s = torch.div(m, const(float(qmax)))
     else:
         s = m.mul_(torch.div(const(1.0), const(float(qmax))))
-    t = xf.div_(s[:, None])
+    if codes == "mul_rcp":
+        t = xf.mul_(torch.div(const(1.0), s)[:, None])
+    else:
+        t = xf.div_(s[:, None])
     return to_int(t, -qmax, qmax, torch.int8, inplace=True), s
+
+
+def dsq_quantize_rows(o: torch.Tensor, numerics) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dynamic quantization of ``dequant_swiglu_quant`` under a resolved record: the group kernel's
+    ``amax * fp32(1/127)`` and ``o / scale``, or the legacy kernels' ``amax / 127`` and
+    ``o * fp32(1 / scale)`` (``numerics.scale_out`` / ``quant_codes``)."""
+    return quantize_rows_div(o, numerics.scale_out, codes=numerics.quant_codes)
 
 
 def f64_to_f16(t64: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,11 @@
 """The grouped-MoE ops of the torch-cpu backend (a mixin of :class:`backends.torch_cpu.TorchCpuBackend`).
 
-Each op is a ``_<op>`` method in device space (torch tensors in and out), with its argument checks in
-``_check_<op>(args, kwargs) -> (args, kwargs)`` (NumPy side, before anything reaches torch) and its
-load-time work in ``_load_<op>(args, kwargs) -> (args, kwargs)`` (untimed by benchmarks).
-
-The checks are the golden's own public validators (``w8a8.moe.<op>_args``, listed in
-:data:`w8a8.moe.VALIDATORS`): the call is bound to the golden's signature, validated by exactly the code
-the golden runs first (same exceptions, same messages, same order), and the normalized result is mapped
-to the device functions' arguments. Nothing of the golden computes here: the device work is torch
+Each op is registered with :func:`~backends.base.implements` (the device work, torch tensors in and
+out) and, where it has load-time work (untimed by benchmarks), with :func:`~backends.base.loads`.
+Both get the golden's checked Args (``w8a8.moe.<module>.<Op>Args``): :meth:`Backend.prepare` ran the
+golden's own check first (same exceptions, same messages, same order), and each method here maps the
+normalized result to the device functions' arguments; an op without a loader gets the Args with every
+array on the device. Nothing of the golden computes here: the device work is torch
 (:mod:`.moe_gating`, :mod:`.moe_routing`, :mod:`.moe_gmm`, :mod:`.moe_swiglu`, :mod:`.moe_finalize`,
 :mod:`.moe_layer`). Numerics: :data:`w8a8.ASCEND`, bit for bit (``tests/backends/test_torch_cpu_moe.py``).
 
@@ -21,125 +19,91 @@ import importlib
 import numpy as np
 
 from w8a8 import dtypes as _dt
-from w8a8 import moe as _moe
-from w8a8.numerics import ASCEND
 
-_NUMERICS = ASCEND  # the record torch-cpu declares (the checks apply its nan_policy="raise")
+from ..base import implements, loads
 
 
 def _mod(name: str):
     return importlib.import_module(f"{__package__}.{name}")
 
 
-def _bound(op: str, args: tuple, kwargs: dict) -> dict:
-    """The call bound to the golden's signature, defaults applied, ``numerics`` dropped."""
-    return _mod("checks").bind(op, args, kwargs)
-
-
-def _validate(op: str, validator, args: tuple, kwargs: dict):
-    return validator(**_bound(op, args, kwargs), numerics=_NUMERICS)
-
-
 class MoeOps:
     """Grouped-MoE ops of torch-cpu (see the module docstring)."""
 
     # -- gating ------------------------------------------------------------------------------------------
-    def _check_moe_gating_top_k_softmax(self, args, kwargs):
-        a = _validate("moe_gating_top_k_softmax", _moe.moe_gating_top_k_softmax_args, args, kwargs)
-        return (a.x, a.finished), {"k": a.k}
+    @implements("moe_gating_top_k_softmax")
+    def _moe_gating_top_k_softmax(self, a):
+        return _mod("moe_gating").gating_top_k_softmax(a.x, a.finished, k=a.k)
 
-    def _moe_gating_top_k_softmax(self, x, finished, *, k):
-        return _mod("moe_gating").gating_top_k_softmax(x, finished, k=k)
-
-    def _check_moe_gating_top_k(self, args, kwargs):
-        a = _validate("moe_gating_top_k", _moe.moe_gating_top_k_args, args, kwargs)
-        return (a.x, a.bias, a.input_ids, a.tid2eid), _mod("moe_gating").gating_options(a)
-
-    def _moe_gating_top_k(self, x, bias, input_ids, tid2eid, **options):
-        return _mod("moe_gating").gating_top_k(x, bias, input_ids, tid2eid, **options)
+    @implements("moe_gating_top_k")
+    def _moe_gating_top_k(self, a):
+        m = _mod("moe_gating")
+        return m.gating_top_k(a.x, a.bias, a.input_ids, a.tid2eid, **m.gating_options(a))
 
     # -- routing -----------------------------------------------------------------------------------------
-    def _check_moe_init_routing(self, args, kwargs):
-        a = _moe.moe_init_routing_args(**_bound("moe_init_routing", args, kwargs))
-        return (a.x, a.row_idx, a.expert_idx), {"active_num": a.active_num}
+    @implements("moe_init_routing")
+    def _moe_init_routing(self, a):
+        return _mod("moe_routing").init_routing(a.x, a.row_idx, a.expert_idx, active_num=a.active_num)
 
-    def _moe_init_routing(self, x, row_idx, expert_idx, *, active_num):
-        return _mod("moe_routing").init_routing(x, row_idx, expert_idx, active_num=active_num)
-
-    def _check_moe_init_routing_v2(self, args, kwargs):
-        p = _validate("moe_init_routing_v2", _moe.moe_init_routing_v2_plan, args, kwargs)
-        return (p.x, p.expert_idx), {
-            "scale": p.scale, "offset": p.offset, "quant_mode": p.quant_mode, "k": p.k, "h": p.h, "start": p.start,
-            "end": p.end, "drop_pad": p.drop_pad, "capacity": p.capacity, "expert_num": p.expert_num,
-            "rows": p.rows, "row_idx_type": p.row_idx_type, "count_type": p.count_type, "count_flag": p.count_flag}
-
-    def _moe_init_routing_v2(self, x, expert_idx, **options):
-        return _mod("moe_routing").init_routing_v2(x, expert_idx, **options)
+    @implements("moe_init_routing_v2")
+    def _moe_init_routing_v2(self, a):
+        r = a.routing
+        return _mod("moe_routing").init_routing_v2(
+            a.x, a.expert_idx, scale=a.scale, offset=a.offset, quant_mode=a.quant_mode, k=r.k, h=a.h, start=r.start,
+            end=r.end, drop_pad=r.drop_pad, capacity=r.capacity, expert_num=r.expert_num, rows=r.rows,
+            row_idx_type=r.row_idx_type, count_type=r.count_type, count_flag=r.count_flag)
 
     # -- grouped matmul ------------------------------------------------------------------------------------
-    def _check_grouped_matmul(self, args, kwargs):
-        a = _validate("grouped_matmul", _moe.grouped_matmul_args, args, kwargs)
-        return (a.x, a.weight), {"scale": a.scale, "bias": a.bias, "per_token_scale": a.per_token_scale,
-                                 "segments": a.segments, "total": a.total, "out": _dt.name(a.out),
-                                 "act_type": a.act_type, "as_list": a.as_list}
-
-    def _load_grouped_matmul(self, args, kwargs):
-        x, weight = args
+    @loads("grouped_matmul")
+    def _load_grouped_matmul(self, a):
+        """The experts' weights loaded for the GEMM path (``int_mm`` wherever the epilogue needs the exact
+        int32 accumulator) and the scale prepared, once."""
         gmm = _mod("moe_gmm")
-        path = "int_mm" if gmm.needs_int32(kwargs["scale"], kwargs["bias"]) else "auto"
-        scale = kwargs.pop("scale")
-        kwargs["scale"] = None if scale is None else gmm.GroupedScale.load(scale)
-        return (x, _mod("moe_experts").ExpertGemm.load(weight, layout="ekn", path=path)), kwargs
+        x, weight, scale, bias, per_token = self.transfer((a.x, a.weight, a.scale, a.bias, a.per_token_scale))
+        path = "int_mm" if gmm.needs_int32(scale, bias) else "auto"
+        experts = _mod("moe_experts").ExpertGemm.load(weight, layout="ekn", path=path)
+        return x, experts, dict(scale=None if scale is None else gmm.GroupedScale.load(scale), bias=bias,
+                                per_token_scale=per_token, segments=a.segments, total=a.total, out=_dt.name(a.out),
+                                act_type=a.act_type), a.as_list
 
-    def _grouped_matmul(self, x, weight, *, as_list, **options):
-        y = _mod("moe_gmm").grouped_matmul(x, weight, **options)
+    @implements("grouped_matmul")
+    def _grouped_matmul(self, loaded):
+        x, experts, options, as_list = loaded
+        y = _mod("moe_gmm").grouped_matmul(x, experts, **options)
         return [y] if as_list else y
 
     # -- activation ----------------------------------------------------------------------------------------
-    def _check_swiglu(self, args, kwargs):
-        x, dim = _validate("swiglu", _moe.swiglu_args, args, kwargs)
-        return (x,), {"dim": dim}
+    @implements("swiglu")
+    def _swiglu(self, a):
+        return _mod("moe_swiglu").swiglu(a.x, dim=a.dim)
 
-    def _swiglu(self, x, *, dim):
-        return _mod("moe_swiglu").swiglu(x, dim=dim)
-
-    def _check_dequant_swiglu_quant(self, args, kwargs):
-        a = _validate("dequant_swiglu_quant", _moe.dequant_swiglu_quant_args, args, kwargs)
+    @loads("dequant_swiglu_quant")
+    def _load_dequant_swiglu_quant(self, a):
         counts = None if a.groups is None else np.asarray([stop - start for _, start, stop in a.segments], np.int64)
-        return (a.x,), {"weight_scale": a.weight_scale, "activation_scale": a.activation_scale, "bias": a.bias,
-                        "quant_scale": a.quant_scale, "quant_offset": a.quant_offset, "group_counts": counts,
-                        "total": a.total, "quant_mode": a.quant_mode, "activate_left": a.activate_left,
-                        "swiglu_limit": a.swiglu_limit, "scalar": a.scalar}
+        return self.transfer((a, counts))
 
-    def _dequant_swiglu_quant(self, x, **options):
-        return _mod("moe_swiglu").dequant_swiglu_quant(x, **options)
+    @implements("dequant_swiglu_quant")
+    def _dequant_swiglu_quant(self, loaded):
+        a, counts = loaded
+        return _mod("moe_swiglu").dequant_swiglu_quant(
+            a.x, weight_scale=a.weight_scale, activation_scale=a.activation_scale, bias=a.bias,
+            quant_scale=a.quant_scale, quant_offset=a.quant_offset, group_counts=counts, total=a.total,
+            quant_mode=a.quant_mode, activate_left=a.activate_left, swiglu_limit=a.swiglu_limit, scalar=a.scalar)
 
     # -- finalize --------------------------------------------------------------------------------------------
-    def _check_moe_finalize_routing(self, args, kwargs):
-        a = _validate("moe_finalize_routing", _moe.moe_finalize_routing_args, args, kwargs)
+    @implements("moe_finalize_routing")
+    def _moe_finalize_routing(self, a):
         experts = a.experts if a.bias is not None else None   # read for the bias only
-        return (a.rows, a.skip1, a.skip2, a.bias, a.scales, a.slots, experts), {}
-
-    def _moe_finalize_routing(self, rows, skip1, skip2, bias, scales, slots, experts):
-        return _mod("moe_finalize").finalize_routing(rows, skip1, skip2, bias, scales, slots, experts)
+        return _mod("moe_finalize").finalize_routing(a.rows, a.skip1, a.skip2, a.bias, a.scales, a.slots, experts,
+                                                     drop_pad_mode=a.drop_pad_mode)
 
     # -- the W8A8 MoE layer ------------------------------------------------------------------------------------
-    def _check_w8a8_moe(self, args, kwargs):
-        return _mod("moe_layer").check("w8a8_moe", _validate("w8a8_moe", _moe.w8a8_moe_args, args, kwargs))
+    @loads("w8a8_moe", "w8a8_moe_prequantized")
+    def _load_moe_layer(self, a):
+        """The experts, the routing and the shared expert loaded (:func:`.moe_layer.load`)."""
+        return _mod("moe_layer").load(a, self.transfer, self.gemm_path)
 
-    def _load_w8a8_moe(self, args, kwargs):
-        return _mod("moe_layer").load(args, kwargs, self.gemm_path)
-
-    def _w8a8_moe(self, *args, **kwargs):
-        return _mod("moe_layer").forward(*args, **kwargs)
-
-    def _check_w8a8_moe_prequantized(self, args, kwargs):
-        a = _validate("w8a8_moe_prequantized", _moe.w8a8_moe_prequantized_args, args, kwargs)
-        return _mod("moe_layer").check("w8a8_moe_prequantized", a)
-
-    def _load_w8a8_moe_prequantized(self, args, kwargs):
-        return _mod("moe_layer").load(args, kwargs, self.gemm_path)
-
-    def _w8a8_moe_prequantized(self, *args, **kwargs):
-        return _mod("moe_layer").forward(*args, **kwargs)
-
+    @implements("w8a8_moe", "w8a8_moe_prequantized")
+    def _moe_layer(self, loaded):
+        inputs, layer = loaded
+        return _mod("moe_layer").forward(*inputs, layer=layer)

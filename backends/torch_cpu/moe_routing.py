@@ -18,8 +18,10 @@ import torch
 
 from w8a8 import _check
 
-from .arith import to_int
+from . import kernel_variants
+from .arith import const, to_int
 from .moe_math import F32, F64, f64_to_f16, quantize_rows_div
+from .quant import _row_absmax
 
 _OP_V2 = "moe_init_routing_v2"
 
@@ -51,7 +53,11 @@ class Routing:
 
 def route(expert_idx: torch.Tensor, *, start: int, end: int, drop_pad: bool, capacity: int, rows: int,
           row_idx_type: int) -> Routing:
-    """Stable sort by expert id (ids below ``start`` last), then rows (dropless) or capacity slots."""
+    """Stable sort by expert id (ids below ``start`` last), then rows (dropless) or capacity slots.
+
+    ``row_idx_type=1`` writes the whole sorted permutation, as the golden does (the sort kernels write
+    it all; the gather-sort perf kernels only the active entries, which the golden's validity mask
+    says)."""
     flat = expert_idx.reshape(-1).to(torch.int64)
     nk = flat.numel()
     key = torch.where(flat < start, torch.tensor(1 << 40, dtype=torch.int64), flat)
@@ -73,7 +79,7 @@ def route(expert_idx: torch.Tensor, *, start: int, end: int, drop_pad: bool, cap
         else:
             row_idx[routed] = torch.arange(available, dtype=torch.int32)
     else:
-        row_idx[:available] = routed.to(torch.int32)
+        row_idx = order.to(torch.int32)
     return Routing(src=src, dst=dst, row_idx=row_idx, sorted_experts=se, available=available)
 
 
@@ -94,9 +100,23 @@ def expert_counts(r: Routing, *, start: int, end: int, count_type: int, count_fl
     return kv
 
 
-def dynamic_quant_rows(xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``quant_mode=1`` (``routing_quant_round="half_even"``): ``s = rowmax|x| / 127``, ``q = rint(x / s)``."""
-    return quantize_rows_div(xf, "amax_div")
+def dynamic_quant_rows(xf: torch.Tensor, rounding: str = "half_even") -> tuple[torch.Tensor, torch.Tensor]:
+    """``quant_mode=1``: ``s = rowmax|x| / 127``, ``t = x / s``, then per ``rounding`` (the golden's
+    ``routing_quant_round``): ``"half_even"`` ``q = rint(t)`` (the full-load kernel), or
+    ``"trunc_fp16_half_away"`` fp32 -> fp16 toward zero, then half away from zero (the gather kernel).
+    ``xf`` is used as scratch."""
+    if rounding == "half_even":
+        return quantize_rows_div(xf, "amax_div")
+    s = torch.div(_row_absmax(xf), const(127.0))
+    t = xf.div_(s[:, None])
+    h = t.to(torch.float16)
+    away = h.to(F32).abs() > t.abs()                       # RNE rounded away from zero: one step back
+    if bool(away.any()):
+        bits = h.view(torch.int16)
+        h = torch.where(away, bits - 1, bits).view(torch.float16)   # sign-magnitude: magnitude - 1 ulp
+    v = h.to(F32)
+    q = torch.sign(v) * torch.floor(v.abs() + 0.5)         # half away from zero (exact: |v| <= 65504)
+    return to_int(q, -127, 127, torch.int8, inplace=True), s
 
 
 def static_quant(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
@@ -116,8 +136,13 @@ def init_routing_v2(x: torch.Tensor, expert_idx: torch.Tensor, *, scale, offset,
                     start: int, end: int, drop_pad: bool, capacity: int, expert_num: int, rows: int,
                     row_idx_type: int, count_type: int, count_flag: bool):
     """``(expanded_x, expanded_row_idx, expert_token_cumsum_or_count, expanded_scale)``: see the golden."""
+    rec = kernel_variants.init_routing_v2(
+        n=x.shape[0], k=k, h=h, x_dtype=kernel_variants.dtype_name(x.dtype), quant_mode=quant_mode,
+        scale_shape=None if scale is None else tuple(scale.shape), offset=offset is not None, start=start, end=end,
+        expert_num=expert_num, count_type=count_type, row_idx_type=row_idx_type)
     r = route(expert_idx, start=start, end=end, drop_pad=drop_pad, capacity=capacity, rows=rows,
               row_idx_type=row_idx_type)
+    rounding = rec.routing_quant_round
     tokens = r.src // max(k, 1)
     out_dtype = x.dtype if quant_mode == -1 else torch.int8
     expanded_x = torch.zeros(rows, h, dtype=out_dtype)
@@ -128,7 +153,7 @@ def init_routing_v2(x: torch.Tensor, expert_idx: torch.Tensor, *, scale, offset,
             expanded_scale[r.dst] = scale.index_select(0, tokens)
     elif quant_mode == 1:
         if scale is None:  # per token once, then gathered (rows are quantized independently)
-            q, qs = dynamic_quant_rows(x.to(F32, copy=True))
+            q, qs = dynamic_quant_rows(x.to(F32, copy=True), rounding)
             expanded_x[r.dst] = q.index_select(0, tokens)
             expanded_scale[r.dst] = qs.index_select(0, tokens)
         else:
@@ -138,7 +163,7 @@ def init_routing_v2(x: torch.Tensor, expert_idx: torch.Tensor, *, scale, offset,
             xf.mul_(smooth)
             if xf.numel() and not bool(torch.isfinite(xf).all()):
                 _check.fail(_OP_V2, "scale", "such that x * scale stays finite in fp32", "an overflow to Inf")
-            q, qs = dynamic_quant_rows(xf)
+            q, qs = dynamic_quant_rows(xf, rounding)
             expanded_x[r.dst] = q
             expanded_scale[r.dst] = qs
     else:

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import torch
 
+from . import kernel_variants
 from .arith import absmax, const, to_float, to_int
 from .gemm import add_int32
-from .moe_math import F32, clamped_swiglu, quantize_rows_div
+from .moe_math import F32, clamped_swiglu, dsq_quantize_rows, exp32
 
 _OP = "dequant_swiglu_quant"
 
 
 def swiglu(x: torch.Tensor, *, dim: int) -> torch.Tensor:
-    """``silu(first half) * second half`` along ``dim``, rounded to x's dtype."""
+    """``silu(first half) * second half`` along ``dim``, rounded to x's dtype, in the kernel's order:
+    ``a / (1 + e) * b`` (fp16 / bf16) or ``((1 / (1 + e)) * a) * b`` (fp32), ``e = exp(-a)``."""
     a, b = x.to(F32).chunk(2, dim)
+    if kernel_variants.swiglu(x.dtype).swiglu_order == "rcp_mul":
+        return torch.div(const(1.0), exp32(-a).add_(1.0)).mul_(a).mul_(b)
     return to_float(clamped_swiglu(a, b, None), x.dtype)
 
 
@@ -39,6 +43,9 @@ def dequant_swiglu_quant(x: torch.Tensor, *, weight_scale=None, activation_scale
     ``group_counts``: int64 ``[G]`` rows per group (None without group_index)."""
     t, h2 = x.shape
     h = h2 // 2
+    n = kernel_variants.dequant_swiglu_quant(
+        x_dtype=x.dtype, tokens=t, groups=None if group_counts is None else group_counts.numel(),
+        quant_mode=quant_mode, quant_scale=quant_scale, bias=bias, scalar=scalar)
     y = torch.zeros(t, h, dtype=torch.int8)
     scale = torch.zeros(t, dtype=F32)
     if total == 0:
@@ -46,8 +53,17 @@ def dequant_swiglu_quant(x: torch.Tensor, *, weight_scale=None, activation_scale
     rows = x[:total]
     if x.dtype == torch.int32:
         acc = rows
-        if bias is not None:  # only without group_index: one segment, indices as the golden's
-            acc = add_int32(_OP, acc, bias, absmax(acc))
+        if bias is not None:
+            if bias.ndim == 2:  # with group_index: bias[g] on the rows of group g (golden: one add per group)
+                acc = acc.clone()
+                start = 0
+                for g, count in enumerate(group_counts.tolist()):
+                    if count:
+                        acc[start:start + count] = add_int32(_OP, acc[start:start + count], bias[g],
+                                                             absmax(acc[start:start + count]))
+                    start += count
+            else:  # without group_index: one segment, indices as the golden's
+                acc = add_int32(_OP, acc, bias, absmax(acc))
         v = acc.to(F32).mul_(_rows(weight_scale, group_counts, total))
         if activation_scale is not None:
             v.mul_(activation_scale[:total])
@@ -58,12 +74,12 @@ def dequant_swiglu_quant(x: torch.Tensor, *, weight_scale=None, activation_scale
     if quant_mode == 1:
         if quant_scale is not None:
             o.mul_(_rows(quant_scale, group_counts, total))
-        y[:total], scale[:total] = quantize_rows_div(o, "amax_mul_rcp")
+        y[:total], scale[:total] = dsq_quantize_rows(o, n)
         return y, scale
     qs = _rows(quant_scale, group_counts, total)
     qo = _rows(quant_offset, group_counts, total) if quant_offset is not None else None
-    if scalar:  # o * (1 / s) + offset, a zero scale replaced by 1
-        s0 = torch.where(qs == 0, const(1.0), qs)
+    if scalar:  # o * (1 / s) + offset; the legacy kernel takes 1 / s unguarded (s = 0: +-inf / NaN)
+        s0 = torch.where(qs == 0, const(1.0), qs) if n.static_zero_scale == "as_one" else qs
         r = o.mul_(torch.div(const(1.0), s0))
     else:
         r = o.div_(qs)

@@ -140,7 +140,8 @@ def _np(w: torch.Tensor) -> np.ndarray:
 
 
 def _int4(w, *, group_size, scheme, scale_dtype):
-    _, g, groups, sdt = int4_group_quantize_args(_np(w), group_size, scheme, scale_dtype)
+    a = int4_group_quantize_args(_np(w), group_size, scheme=scheme, scale_dtype=scale_dtype)
+    g, groups, sdt = a.group_size, a.groups, a.scale_dtype
     m = lowbit_int4
     q, s, z = m.int4_group_quantize(w, g, groups, scheme, _torch_dtype(sdt))
     return m.int4_group_dequantize(q, s, z, w.dtype)
@@ -167,7 +168,8 @@ def _int8(w):
 
 
 def _mx(w, *, scale_mode, block_size, elem_dtype="e2m1"):
-    _, name, bs = mx_quantize_args(_np(w), elem_dtype, block_size, scale_mode)
+    a = mx_quantize_args(_np(w), elem_dtype=elem_dtype, block_size=block_size, scale_mode=scale_mode)
+    name, bs = a.elem_name, a.block_size
     data, scale = lowbit_fp.mx_quantize(w, name, bs, scale_mode)
     if not isinstance(data, torch.Tensor):  # e5m2 elements come back as their ml_dtypes array
         data = torch.from_numpy(data.view(np.uint8))
@@ -179,13 +181,15 @@ def _nvfp4(w):
     amax = w.to(torch.float32).abs().amax() if w.numel() else torch.zeros((), dtype=torch.float32)
     s = torch.div(amax.reshape(1), const(448.0 * 6.0))  # nvfp4_per_tensor_scale: amax / 2688, 1 where 0
     t = float(s) if float(s) != 0 else 1.0
-    _, kind, t32 = nvfp4_quantize_args(arr, per_tensor_scale=np.float32(t))
+    a = nvfp4_quantize_args(arr, per_tensor_scale=np.float32(t))
+    kind, t32 = a.convention, a.tensor_scale
     data, block_scale = lowbit_fp.nvfp4_quantize(w, kind, float(t32))
     return lowbit_fp.nvfp4_dequantize(data, block_scale, kind, float(t32), w.dtype)
 
 
 def _fp8_block(w, *, block_shape, scale_fmt):
-    _, bn, bk, eps = fp8_block_quantize_args(_np(w), block_shape, scale_fmt, None)
+    a = fp8_block_quantize_args(_np(w), block_shape=block_shape, scale_fmt=scale_fmt)
+    bn, bk, eps = a.block_rows, a.block_cols, a.eps
     q, s = lowbit_fp.fp8_block_quantize(w, bn, bk, scale_fmt, float(eps))
     return lowbit_fp.fp8_block_dequantize(q, s, bn, bk, w.dtype)
 

@@ -43,12 +43,17 @@ def _row_absmax(xf: torch.Tensor) -> torch.Tensor:
     return torch.maximum(xf.amax(-1), xf.amin(-1).neg_()).abs_()
 
 
-def quantize_rows(xf: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`w8a8.dynamic_quant.quantize_rows` with ``codes="mul_inv"``, ``scale="reciprocal"``,
-    half-even, saturating, NaN code 0. ``xf`` (fp32 ``[S, H]``) is used as scratch."""
+def quantize_rows(xf: torch.Tensor, qmax: int, scale_out: str = "reciprocal") -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`w8a8.dynamic_quant.quantize_rows` with ``codes="mul_inv"``, half-even, saturating, NaN
+    code 0, and ``scale=scale_out``: ``"reciprocal"`` (``1 / inv``) or ``"amax_mul_rcp"``
+    (``m * fp32(1/qmax)``: the single-row / multi-row / double-buffer kernels). ``xf`` (fp32 ``[S, H]``)
+    is used as scratch."""
     m = _row_absmax(xf)
     inv = torch.div(const(qmax), m)  # 127 / m: an IEEE division (not reciprocal * 127)
-    scale = torch.div(const(1.0), inv)
+    if scale_out == "amax_mul_rcp":
+        scale = torch.mul(m, torch.div(const(1.0), const(qmax)))
+    else:
+        scale = torch.div(const(1.0), inv)
     t = xf.mul_(inv[:, None]).round_()
     if bool(torch.isinf(inv).any()):
         # m == 0 (0 * inf = NaN -> code 0) or m so small that 127 / m overflowed (+-inf -> +-qmax).
@@ -62,11 +67,21 @@ def _out(y: torch.Tensor, shape, dst: str) -> torch.Tensor:
     return pack_int4(y) if dst == "int4" else y
 
 
-def dynamic_quant(x: torch.Tensor, *, smooth_scales=None, group_index=None, dst_type: str = "int8"):
-    """:func:`w8a8.dynamic_quant`: ``(y, scale)``; ``y`` int8 of x's shape or packed int4 words."""
+def dynamic_quant(x: torch.Tensor, *, smooth_scales=None, group_index=None, dst_type: str = "int8",
+                  scale_out: str | None = None):
+    """:func:`w8a8.dynamic_quant`: ``(y, scale)``; ``y`` int8 of x's shape or packed int4 words.
+
+    ``scale_out``: the scale formula of the kernel (None: the one the A3 tiling picks for x's shape,
+    :mod:`.kernel_variants`; a caller that quantizes a row block of a larger activation passes the
+    whole activation's)."""
+    if scale_out is None:
+        from .kernel_variants import dynamic_quant as variant
+
+        scale_out = variant(tuple(x.shape), x.dtype, dst=dst_type, smooth=smooth_scales is not None,
+                            groups=None if group_index is None else group_index.numel()).scale_out
     xf = _rows(x)
     _smooth("dynamic_quant", xf, smooth_scales, group_index)
-    y, scale = quantize_rows(xf, 7 if dst_type == "int4" else 127)
+    y, scale = quantize_rows(xf, 7 if dst_type == "int4" else 127, scale_out)
     return _out(y, x.shape, dst_type), scale.reshape(x.shape[:-1])
 
 
@@ -96,8 +111,9 @@ def quantize(x: torch.Tensor, scales: torch.Tensor, zero_points=None, *, dtype: 
     """:func:`w8a8.quantize` (``scales`` / ``zero_points`` shaped to broadcast against ``x``).
 
     ``div_mode=False``: ``sat(rint(fp32(x) * fp32(scale) + fp32(offset)))`` to int8 / packed int4.
-    ``div_mode=True``: ``sat(rint(fp32(x) / fp32(scale)) + rint(zero_point))`` (the sum in float64,
-    exact) to int8 / uint8 / int32.
+    ``div_mode=True``: ``sat(rint(fp32(zero_point) + fp32(x) * fp32(1 / scale)))`` to int8 / uint8 /
+    int32 (torch ``quantize_per_channel``, the golden's ``quantize_div="mul_rcp"``,
+    ``zero_point_position="before_rounding"``).
     """
     t = f32(x)
     if not div_mode:
@@ -109,9 +125,9 @@ def quantize(x: torch.Tensor, scales: torch.Tensor, zero_points=None, *, dtype: 
         return to_int(t, -128, 127, torch.int8, inplace=True)
     out, lo, hi = {"int8": (torch.int8, -128, 127), "uint8": (torch.uint8, 0, 255),
                    "int32": (torch.int32, -(1 << 31), (1 << 31) - 1)}[dtype]
-    t.div_(scales.to(torch.float32))
-    if zero_points is not None:  # round first, then add the rounded zero point (exact in float64)
-        t = t.round_().to(torch.float64).add_(torch.round(zero_points.to(torch.float64)))
+    t.mul_(torch.div(const(1.0), scales.to(torch.float32)))
+    if zero_points is not None:  # the zero point before rounding, in fp32
+        t.add_(zero_points.to(torch.float32))
     return to_int(t, lo, hi, out, inplace=True)
 
 

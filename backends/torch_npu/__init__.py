@@ -2,9 +2,12 @@
 
 Two halves (DESIGN.md § Backends):
 
-* **lowering** (:mod:`.lowering`, :mod:`.lowering_moe`, :mod:`.plan`): golden-style arguments ->
-  the exact torch_npu calls, load steps and constraints; pure Python + NumPy, tested anywhere.
-  :meth:`TorchNpuBackend.lower` returns the plan of a call without touching a device.
+* **lowering** (:mod:`.lowering`, :mod:`.lowering_moe`, :mod:`.plan`): the golden's checked
+  arguments -> the exact torch_npu calls, load steps and constraints; pure Python + NumPy, tested
+  anywhere. :meth:`TorchNpuBackend.lower` returns the plan of a call without touching a device.
+  Every lowered op is registered with the backend (one loader: lower, transfer, load steps; one
+  implementation: the plan's timed calls); the golden's check runs first, in
+  :meth:`backends.base.Backend.prepare`.
 * **execution** (:mod:`.execution`, :mod:`.environment`): imports torch / torch_npu on first use
   (never when this package is imported), runs the plan's load steps once outside the timed
   region and its calls inside it.
@@ -16,13 +19,12 @@ with the import's own error, another import failure, no NPU device) and caches t
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 from w8a8 import dtypes as _dt
 from w8a8.numerics import ASCEND
 
-from ..base import Backend, Prepared, Unsupported
-from ..ops import OPS
+from ..base import Backend, Unsupported, implements, loads
 from ._lower_common import Options
 from .lowering import LOWERINGS, UNSUPPORTED, lower
 from .plan import ConstraintError, ConstraintTypeError, Plan
@@ -94,9 +96,6 @@ class TorchNpuBackend(Backend):
             self._probe = probe()
         return self._probe.as_tuple()
 
-    def ops(self) -> tuple[str, ...]:
-        return tuple(op for op in OPS if op in LOWERINGS)
-
     def supports(self, op: str, **dtypes) -> bool:
         if op not in self.ops():
             return False
@@ -137,65 +136,47 @@ class TorchNpuBackend(Backend):
 
     def from_device(self, value):
         from .. import torch_common
+        from . import execution
 
+        if isinstance(value, PlanResult):
+            return execution.read_back(self.runtime(), value.plan, value.outputs)
         return torch_common.from_torch(value)
 
     def _is_device_array(self, value) -> bool:
         from .. import torch_common
 
-        return torch_common.is_tensor(value)
-
-    def load(self, op: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """``args = (plan,)``, ``kwargs`` = the transferred tensors by name: runs the plan's load steps."""
-        from . import execution
-
-        (plan,) = args
-        return (plan,), execution.load(self.runtime(), plan, kwargs)
+        return isinstance(value, PlanResult) or torch_common.is_tensor(value)
 
     def synchronize(self) -> None:
         self.runtime().sync()
 
-    def prepare(self, op: str, *args, **kwargs) -> Prepared:
-        """Lower (raising before any device call), transfer, load; the timed run makes the plan's calls."""
-        if op not in OPS:
-            raise Unsupported(f"backend '{self.name}' does not implement op '{op}'")
-        numerics = kwargs.pop("numerics", None)
-        if numerics is not None and numerics != self.numerics:
-            raise Unsupported(f"backend '{self.name}' implements numerics '{self.numerics.name}' only; "
-                              f"got {numerics.differences(self.numerics) or numerics.name}")
-        plan = self.lower(op, *args, **kwargs)
+    # -- the ops: one lowering per op, the plan loaded untimed, its calls timed -------------------------
+    @loads(*LOWERINGS)
+    def _load_plan(self, a, *, op: str):
+        """Lower the golden's checked Args (raising before any device call), transfer the plan's inputs and
+        run its load steps: ``(plan, env)``."""
+        from . import execution
+
+        plan = LOWERINGS[op](a, self.options)
         rt = self.runtime()
+        env = self.transfer({name: inp.array for name, inp in plan.inputs.items()})
+        return plan, execution.load(rt, plan, env)
+
+    @implements(*LOWERINGS)
+    def _run_plan(self, loaded):
+        """The device work: the plan's timed torch_npu calls (read back by :meth:`from_device`)."""
         from . import execution
 
-        t0 = time.perf_counter()
-        env = {name: self.to_device(inp.array) for name, inp in plan.inputs.items()}
-        t1 = time.perf_counter()
-        (plan,), env = self.load(op, (plan,), env)
-        t2 = time.perf_counter()
-        impl = getattr(self, "_" + op)
+        plan, env = loaded
+        return PlanResult(plan, execution.run(self.runtime(), plan, env))
 
-        def run():
-            out = impl(plan, env)
-            self.synchronize()
-            return out
-
-        return Prepared(op=op, backend=self.name, run=run, finish=lambda out: execution.read_back(rt, plan, out),
-                        transfer_in_s=t1 - t0, load_s=t2 - t1, notes={"plan": plan})
-
-    def _execute(self, plan: Plan, env: dict):
-        from . import execution
-
-        return execution.run(self.runtime(), plan, env)
+    def notes(self, op: str, loaded) -> dict:
+        return {"plan": loaded[0]}
 
 
-def _device_method(op: str):
-    def method(self, plan: Plan, env: dict):
-        return self._execute(plan, env)
+@dataclass
+class PlanResult:
+    """The device outputs of a plan's calls, read back on the host by the plan (fixups, reshapes)."""
 
-    method.__name__ = "_" + op
-    method.__doc__ = f"The device work of ``{op}``: the plan's timed torch_npu calls."
-    return method
-
-
-for _op in LOWERINGS:
-    setattr(TorchNpuBackend, "_" + _op, _device_method(_op))
+    plan: Plan
+    outputs: object

@@ -4,11 +4,12 @@
 :class:`~backends.torch_npu.plan.Plan`: the arrays to transfer, the load-time steps, the timed
 ``torch_npu.*`` calls with their exact arguments, and what happens to the outputs.
 
-Each lowering first runs the golden's own argument checks (the public ``w8a8.<module>.<op>_args``
-functions, one implementation of every rule: golden-level bad input raises the golden's ``ValueError``
-/ ``TypeError`` with its message), then the documented torch_npu / CANN constraints the golden does
-not have, before any device call (:class:`~backends.torch_npu.plan.ConstraintError` /
-``ConstraintTypeError``).
+Each lowering is registered for its op (:func:`lowers`) and takes the golden's checked Args: the
+golden's own check (``w8a8.registry.get(op).check``, one implementation of every rule) ran first —
+in :meth:`backends.base.Backend.prepare`, or in :func:`lower` — so golden-level bad input raises the
+golden's ``ValueError`` / ``TypeError`` with its message. A lowering then applies the documented
+torch_npu / CANN constraints the golden does not have, before any device call
+(:class:`~backends.torch_npu.plan.ConstraintError` / ``ConstraintTypeError``).
 
 Dense ops (spec/ascend-ops.md §1–§6, spec/serving-paths.md §3–§4, the torch_npu 2.13.0 docs and meta
 registrations):
@@ -55,17 +56,15 @@ quant_matmul rules (spec §3.2–§3.5, serving-paths §3–§4):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from w8a8 import dtypes as _dt
-from w8a8.dynamic_quant import dynamic_quant_args, dynamic_quant_asymmetric_args, smoothed_rows
-from w8a8.intgemm import int_matmul_args
-from w8a8.layout import format_cast_nz_args
-from w8a8.linear import DynamicLinearParams, dynamic_linear_args, dynamic_linear_params, static_linear_args
+from w8a8 import registry
+from w8a8.dynamic_quant import smoothed_rows
+from w8a8.linear import DynamicLinearParams, dynamic_linear_params
 from w8a8.numerics import ASCEND
-from w8a8.quant_matmul import quant_matmul_args
-from w8a8.quantize import anti_quant_args, dequantize_args, quantize_args
-from w8a8.trans_quant_param import trans_quant_param_args
 
 from ..base import Unsupported
 from ._lower_common import DEFAULT, Options, inner_limit, out_dtype, place_weight, transpose_weight
@@ -73,6 +72,21 @@ from .plan import ACL_FORMAT_FRACTAL_NZ, Builder, DType, Plan, T, describe, reje
 
 _NUMERICS = ASCEND
 """The record the golden's checks run under here: the one :class:`~backends.torch_npu.TorchNpuBackend` declares."""
+
+LOWERINGS: dict[str, Callable[..., Plan]] = {}
+"""``{op: lowering(a, options) -> Plan}``: every op the torch-npu backend lowers (:func:`lowers`)."""
+
+
+def lowers(*ops: str):
+    """Register the decorated ``lowering(a, options) -> Plan`` of ``ops`` (``a``: the golden's checked Args)."""
+    def register(fn):
+        for op in ops:
+            if op not in registry.names():
+                raise TypeError(f"torch-npu: @lowers({op!r}): no golden op {op!r}")
+            LOWERINGS[op] = fn
+        return fn
+
+    return register
 
 
 # -- dynamic quantization -------------------------------------------------------------------------
@@ -97,17 +111,13 @@ def _dynamic(op: str, fn: str, names: tuple[str, ...], a) -> Plan:
     return b.build(outs)
 
 
-def lower_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type="int8",
-                        options: Options = DEFAULT) -> Plan:
-    a = dynamic_quant_args(x, smooth_scales=smooth_scales, group_index=group_index, dst_type=dst_type,
-                           numerics=_NUMERICS)
+@lowers("dynamic_quant")
+def lower_dynamic_quant(a, options: Options = DEFAULT) -> Plan:
     return _dynamic("dynamic_quant", "torch_npu.npu_dynamic_quant", ("y", "scale"), a)
 
 
-def lower_dynamic_quant_asymmetric(x, *, smooth_scales=None, group_index=None, dst_type="int8",
-                                   options: Options = DEFAULT) -> Plan:
-    a = dynamic_quant_asymmetric_args(x, smooth_scales=smooth_scales, group_index=group_index, dst_type=dst_type,
-                                      numerics=_NUMERICS)
+@lowers("dynamic_quant_asymmetric")
+def lower_dynamic_quant_asymmetric(a, options: Options = DEFAULT) -> Plan:
     return _dynamic("dynamic_quant_asymmetric", "torch_npu.npu_dynamic_quant_asymmetric", ("y", "scale", "offset"), a)
 
 
@@ -117,11 +127,9 @@ _QUANTIZE_DTYPES = {False: {_dt.int8: "qint8", _dt.int4: "quint4x2"},
 """The torch dtype that names each output dtype ``quantize_args`` accepts, per ``div_mode``."""
 
 
-def lower_quantize(x, scales, zero_points=None, *, dtype="int8", axis=1, div_mode=True,
-                   options: Options = DEFAULT) -> Plan:
-    op = "quantize"
-    a = quantize_args(x, scales, zero_points, dtype=dtype, axis=axis, div_mode=div_mode, numerics=_NUMERICS)
-    b = Builder(op)
+@lowers("quantize")
+def lower_quantize(a, options: Options = DEFAULT) -> Plan:
+    b = Builder("quantize")
     args = (b.input("x", a.x), b.input("scales", a.scales, "param"), b.optional("zero_points", a.zero_points),
             DType(_QUANTIZE_DTYPES[a.div_mode][a.out]), a.axis, a.div_mode)
     if a.div_mode:
@@ -131,9 +139,9 @@ def lower_quantize(x, scales, zero_points=None, *, dtype="int8", axis=1, div_mod
     return b.build(y)
 
 
-def lower_anti_quant(x, scale, *, offset=None, dst_dtype=None, src_dtype=None, options: Options = DEFAULT) -> Plan:
+@lowers("anti_quant")
+def lower_anti_quant(a, options: Options = DEFAULT) -> Plan:
     op = "anti_quant"
-    a = anti_quant_args(x, scale, offset=offset, dst_dtype=dst_dtype, src_dtype=src_dtype)
     if a.x.ndim > 8:
         reject(op, "x", "at most 8-D", describe(a.x), "torch_npu npu_anti_quant docs")
     b = Builder(op)
@@ -144,7 +152,8 @@ def lower_anti_quant(x, scale, *, offset=None, dst_dtype=None, src_dtype=None, o
     return b.build(y)
 
 
-def lower_dequantize(y, scale, zero_point=None, *, axis=-1, output_dtype="float32", options: Options = DEFAULT) -> Plan:
+@lowers("dequantize")
+def lower_dequantize(a, options: Options = DEFAULT) -> Plan:
     """Composition through ``npu_anti_quant``: ``(y + (-zp)) * scale`` is ``(y - zp) * scale`` exactly in fp32.
 
     The golden's checks first; then what the composition cannot do (int8 ``y`` only, fp16 / bf16
@@ -153,15 +162,14 @@ def lower_dequantize(y, scale, zero_point=None, *, axis=-1, output_dtype="float3
     """
     op = "dequantize"
     source = "dequantize lowers to npu_anti_quant"
-    a = dequantize_args(y, scale, zero_point, axis=axis, output_dtype=output_dtype)
     y = a.y
     if y.dtype != _dt.int8:
         reject(op, "y", "int8 (npu_anti_quant reads int32 as packed int4)", describe(y), source, dtype=True)
     if a.out == _dt.float32:
-        reject(op, "output_dtype", "float16 or bfloat16", repr(output_dtype), source + " (fp16/bf16 output only)",
+        reject(op, "output_dtype", "float16 or bfloat16", repr(_dt.name(a.out)), source + " (fp16/bf16 output only)",
                dtype=True)
     if a.axis is None or a.axis != y.ndim - 1:
-        reject(op, "axis", "the last axis (per-channel along the last dim)", repr(axis),
+        reject(op, "axis", "the last axis (per-channel along the last dim)", repr(a.axis),
                source + " (its scale runs along the last dim)")
     s = a.scale_b.reshape(-1)
     if s.dtype == _dt.float16:
@@ -191,11 +199,10 @@ def exact_negation(op: str, z: np.ndarray, dtype, source: str) -> np.ndarray:
 
 
 # -- trans_quant_param --------------------------------------------------------------------------------
-def lower_trans_quant_param(scale, offset=None, *, round_mode=0, options: Options = DEFAULT) -> Plan:
-    op = "trans_quant_param"
-    a = trans_quant_param_args(scale, offset, round_mode=round_mode)
+@lowers("trans_quant_param")
+def lower_trans_quant_param(a, options: Options = DEFAULT) -> Plan:
     s, o = a.scale, a.offset
-    b = Builder(op)
+    b = Builder("trans_quant_param")
     reshape = {}
     if s.ndim == 2 and s.shape[0] != 1:
         b.decide(f"scale {s.shape} packed as ({s.size},) and reshaped back: the packing is elementwise and the "
@@ -244,11 +251,11 @@ def matmul_call(b: Builder, x1: T, x2: T, s: np.ndarray, off, pertoken: T | None
     return b.call("torch_npu.npu_quant_matmul", (x1, x2, scale), kwargs, out="y")
 
 
-def lower_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None,
-                       options: Options = DEFAULT) -> Plan:
+@lowers("quant_matmul")
+def lower_quant_matmul(a, options: Options = DEFAULT) -> Plan:
     op = "quant_matmul"
-    a = quant_matmul_args(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
-                          output_dtype=output_dtype, numerics=_NUMERICS)
+    if a.int4 is not None:
+        raise Unsupported("torch-npu: quant_matmul's int4 route (x2 int32-packed int4: A8W4 / A4W4) is not lowered")
     x1, x2, pt = a.x1, a.x2, a.pertoken_scale
     b = Builder(op)
     reshape = {}
@@ -273,13 +280,14 @@ def lower_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=
     return b.build(y, reshape=reshape)
 
 
-def lower_int_matmul(a, b, *, op: str = "int_matmul", options: Options = DEFAULT) -> Plan:
+@lowers("int_matmul")
+def lower_int_matmul(args, options: Options = DEFAULT) -> Plan:
     """Composition: int32-output ``npu_quant_matmul`` (scale required but ignored) is the exact accumulator.
 
-    The golden's checks first (``op`` names the op in them); then int8 operands only, 2-D to 6-D, and
-    K, N <= 65535 (npu_quant_matmul's limits) are device constraints.
+    On the golden's checked operands (``args.op`` names the op in messages), int8 operands only, 2-D
+    to 6-D, and K, N <= 65535 (npu_quant_matmul's limits) are device constraints.
     """
-    args = int_matmul_args(a, b, op=op)
+    op = args.op
     source = "int_matmul lowers to npu_quant_matmul(output_dtype=torch.int32)"
     for arg, value in (("a", args.a), ("b", args.b)):
         if value.dtype != _dt.int8:
@@ -298,9 +306,9 @@ def lower_int_matmul(a, b, *, op: str = "int_matmul", options: Options = DEFAULT
 
 
 # -- layout ---------------------------------------------------------------------------------------------
-def lower_format_cast_nz(w, *, options: Options = DEFAULT) -> Plan:
+@lowers("format_cast_nz")
+def lower_format_cast_nz(a, options: Options = DEFAULT) -> Plan:
     op = "format_cast_nz"
-    a = format_cast_nz_args(w)
     w = a.w
     if w.dtype.itemsize > 4 or w.dtype.kind not in "iufV":
         reject(op, "w", "a 1-, 2- or 4-byte dtype", describe(w), "torch_npu casts no 8-byte tensors to NZ",
@@ -339,9 +347,9 @@ def dynamic_linear_into(b: Builder, op: str, x2: T, k: int, x_dtype, weight, wei
     return _dynamic_linear_calls(b, op, x2, p, x_dtype, options, names), p.n
 
 
-def lower_w8a8_dynamic_linear(x, weight, weight_scale, *, bias=None, options: Options = DEFAULT) -> Plan:
+@lowers("w8a8_dynamic_linear")
+def lower_w8a8_dynamic_linear(a, options: Options = DEFAULT) -> Plan:
     op = "w8a8_dynamic_linear"
-    a = dynamic_linear_args(x, weight, weight_scale, bias=bias, numerics=_NUMERICS)
     p = a.params
     b = Builder(op)
     x2 = b.input("x", a.x.reshape(-1, p.k), source=f"x {tuple(a.x.shape)} flattened to 2-D")
@@ -349,11 +357,9 @@ def lower_w8a8_dynamic_linear(x, weight, weight_scale, *, bias=None, options: Op
     return b.build(y, reshape={y: a.x.shape[:-1] + (p.n,)})
 
 
-def lower_w8a8_static_linear(x, weight, *, input_scale, input_offset, deq_scale, quant_bias, bias=None,
-                             options: Options = DEFAULT) -> Plan:
+@lowers("w8a8_static_linear")
+def lower_w8a8_static_linear(a, options: Options = DEFAULT) -> Plan:
     op = "w8a8_static_linear"
-    a = static_linear_args(x, weight, input_scale=input_scale, input_offset=input_offset, deq_scale=deq_scale,
-                           quant_bias=quant_bias, bias=bias, numerics=_NUMERICS)
     b = Builder(op)
     x2 = b.input("x", a.x.reshape(-1, a.k), source=f"x {tuple(a.x.shape)} flattened to 2-D")
     r = b.input("input_scale_reciprocal", a.input_scale_reciprocal, "param",
@@ -376,40 +382,31 @@ UNSUPPORTED: dict[str, str] = {
 }
 """Ops of :data:`backends.ops.OPS` that the torch-npu backend declares unsupported, with the reason."""
 
-LOWERINGS = {
-    "dynamic_quant": lower_dynamic_quant,
-    "dynamic_quant_asymmetric": lower_dynamic_quant_asymmetric,
-    "quantize": lower_quantize,
-    "dequantize": lower_dequantize,
-    "anti_quant": lower_anti_quant,
-    "trans_quant_param": lower_trans_quant_param,
-    "int_matmul": lower_int_matmul,
-    "quant_matmul": lower_quant_matmul,
-    "format_cast_nz": lower_format_cast_nz,
-    "w8a8_dynamic_linear": lower_w8a8_dynamic_linear,
-    "w8a8_static_linear": lower_w8a8_static_linear,
-}
+from . import lowering_moe  # noqa: E402,F401 - registers the MoE lowerings (it imports this module)
 
 
-def _register_moe() -> None:
-    from . import lowering_moe
+def unsupported_reason(op: str) -> str | None:
+    """Why the backend does not lower ``op`` (None when it does)."""
+    if op in UNSUPPORTED:
+        return f"torch-npu: {op}: {UNSUPPORTED[op]}"
+    if op not in LOWERINGS:
+        return f"torch-npu: no lowering for op '{op}'"
+    return None
 
-    LOWERINGS.update(lowering_moe.LOWERINGS)
-    UNSUPPORTED.update(lowering_moe.UNSUPPORTED)
 
-
-_register_moe()
-
-
-def lower(op: str, *args, options: Options = DEFAULT, **kwargs) -> Plan:
-    """The plan of ``op`` called with golden-style ``args`` / ``kwargs`` (see the module docstring).
+def lower(op: str, /, *args, options: Options = DEFAULT, **kwargs) -> Plan:
+    """The plan of ``op`` called with golden-style ``args`` / ``kwargs`` (see the module docstring):
+    the golden's check on the call (under :data:`w8a8.ASCEND`, the record the backend declares), then
+    the op's lowering on its result.
 
     Raises :class:`backends.Unsupported` for an op the backend does not lower, the golden's
     ``ValueError`` / ``TypeError`` for bad input, and ``ConstraintError`` / ``ConstraintTypeError``
     for a documented device constraint.
     """
-    if op in UNSUPPORTED:
-        raise Unsupported(f"torch-npu: {op}: {UNSUPPORTED[op]}")
-    if op not in LOWERINGS:
-        raise Unsupported(f"torch-npu: no lowering for op '{op}'")
-    return LOWERINGS[op](*args, options=options, **kwargs)
+    reason = unsupported_reason(op)
+    if reason is not None:
+        raise Unsupported(reason)
+    golden = registry.get(op)
+    if golden.takes_numerics:
+        kwargs = {**kwargs, "numerics": _NUMERICS}
+    return LOWERINGS[op](golden.args(*args, **kwargs), options)

@@ -37,14 +37,12 @@ w8a8_moe_prequantized      the same with init_routing_v2(x_q, scale=x_scale, qua
 Rows the device leaves unwritten (past a group-list total, past the routed rows) are set on the host
 to the golden's fill after the copy back (:class:`~backends.torch_npu.plan.Fixup`).
 
-Argument checks: each lowering calls the golden's public validator of its op first
-(:data:`w8a8.moe.VALIDATORS`: same exceptions and messages as the golden), then refuses what torch_npu
-2.13 cannot take with a :class:`~backends.torch_npu.plan.ConstraintError` naming the documented
-constraint. Three device constraints come before the golden's checks, as this module has always
-raised them: torch_npu's inner-dimension limit of the grouped matmul, and ``swiglu_limit`` / a missing
-``activation_scale`` of ``dequant_swiglu_quant``. Two deliberate differences from the golden's order or
-contract: ``grouped_matmul`` takes a ``[M, 1]`` per-token scale (flattened, as the device takes
-``[M]``), and the MoE layer checks ``shared_input`` before the shared expert's mapping.
+Argument checks: each lowering takes the golden's checked Args (the golden's own check of its op ran
+first, :func:`~backends.torch_npu.lowering.lower` / :meth:`backends.base.Backend.prepare`: same
+exceptions and messages as the golden, in its order), then refuses what torch_npu 2.13 cannot take
+with a :class:`~backends.torch_npu.plan.ConstraintError` naming the documented constraint. Where the
+golden checks an intermediate mid-chain (the MoE layer's expert scales at its grouped matmuls), the
+lowering refuses the argument up front: the device chain cannot stop between calls.
 
 Unsupported (raised before any device call): ``swiglu_limit`` (DeepSeek-V4's clamp is not a torch_npu
 argument of ``npu_dequant_swiglu_quant``; its ``swiglu_mode`` variant computes ``gate * sigmoid(alpha *
@@ -58,13 +56,12 @@ import numpy as np
 
 from w8a8 import _check
 from w8a8 import dtypes as _dt
-from w8a8.moe import (GatingTopKArgs, dequant_swiglu_quant_args, expert_weights_args, grouped_matmul_args,
-                      moe_finalize_routing_args, moe_gating_top_k_args, moe_gating_top_k_softmax_args,
-                      moe_init_routing_args, moe_init_routing_v2_plan, moe_init_routing_v2_valid, moe_routing_args,
-                      shared_expert_args, swiglu_args)
+from w8a8.moe.gating import MoeGatingTopKArgs
+from w8a8.moe.pipeline import ExpertWeights, MoeRouting, W8a8MoeArgs
+from w8a8.moe.routing import moe_init_routing_v2_masks
 
 from ._lower_common import DEFAULT, Options, inner_limit, out_dtype, place_weight, transpose_weight
-from .lowering import dynamic_linear_into
+from .lowering import dynamic_linear_into, lowers
 from .plan import Builder, DType, Plan, T, describe, reject
 
 _DOCS = "torch_npu 2.13.0 docs"
@@ -76,6 +73,12 @@ def _finite(op: str, *pairs) -> None:
             _check.finite(op, arg, value)
 
 
+def _attr(value32: np.float32) -> float:
+    """A float attribute the golden checked as fp32, as the shortest decimal that reads back to it (the
+    value the caller wrote, where it is one: ``1e-20``, ``2.5``); the kernel reads the same fp32."""
+    return float(str(np.float32(value32)))
+
+
 # -- gating ---------------------------------------------------------------------------------------------
 def gating_softmax_into(b: Builder, op: str, x: T, finished: T | None, k: int):
     kwargs = {} if finished is None else {"finished": finished}
@@ -83,15 +86,15 @@ def gating_softmax_into(b: Builder, op: str, x: T, finished: T | None, k: int):
     return b.call("torch_npu.npu_moe_gating_top_k_softmax", (x,), kwargs, out=("y", "expert_idx", "row_idx"))
 
 
-def lower_moe_gating_top_k_softmax(x, finished=None, k=1, *, options: Options = DEFAULT) -> Plan:
+@lowers("moe_gating_top_k_softmax")
+def lower_moe_gating_top_k_softmax(a, options: Options = DEFAULT) -> Plan:
     op = "moe_gating_top_k_softmax"
-    a = moe_gating_top_k_softmax_args(x, finished, k)   # the golden's checks
     b = Builder(op)
     outs = gating_softmax_into(b, op, b.input("x", a.x), b.optional("finished", a.finished, "activation"), a.k)
     return b.build(outs)
 
 
-def _gating_rejects(op: str, g: GatingTopKArgs) -> None:
+def _gating_rejects(op: str, g: MoeGatingTopKArgs) -> None:
     """What torch_npu 2.13's npu_moe_gating_top_k refuses among the golden's valid options."""
     if g.renorm != 0:
         reject(op, "renorm", "0", str(g.renorm), f"{_DOCS}: npu_moe_gating_top_k renorm 'currently only 0'")
@@ -117,14 +120,9 @@ def gating_top_k_into(b: Builder, op: str, x: T, k: int, bias: T | None, *, inpu
     return b.call("torch_npu.npu_moe_gating_top_k", (x, k), kwargs, out=("y", "expert_idx", "norm_out"))
 
 
-def lower_moe_gating_top_k(x, k, *, bias=None, input_ids=None, tid2eid=None, k_group=1, group_count=1,
-                           group_select_mode=0, renorm=0, norm_type=0, out_flag=False, routed_scaling_factor=1.0,
-                           eps=1e-20, options: Options = DEFAULT) -> Plan:
+@lowers("moe_gating_top_k")
+def lower_moe_gating_top_k(a, options: Options = DEFAULT) -> Plan:
     op = "moe_gating_top_k"
-    a = moe_gating_top_k_args(x, k, bias=bias, input_ids=input_ids, tid2eid=tid2eid, k_group=k_group,
-                              group_count=group_count, group_select_mode=group_select_mode, renorm=renorm,
-                              norm_type=norm_type, out_flag=out_flag, routed_scaling_factor=routed_scaling_factor,
-                              eps=eps)   # the golden's checks
     _gating_rejects(op, a)
     b = Builder(op)
     ids = tab = None
@@ -135,15 +133,15 @@ def lower_moe_gating_top_k(x, k, *, bias=None, input_ids=None, tid2eid=None, k_g
                  "there — compare norm_out only with out_flag=True")
     outs = gating_top_k_into(b, op, b.input("x", a.x), a.k, b.optional("bias", a.bias), input_ids=ids, tid2eid=tab,
                              k_group=a.k_group, group_count=a.group_count, group_select_mode=a.group_select_mode,
-                             norm_type=a.norm_type, out_flag=a.out_flag, routed_scaling_factor=routed_scaling_factor,
-                             eps=eps)
+                             norm_type=a.norm_type, out_flag=a.out_flag,
+                             routed_scaling_factor=_attr(a.routed_scaling_factor), eps=_attr(a.eps))
     return b.build(outs)
 
 
 # -- routing ------------------------------------------------------------------------------------------------
-def lower_moe_init_routing(x, row_idx, expert_idx, active_num, *, options: Options = DEFAULT) -> Plan:
+@lowers("moe_init_routing")
+def lower_moe_init_routing(a, options: Options = DEFAULT) -> Plan:
     op = "moe_init_routing"
-    a = moe_init_routing_args(x, row_idx, expert_idx, active_num)   # the golden's checks
     x, row_idx, expert_idx, active_num = a.x, a.row_idx, a.expert_idx, a.active_num
     if x.size >= 1 << 24:
         reject(op, "x", "of fewer than 2^24 elements", describe(x), f"{_DOCS}: npu_moe_init_routing x")
@@ -180,46 +178,38 @@ def routing_v2_into(b: Builder, op: str, x: T, ids: T, *, scale: T | None, offse
                   why="quant_mode and active_expert_range explicit (default changed; adapter static-vector pitfall)")
 
 
-def lower_moe_init_routing_v2(x, expert_idx, *, scale=None, offset=None, active_num=-1, expert_capacity=-1,
-                              expert_num=-1, drop_pad_mode=0, expert_tokens_num_type=0, expert_tokens_num_flag=False,
-                              quant_mode=-1, active_expert_range=None, row_idx_type=0,
-                              options: Options = DEFAULT) -> Plan:
+@lowers("moe_init_routing_v2")
+def lower_moe_init_routing_v2(p, options: Options = DEFAULT) -> Plan:
     op = "moe_init_routing_v2"
-    args = dict(scale=scale, offset=offset, active_num=active_num, expert_capacity=expert_capacity,
-                expert_num=expert_num, drop_pad_mode=drop_pad_mode, expert_tokens_num_type=expert_tokens_num_type,
-                expert_tokens_num_flag=expert_tokens_num_flag, quant_mode=quant_mode,
-                active_expert_range=active_expert_range, row_idx_type=row_idx_type)
-    p = moe_init_routing_v2_plan(x, expert_idx, **args)   # the golden's checks
+    r = p.routing
     # The golden's validity masks: what the device defines (the rest is fixed up on the host).
-    x_mask, idx_mask, count_mask, scale_mask = moe_init_routing_v2_valid(x, expert_idx, **args)
+    x_mask, idx_mask, count_mask, scale_mask = moe_init_routing_v2_masks(p)
     source = f"{_DOCS}: npu_moe_init_routing_v2"
-    if quant_mode not in (-1, 1):
-        reject(op, "quant_mode", "-1 (none) or 1 (dynamic)", str(quant_mode), source + " 'static quantization is not "
-               "supported'")
-    if drop_pad_mode != 0:
-        reject(op, "drop_pad_mode", "0 (dropless)", str(drop_pad_mode), source + " 'currently only 0'")
-    if expert_num <= 0 or (expert_tokens_num_type == 2 and expert_num > 5120):
-        reject(op, "expert_num", "in (0, 10240] ((0, 5120] for key-value counts)", str(expert_num), source)
+    if p.quant_mode not in (-1, 1):
+        reject(op, "quant_mode", "-1 (none) or 1 (dynamic)", str(p.quant_mode), source + " 'static quantization is "
+               "not supported'")
+    if r.drop_pad:
+        reject(op, "drop_pad_mode", "0 (dropless)", "1", source + " 'currently only 0'")
+    if r.expert_num <= 0 or (r.count_type == 2 and r.expert_num > 5120):
+        reject(op, "expert_num", "in (0, 10240] ((0, 5120] for key-value counts)", str(r.expert_num), source)
     ids = p.expert_idx
-    if ids.size and (ids.min() < 0 or ids.max() > expert_num):
-        reject(op, "expert_idx", f"expert ids in [0, expert_num = {expert_num}]",
+    if ids.size and (ids.min() < 0 or ids.max() > r.expert_num):
+        reject(op, "expert_idx", f"expert ids in [0, expert_num = {r.expert_num}]",
                f"values in [{ids.min()}, {ids.max()}]", source + " 'expert ids must not exceed the expert count'")
-    start, end = p.start, p.end
     b = Builder(op)
-    if active_expert_range is None or len(active_expert_range) == 0:
-        b.decide(f"active_expert_range passed explicitly as [0, {expert_num}] (the adapter's empty-range default "
-                 "caches the first call's expert_num; spec §7.6)")
-    tokens_type = 1 if expert_tokens_num_type == 0 else expert_tokens_num_type
+    b.decide(f"active_expert_range passed explicitly as [{r.start}, {r.end}] (the adapter's empty-range default "
+             "caches the first call's expert_num; spec §7.6)")
+    tokens_type = 1 if r.count_type == 0 else r.count_type
     ex, row, counts, sc = routing_v2_into(
         b, op, b.input("x", p.x), b.input("expert_idx", ids), scale=b.optional("scale", p.scale),
-        offset=b.optional("offset", p.offset), active_num=active_num, expert_capacity=expert_capacity,
-        expert_num=expert_num, tokens_type=tokens_type, row_idx_type=row_idx_type, quant_mode=quant_mode,
-        expert_range=(start, end))
-    if not expert_tokens_num_flag:
+        offset=b.optional("offset", p.offset), active_num=r.active_num, expert_capacity=r.capacity,
+        expert_num=r.expert_num, tokens_type=tokens_type, row_idx_type=r.row_idx_type, quant_mode=p.quant_mode,
+        expert_range=(r.start, r.end))
+    if not r.count_flag:
         counts = b.call("Tensor.narrow", (counts, 0, 0, 0), out="expert_tokens_empty",
                         why="expert_tokens_num_flag=False: the device runs with True (the only documented value)")
         b.decide("expert_tokens_num_flag=False -> called with True, the count output replaced by its empty slice")
-    elif expert_tokens_num_type == 0:
+    elif r.count_type == 0:
         counts = b.call("torch.cumsum", (counts, 0), out="expert_tokens_cumsum",
                         why="expert_tokens_num_type=0: counts (type 1, documented) then an exact int64 cumsum")
         b.decide("expert_tokens_num_type=0 (cumsum) -> called with type 1 (counts) and torch.cumsum on the device")
@@ -227,21 +217,15 @@ def lower_moe_init_routing_v2(x, expert_idx, *, scale=None, offset=None, active_
     b.fixup(ex, _prefix(x_mask), rows, "rows past the routed ones are not written by the device")
     b.fixup(sc, _prefix(scale_mask) if scale_mask.size else 0, scale_mask.shape[0] if scale_mask.size else 0,
             "expanded_scale is defined for routed rows only (all undefined with quant_mode=-1 and no scale)")
-    if row_idx_type == 1:
-        b.fixup(row, _prefix(idx_mask), idx_mask.shape[0], "scatter indices past the routed rows are undefined",
-                value=-1)
-    if expert_tokens_num_flag and expert_tokens_num_type == 2:
+    if r.row_idx_type == 1:
+        b.fixup(row, _prefix(idx_mask), idx_mask.shape[0], "scatter indices past the routed rows are undefined "
+                "(the gather-sort perf kernels; the sort kernels write all N*K)", value=-1)
+    if r.count_flag and r.count_type == 2:
         b.fixup(counts, _prefix(count_mask), count_mask.shape[0], "key-value rows past the (0, 0) terminator")
     return b.build((ex, row, counts, sc))
 
 
 # -- grouped matmul -------------------------------------------------------------------------------------------
-def _last_dim(value) -> int:
-    """The last dim of an array argument (or of the one element of a list); 0 for anything else."""
-    arr = value[0] if isinstance(value, (list, tuple)) and len(value) == 1 else value
-    return arr.shape[-1] if isinstance(arr, np.ndarray) and arr.ndim else 0
-
-
 def grouped_call(b: Builder, x: T, w: T, *, scale: T | None, per_token: T | None, bias: T | None, group_list: T,
                  group_list_type: int, act_type: int, out, split_item: int, group_type: int = 0) -> T:
     kwargs = {}
@@ -257,20 +241,10 @@ def grouped_call(b: Builder, x: T, w: T, *, scale: T | None, per_token: T | None
                   why="single x / weight / y; group_type explicit (the adapter refuses None)")
 
 
-def lower_grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_token_scale=None, group_list,
-                         group_list_type=0, act_type=0, output_dtype=None, split_item=3, group_type=0,
-                         options: Options = DEFAULT) -> Plan:
+@lowers("grouped_matmul")
+def lower_grouped_matmul(a, options: Options = DEFAULT) -> Plan:
+    """torch_npu's "every tensor's last dim < 65536" is the golden's own limit (its check ran)."""
     op = "grouped_matmul"
-    # torch_npu's "every tensor's last dim < 65536" (the golden's own limit, reported as the device's).
-    inner_limit(op, "x", _last_dim(x), "K (the last dim of x)")
-    inner_limit(op, "weight", _last_dim(weight), "N (the last dim of weight [E, K, N])")
-    pt_in = per_token_scale[0] if isinstance(per_token_scale, (list, tuple)) and len(per_token_scale) == 1 \
-        else per_token_scale
-    column = isinstance(pt_in, np.ndarray) and pt_in.ndim == 2 and pt_in.shape[1] == 1
-    a = grouped_matmul_args(x, weight, bias=bias, scale=scale, offset=offset,
-                            per_token_scale=pt_in.reshape(-1) if column else per_token_scale, group_list=group_list,
-                            group_list_type=group_list_type, act_type=act_type, output_dtype=output_dtype,
-                            split_item=split_item, group_type=group_type)   # the golden's checks
     if a.group_list_type == 1 and len(a.segments) == 1:
         reject(op, "group_list", "of length > 1 with group_list_type=1", "a single count",
                f"{_DOCS}: npu_grouped_matmul 'group_list_type 1: non-negative, length must not be 1'")
@@ -283,25 +257,20 @@ def lower_grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_t
     if s is not None and s.dtype == _dt.uint64:
         s = s.view(np.int64)
         b.decide("scale uint64 passed as its int64 view (same bits)")
-    ptt = None
-    if a.per_token_scale is not None:
-        ptt = b.input("per_token_scale", a.per_token_scale, source="flattened to 1-D [M]" if column else "")
-        if column:
-            b.decide("per_token_scale [M, 1] flattened to 1-D (the device takes [M])")
-    gl = b.input("group_list", group_list, "param")
+    ptt = b.optional("per_token_scale", a.per_token_scale, "activation")
+    gl = b.input("group_list", a.group_list, "param")
     y = grouped_call(b, b.input("x", a.x), w, scale=b.optional("scale", s), per_token=ptt,
                      bias=b.optional("bias", a.bias), group_list=gl, group_list_type=a.group_list_type,
-                     act_type=a.act_type, out=out, split_item=split_item)
+                     act_type=a.act_type, out=out, split_item=a.split_item)
     b.fixup(y, total, m, "rows past the group-list total are not written by the device (spec §5.2)")
     return b.build(y, container="list" if a.as_list else "single")
 
 
 # -- activation -------------------------------------------------------------------------------------------------
-def lower_swiglu(x, dim=-1, *, options: Options = DEFAULT) -> Plan:
-    op = "swiglu"
-    x, dim = swiglu_args(x, dim)   # the golden's checks
-    b = Builder(op)
-    return b.build(b.call("torch_npu.npu_swiglu", (b.input("x", x),), {"dim": dim}, out="y"))
+@lowers("swiglu")
+def lower_swiglu(a, options: Options = DEFAULT) -> Plan:
+    b = Builder("swiglu")
+    return b.build(b.call("torch_npu.npu_swiglu", (b.input("x", a.x),), {"dim": a.dim}, out="y"))
 
 
 def dequant_swiglu_call(b: Builder, x: T, *, activate_left: bool, quant_mode: int, **tensors):
@@ -310,22 +279,17 @@ def dequant_swiglu_call(b: Builder, x: T, *, activate_left: bool, quant_mode: in
     return b.call("torch_npu.npu_dequant_swiglu_quant", (x,), kwargs, out=("y", "scale"))
 
 
-def lower_dequant_swiglu_quant(x, *, weight_scale=None, activation_scale=None, bias=None, quant_scale=None,
-                               quant_offset=None, group_index=None, activate_left=False, quant_mode=0,
-                               swiglu_limit=None, options: Options = DEFAULT) -> Plan:
+@lowers("dequant_swiglu_quant")
+def lower_dequant_swiglu_quant(a, options: Options = DEFAULT) -> Plan:
     op = "dequant_swiglu_quant"
     source = f"{_DOCS}: npu_dequant_swiglu_quant"
-    # What the device cannot take at all is refused before the golden's checks (which it would pass).
-    if swiglu_limit is not None:
-        reject(op, "swiglu_limit", "None", repr(swiglu_limit), "DeepSeek-V4's clamp is not a torch_npu argument; "
+    if a.swiglu_limit is not None:
+        reject(op, "swiglu_limit", "None", repr(a.swiglu_limit), "DeepSeek-V4's clamp is not a torch_npu argument; "
                "swiglu_mode=1/2 computes gate * sigmoid(alpha * gate) * (up + glu_bias) with an unconfirmed half "
                "order (spec §7.2)")
-    if isinstance(x, np.ndarray) and x.dtype == _dt.int32 and activation_scale is None:
+    if a.is_int and a.activation_scale is None:
         reject(op, "activation_scale", "the float32 [T] per-token scale for int32 x", "None",
                source + " 'required when x is int32'")
-    a = dequant_swiglu_quant_args(x, weight_scale=weight_scale, activation_scale=activation_scale, bias=bias,
-                                  quant_scale=quant_scale, quant_offset=quant_offset, group_index=group_index,
-                                  activate_left=activate_left, quant_mode=quant_mode)   # the golden's checks
     if a.groups is not None and a.quant_mode != 1:
         reject(op, "quant_mode", "1 (dynamic) with group_index", str(a.quant_mode), source)
     t, total = a.t, a.total
@@ -338,7 +302,7 @@ def lower_dequant_swiglu_quant(x, *, weight_scale=None, activation_scale=None, b
         weight_scale=b.optional("weight_scale", a.weight_scale), activation_scale=b.optional("activation_scale", act,
                                                                                             "activation"),
         bias=b.optional("bias", a.bias), quant_scale=b.optional("quant_scale", qs),
-        quant_offset=b.optional("quant_offset", qo), group_index=b.optional("group_index", group_index))
+        quant_offset=b.optional("quant_offset", qo), group_index=b.optional("group_index", a.group_index))
     why = "rows past sum(group_index) are not cleared by the device (garbage, possibly Inf/NaN)"
     b.fixup(y, total, t, why)
     b.fixup(sc, total, t, why)
@@ -346,11 +310,9 @@ def lower_dequant_swiglu_quant(x, *, weight_scale=None, activation_scale=None, b
 
 
 # -- finalize ----------------------------------------------------------------------------------------------------
-def lower_moe_finalize_routing(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row,
-                               export_for_source_row, *, drop_pad_mode=0, k=1, options: Options = DEFAULT) -> Plan:
+@lowers("moe_finalize_routing")
+def lower_moe_finalize_routing(a, options: Options = DEFAULT) -> Plan:
     op = "moe_finalize_routing"
-    a = moe_finalize_routing_args(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row,
-                                  export_for_source_row, drop_pad_mode=drop_pad_mode, k=k)   # the golden's checks
     if a.skip1 is not None and a.skip2 is None:
         reject(op, "skip2", "given when skip1 is", "None",
                f"{_DOCS}: npu_moe_finalize_routing 'when skip2 is None, skip1 must be None too'")
@@ -359,13 +321,13 @@ def lower_moe_finalize_routing(expanded_permuted_rows, skip1, skip2, bias, scale
         _check.shape(op, "export_for_source_row", experts, [(a.n, a.k)], f"of shape [N, K] = [{a.n}, {a.k}]")
     b = Builder(op)
     act = "activation"
-    y = finalize_call(b, b.input("expanded_permuted_rows", expanded_permuted_rows), b.optional("skip1", a.skip1, act),
-                      b.optional("skip2", a.skip2, act), b.optional("bias", a.bias), b.optional("scales", a.scales, act),
-                      b.input("expanded_src_to_dst_row", expanded_src_to_dst_row),
+    y = finalize_call(b, b.input("expanded_permuted_rows", a.expanded_permuted_rows),
+                      b.optional("skip1", a.skip1, act), b.optional("skip2", a.skip2, act), b.optional("bias", a.bias),
+                      b.optional("scales", a.scales, act), b.input("expanded_src_to_dst_row", a.expanded_src_to_dst_row),
                       b.optional("export_for_source_row", experts, act), drop_pad_mode=a.drop_pad_mode,
                       k=None if a.scales is not None else a.k)
-    if drop_pad_mode != 0:
-        b.decide(f"drop_pad_mode={drop_pad_mode}: the torch_npu 2.13 doc lists only 0, SGLang and the CANN "
+    if a.drop_pad_mode != 0:
+        b.decide(f"drop_pad_mode={a.drop_pad_mode}: the torch_npu 2.13 doc lists only 0, SGLang and the CANN "
                  "aclnnMoeFinalizeRoutingV2 doc use 1-3 (confirm on the device)")
     return b.build(y)
 
@@ -381,11 +343,11 @@ def finalize_call(b: Builder, rows: T, skip1, skip2, bias, scales, idx: T, exper
 
 
 # -- the W8A8 MoE serving path ------------------------------------------------------------------------------------
-def _expert_weights(b: Builder, op: str, h: int, w13, w13_scale, w2, w2_scale, options: Options):
+def _expert_weights(b: Builder, op: str, h: int, ew: ExpertWeights, options: Options):
     """Load: W13 [E, 2I, H] -> [E, H, 2I], W2 [E, H, I] -> [E, I, H] (transpose(1, 2).contiguous(), NZ
-    decision), scales [E, out(, 1)] -> bf16 [E, out] on the host (SGLang modular path, serving-paths §5.0)."""
-    ew = expert_weights_args(op, h, w13, w13_scale, w2, w2_scale)   # the golden's checks
-    e, i2, w13, w2 = ew.e, 2 * ew.i, ew.w13, ew.w2
+    decision), scales [E, out] (the golden's checked views) -> bf16 on the host (SGLang modular path,
+    serving-paths §5.0)."""
+    e, i2 = ew.e, 2 * ew.i
     scales = []
     for arg, value in (("w13_scale", ew.w13_scale), ("w2_scale", ew.w2_scale)):
         _finite(op, (arg, value))   # the golden refuses them at the grouped matmul; the lowering up front
@@ -393,24 +355,20 @@ def _expert_weights(b: Builder, op: str, h: int, w13, w13_scale, w2, w2_scale, o
     b.decide("w13_scale / w2_scale squeezed and rounded to bf16 on the host at load (SGLang modular path: the "
              "bf16-output grouped matmul takes a bf16 scale; an fp32 one is rejected)")
     placed = []
-    for arg, w, kn in (("w13", w13, (h, i2)), ("w2", w2, (i2 // 2, h))):
+    for arg, w, kn in (("w13", ew.w13, (h, i2)), ("w2", ew.w2, (i2 // 2, h))):
         t = transpose_weight(b, b.input(arg, w, "weight", "checkpoint [E, out, in]"), (1, 2), arg)
         placed.append(place_weight(b, t, kn, _dt.int8, options, op=op, arg=arg))
     for arg, size in (("H", h), ("2I", i2)):
         inner_limit(op, "w13", size, arg)
     s13 = b.input("w13_scale", scales[0], "param", "bf16 [E, 2I]")
     s2 = b.input("w2_scale", scales[1], "param", "bf16 [E, H]")
-    return e, i2 // 2, placed[0], s13, placed[1], s2
+    return e, placed[0], s13, placed[1], s2
 
 
-def _route(b: Builder, op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights, scoring_func,
-           renormalize, correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor):
-    """(ids T int32 [T, k], weights T fp32 [T, k], k): given (host inputs) or from the device gating ops."""
-    r = moe_routing_args(op, t, e, top_k, router_logits, topk_ids, topk_weights, scoring_func, renormalize,
-                         correction_bias, k_group, group_count, group_select_mode,
-                         routed_scaling_factor)   # the golden's checks, the router op's included
+def _route(b: Builder, op: str, r: MoeRouting):
+    """(ids T int32 [T, k], weights T fp32 [T, k]): given (host inputs) or from the device gating ops."""
     if r.mode == "ids":
-        return b.input("topk_ids", r.ids, source="int32"), b.input("topk_weights", r.weights, source="fp32"), r.k
+        return b.input("topk_ids", r.ids, source="int32"), b.input("topk_weights", r.weights, source="fp32")
     g = r.gating
     if r.mode == "softmax":
         y, ids, _ = gating_softmax_into(b, op, b.input("router_logits", g.x), None, g.k)
@@ -419,19 +377,19 @@ def _route(b: Builder, op: str, t: int, e: int, top_k, router_logits, topk_ids, 
             total = b.call("Tensor.sum", (w, -1), {"keepdim": True}, out="topk_weight_sum")
             w = b.call("torch.div", (w, total), out="topk_weights_renorm",
                        why="SGLang l1_norm as torch ops (fp32 device sum: a tolerance, not bitwise, vs the golden)")
-        return ids, w, g.k
+        return ids, w
     _gating_rejects(op, g)
     b.decide("router logits and correction bias as fp32 (SGLang: logits.float(), bias.float())")
     y, ids, _ = gating_top_k_into(
         b, op, b.input("router_logits", g.x, source="fp32"), g.k, b.optional("correction_bias", g.bias),
         k_group=g.k_group, group_count=g.group_count, group_select_mode=g.group_select_mode,
-        norm_type=g.norm_type, routed_scaling_factor=float(routed_scaling_factor))
-    return ids, y, g.k
+        norm_type=g.norm_type, routed_scaling_factor=_attr(g.routed_scaling_factor))
+    return ids, y
 
 
-def _shared(b: Builder, op: str, shared_expert, x: T, t: int, h: int, options: Options) -> T:
-    """Shared expert: gate / up W8A8_DYNAMIC Linears, ``npu_swiglu`` on ``cat([g, u])``, down Linear."""
-    se = shared_expert_args(op, shared_expert, x)   # the golden's structural checks
+def _shared(b: Builder, op: str, se, x: T, h: int, options: Options) -> T:
+    """Shared expert (its structure checked by the golden): gate / up W8A8_DYNAMIC Linears, ``npu_swiglu`` on
+    ``cat([g, u])``, down Linear."""
     g, gi = dynamic_linear_into(b, op, x, h, _dt.bfloat16, se["gate_weight"], se["gate_scale"], None, options,
                                 ("shared_expert.gate_weight", "shared_expert.gate_scale", "bias"))
     u, ui = dynamic_linear_into(b, op, x, h, _dt.bfloat16, se["up_weight"], se["up_scale"], None, options,
@@ -447,25 +405,27 @@ def _shared(b: Builder, op: str, shared_expert, x: T, t: int, h: int, options: O
     return d
 
 
-def _moe(op: str, x_arr: np.ndarray, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits,
-         topk_ids, topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count, group_select_mode,
-         routed_scaling_factor, swiglu_limit, shared_expert, options: Options) -> Plan:
-    if swiglu_limit is not None:
-        reject(op, "swiglu_limit", "None", repr(swiglu_limit), "DeepSeek-V4's clamp has no torch_npu lowering on "
+@lowers("w8a8_moe", "w8a8_moe_prequantized")
+def lower_w8a8_moe(a: W8a8MoeArgs, options: Options = DEFAULT) -> Plan:
+    """Both entry points of the layer, on the golden's checked :class:`~w8a8.moe.pipeline.W8a8MoeArgs`
+    (its checks of the dispatch step included): they differ in the dispatch (quantize here, or gather
+    the dispatched int8 rows and their scales)."""
+    op, prequantized = a.op, a.x_scale is not None
+    if a.swiglu_limit is not None:
+        reject(op, "swiglu_limit", "None", repr(a.swiglu_limit), "DeepSeek-V4's clamp has no torch_npu lowering on "
                "this path (spec/serving-paths.md §8.4; npu_dequant_swiglu_quant has no such argument)")
-    t, h = x_arr.shape
+    # The golden computes through these until an op it runs refuses them; the device chain cannot stop.
+    _finite(op, ("x_scale", a.x_scale), ("shared_input", a.shared_input))
+    t, h = a.t, a.h
     b = Builder(op)
-    e, _, w13t, s13, w2t, s2w = _expert_weights(b, op, h, w13, w13_scale, w2, w2_scale, options)
-    ids, wts, k = _route(b, op, t, e, top_k, router_logits, topk_ids, topk_weights, scoring_func, renormalize,
-                         correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor)
-    moe_init_routing_v2_plan(x_arr, np.zeros((t, k), np.int32), scale=x_scale, active_num=t * k, expert_num=e,
-                             expert_tokens_num_type=1, expert_tokens_num_flag=True, active_expert_range=[0, e],
-                             quant_mode=1 if x_scale is None else -1)   # the golden's checks of the dispatch step
-    x = b.input("hidden" if x_scale is None else "x_q", x_arr)
-    xs = None if x_scale is None else b.input("x_scale", x_scale)
+    e, w13t, s13, w2t, s2w = _expert_weights(b, op, h, a.experts, options)
+    ids, wts = _route(b, op, a.routing)
+    k = a.routing.k
+    x = b.input("x_q" if prequantized else "hidden", a.x)
+    xs = b.input("x_scale", a.x_scale) if prequantized else None
     x_e, row_idx, counts, s_e = routing_v2_into(
         b, op, x, ids, scale=xs, offset=None, active_num=t * k, expert_capacity=-1, expert_num=e, tokens_type=1,
-        row_idx_type=0, quant_mode=1 if x_scale is None else -1, expert_range=(0, e))
+        row_idx_type=0, quant_mode=-1 if prequantized else 1, expert_range=(0, e))
     g = grouped_call(b, x_e, w13t, scale=s13, per_token=s_e, bias=None, group_list=counts, group_list_type=1,
                      act_type=0, out=_dt.bfloat16, split_item=2)
     a_q, a_s = dequant_swiglu_call(b, g, activate_left=True, quant_mode=1)
@@ -475,63 +435,11 @@ def _moe(op: str, x_arr: np.ndarray, x_scale, shared_input, w13, w13_scale, w2, 
                     why="SGLang: topk_weights.to(hidden.dtype)")
     y = finalize_call(b, o, None, None, None, w_bf16, row_idx, ids, drop_pad_mode=2, k=None)
     b.decide("finalize drop_pad_mode=2: the row-major (t*K + j) gather map of init_routing_v2 row_idx_type=0")
-    if shared_expert is not None:
-        if x_scale is None:
-            sx = x   # w8a8_moe: the shared expert runs on the same bf16 hidden states
-        elif shared_input is None:
-            _check.fail(op, "shared_input", "the bf16 hidden states [T, H] the shared expert runs on", "None")
-        else:
-            sx = b.input("shared_input", shared_input)
-        d = _shared(b, op, shared_expert, sx, t, h, options)
+    if a.shared_expert is not None:
+        # w8a8_moe: the shared expert runs on the same bf16 hidden states; prequantized: on shared_input
+        sx = b.input("shared_input", a.shared_input) if prequantized else x
+        d = _shared(b, op, a.shared_expert, sx, h, options)
         total = b.call("torch.add", (b.call("Tensor.float", (y,), out="routed_f32"),
                                      b.call("Tensor.float", (d,), out="shared_f32")), out="sum_f32")
         y = b.call("Tensor.to", (total, DType("bfloat16")), out="y_bf16", why="bf16(fp32(routed) + fp32(shared))")
     return b.build(y)
-
-
-def lower_w8a8_moe(hidden, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None, topk_ids=None,
-                   topk_weights=None, scoring_func="softmax", renormalize=False, correction_bias=None, k_group=1,
-                   group_count=1, group_select_mode=0, routed_scaling_factor=1.0, swiglu_limit=None,
-                   shared_expert=None, options: Options = DEFAULT) -> Plan:
-    op = "w8a8_moe"
-    hidden = _check.array(op, "hidden", hidden, dtypes=(_dt.bfloat16,), ndim=2)
-    _finite(op, ("hidden", hidden))
-    return _moe(op, hidden, None, None, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids, topk_weights,
-                scoring_func, renormalize, correction_bias, k_group, group_count, group_select_mode,
-                routed_scaling_factor, swiglu_limit, shared_expert, options)
-
-
-def lower_w8a8_moe_prequantized(x_q, x_scale, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None,
-                                topk_ids=None, topk_weights=None, scoring_func="softmax", renormalize=False,
-                                correction_bias=None, k_group=1, group_count=1, group_select_mode=0,
-                                routed_scaling_factor=1.0, swiglu_limit=None, shared_expert=None, shared_input=None,
-                                options: Options = DEFAULT) -> Plan:
-    op = "w8a8_moe_prequantized"
-    x_q = _check.array(op, "x_q", x_q, dtypes=(_dt.int8,), ndim=2)
-    x_scale = _check.array(op, "x_scale", x_scale, dtypes=(_dt.float32,), ndim=1)
-    if x_scale.shape[0] != x_q.shape[0]:
-        _check.fail(op, "x_scale", f"of shape [T] = [{x_q.shape[0]}] (one scale per token)", describe(x_scale))
-    _finite(op, ("x_scale", x_scale))
-    if shared_input is not None:
-        shared_input = _check.array(op, "shared_input", shared_input, dtypes=(_dt.bfloat16,), ndim=2)
-        _check.shape(op, "shared_input", shared_input, [x_q.shape], f"of x_q's shape {tuple(x_q.shape)}")
-        _finite(op, ("shared_input", shared_input))
-    return _moe(op, x_q, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
-                topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count, group_select_mode,
-                routed_scaling_factor, swiglu_limit, shared_expert, options)
-
-
-UNSUPPORTED: dict[str, str] = {}
-
-LOWERINGS = {
-    "moe_gating_top_k_softmax": lower_moe_gating_top_k_softmax,
-    "moe_gating_top_k": lower_moe_gating_top_k,
-    "moe_init_routing": lower_moe_init_routing,
-    "moe_init_routing_v2": lower_moe_init_routing_v2,
-    "grouped_matmul": lower_grouped_matmul,
-    "swiglu": lower_swiglu,
-    "dequant_swiglu_quant": lower_dequant_swiglu_quant,
-    "moe_finalize_routing": lower_moe_finalize_routing,
-    "w8a8_moe": lower_w8a8_moe,
-    "w8a8_moe_prequantized": lower_w8a8_moe_prequantized,
-}

@@ -82,9 +82,11 @@ def test_what_it_cannot_run_is_unsupported():
     with pytest.raises(backends.Unsupported, match="does not implement op 'no_such_op'"):
         TC.call("no_such_op", np.ones((2, 4), F32))
     # int32 x2 is the golden's packed-int4 route of quant_matmul (A8W4 / A4W4): quant_matmul_int4's, not this op's
+    # (a valid A8W4 call: the golden's checks run first, so an invalid one gets the golden's error)
     with pytest.raises(backends.Unsupported, match="int4"):
-        TC.call("quant_matmul", np.ones((3, 16), np.int8), np.ones((16, 1), np.int32), np.float32([1.0]),
-                pertoken_scale=np.ones(3, F32), output_dtype="bfloat16")
+        TC.call("quant_matmul", np.ones((3, 16), np.int8), np.ones((16, 1), np.int32),
+                w8a8.trans_quant_param(np.ones(8, np.float32)), offset=np.zeros(8, np.float32),
+                pertoken_scale=np.ones((3, 1), np.float32), output_dtype="bfloat16")
     for op in ("format_cast_nz", "swizzle_block_scales"):  # 16-byte elements
         with pytest.raises(backends.Unsupported):
             TC.call(op, np.zeros((4, 4), np.complex128))
@@ -149,8 +151,8 @@ def test_int_matmul_names_the_calling_op():
 
 def test_the_moe_validators_are_public_and_importable():
     # The golden's MoE argument checks, shared with torch-cpu and the torch-npu lowering.
-    for name in w8a8.moe.VALIDATORS:
-        assert callable(getattr(w8a8.moe, name)), name
+    for op in w8a8.registry.ops("moe"):
+        assert callable(op.check) and op.check.__name__ == f"{op.name}_args", op.name
 
 
 # -- the dense GEMM paths ------------------------------------------------------------------------------------
@@ -247,10 +249,8 @@ def test_layer_many_tokens_across_workers_and_finalize_blocks(threads):
 def _loaded_layer(w, hidden, ids, wts):
     from backends.torch_cpu import moe_layer as ml
 
-    args, kwargs = ml.check("w8a8_moe", w8a8.moe.w8a8_moe_args(hidden, *w, topk_ids=ids, topk_weights=wts))
-    dargs = tuple(TC.to_device(a) if isinstance(a, np.ndarray) else a for a in args)
-    dkw = {k: TC.to_device(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
-    return ml.load(dargs, dkw, TC.gemm_path)[1]["layer"]
+    return ml.load(w8a8.registry.get("w8a8_moe").check(hidden, *w, topk_ids=ids, topk_weights=wts), TC.transfer,
+                   TC.gemm_path)[1]
 
 
 @pytest.mark.parametrize("path", ["int_mm", "fbgemm"])

@@ -188,12 +188,12 @@ def test_the_backend_probes_once(monkeypatch):
     assert len(calls) == 1
 
 
-def test_an_unavailable_backend_lowers_first_then_refuses_with_the_reason(monkeypatch):
+def test_an_unavailable_backend_refuses_with_the_reason_and_still_lowers(monkeypatch):
     monkeypatch.setattr(environment, "probe", lambda: environment.Probe(False, "CANN is missing: test"))
     backend = TorchNpuBackend()
     x1, x2 = np.zeros((2, 16), np.int8), np.zeros((16, 32), np.int8)
-    with pytest.raises(TypeError, match="'scale'.*161002"):          # bad input: the lowering's error
-        backend.quant_matmul(x1, x2, np.ones(32, np.float16), output_dtype="bfloat16")
-    with pytest.raises(Unsupported, match="torch-npu: CANN is missing: test"):
+    with pytest.raises(TypeError, match="'scale'.*161002"):          # bad input: the golden's error, no device
+        backend.lower("quant_matmul", x1, x2, np.ones(32, np.float16), output_dtype="bfloat16")
+    with pytest.raises(Unsupported, match="torch-npu' is not available: CANN is missing: test"):
         backend.quant_matmul(x1, x2, np.ones(32, np.float32), output_dtype="bfloat16")
     assert backend.info()["reason"] == "CANN is missing: test"

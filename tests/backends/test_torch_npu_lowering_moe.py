@@ -98,11 +98,12 @@ def test_fixup_starts_at_the_group_list_total(counts, extra):
     assert [f.rows_from for f in plan.fixups] == ([sum(counts)] if extra else [])
 
 
-def test_per_token_scale_column_is_flattened():
+def test_per_token_scale_column_is_the_goldens_error():
+    # The error contract: a [M, 1] per-token scale is refused by the golden, so by every backend.
     x, w, gl = gmm_args()
-    plan = lower("grouped_matmul", x, w, scale=f32(3, 64), per_token_scale=f32(10, 1), group_list=gl,
-                 group_list_type=1, output_dtype="float16")
-    assert plan.inputs["per_token_scale"].array.shape == (10,)
+    with pytest.raises(ValueError, match="'per_token_scale' must be 1-D"):
+        lower("grouped_matmul", x, w, scale=f32(3, 64), per_token_scale=f32(10, 1), group_list=gl,
+              group_list_type=1, output_dtype="float16")
 
 
 @pytest.mark.parametrize("kwargs, exc, arg", [
@@ -118,8 +119,21 @@ def test_grouped_matmul_illegal_combinations(kwargs, exc, arg):
         lower("grouped_matmul", x, w, output_dtype="int32", **kwargs)
 
 
+def test_grouped_matmul_refuses_what_the_schema_refuses():
+    # Tensor[] arguments take no None element (op_plugin_functions.yaml:6346 @ 517f2e7d); an int8 x has no
+    # bf16-weight pattern (aclnn_grouped_matmul.cpp:984-1005 @ c29bc106): refused before any call is built
+    x, w, gl = gmm_args()
+    with pytest.raises(TypeError, match="'per_token_scale'"):
+        lower("grouped_matmul", x, w, scale=f32(3, 64), per_token_scale=[None], group_list=gl, group_list_type=1,
+              output_dtype="float16")
+    with pytest.raises(TypeError, match="'weight'"):
+        lower("grouped_matmul", x, w.astype(np.float32).astype(BF16), scale=f32(3, 64), group_list=gl,
+              group_list_type=1, output_dtype="float16")
+
+
 def test_grouped_matmul_inner_limit():
-    with pytest.raises(ConstraintError, match="'weight'.*65535"):
+    # torch_npu's "last dim < 65536" is the golden's own limit: its error, raised by its check.
+    with pytest.raises(ValueError, match="'weight'.*< 65536"):
         lower("grouped_matmul", i8(2, 16), np.zeros((1, 16, 65536), np.int8), group_list=np.array([2], np.int64),
               output_dtype="int32")
 
@@ -161,12 +175,19 @@ def test_init_routing_v2_flag_false_runs_with_true_and_returns_the_empty_counts(
 
 def test_init_routing_v2_fixups_follow_the_goldens_validity():
     # Range [1, 3) of 4 experts: ids 0 and 3 are dropped; 'available' rows are written, the rest
-    # undefined (0 in the golden); scatter indices past them are -1 in the golden.
+    # undefined (0 in the golden). The one-core sort kernel writes all N*K scatter indices
+    # (moe_v3_sort_one_core.h:52-112 @ c29bc106): nothing to fix up there.
     ids = np.array([[0, 1], [2, 3], [1, 1]], np.int32)    # 4 ids in [1, 3)
     plan = lower("moe_init_routing_v2", bf16(3, 16), ids, expert_num=4, expert_tokens_num_type=1,
                  expert_tokens_num_flag=True, quant_mode=1, active_expert_range=[1, 3], row_idx_type=1)
-    assert {(f.output, f.rows_from, f.value) for f in plan.fixups} == {
-        ("expanded_x", 4, 0), ("expanded_scale", 4, 0), ("expanded_row_idx", 4, -1)}
+    assert {(f.output, f.rows_from, f.value) for f in plan.fixups} == {("expanded_x", 4, 0), ("expanded_scale", 4, 0)}
+    # the gather-sort perf kernel (quant -1, counts, 256 experts, range <= 32, 384 <= N <= 8192, k = 8) writes
+    # only the active scatter indices: the rest is undefined, -1 in the golden's fill
+    ids = np.zeros((384, 8), np.int32)
+    ids[:, 4:] = 100                                       # 384 * 4 active ids in [0, 32)
+    plan = lower("moe_init_routing_v2", bf16(384, 16), ids, expert_num=256, expert_tokens_num_type=1,
+                 expert_tokens_num_flag=True, active_expert_range=[0, 32], row_idx_type=1)
+    assert ("expanded_row_idx", 384 * 4, -1) in {(f.output, f.rows_from, f.value) for f in plan.fixups}
 
 
 @pytest.mark.parametrize("kwargs, arg", [
@@ -264,8 +285,9 @@ def test_dequant_swiglu_quant_group_rows_past_the_total_are_zeroed():
 
 
 @pytest.mark.parametrize("kwargs, exc, arg", [
-    (dict(weight_scale=f32(128)), ConstraintError, "activation_scale"),             # required for int32 x
-    (dict(weight_scale=f32(128), activation_scale=f32(6), swiglu_limit=10.0), ConstraintError, "swiglu_limit"),
+    (dict(weight_scale=f32(128), quant_mode=1), ConstraintError, "activation_scale"),   # required for int32 x
+    (dict(weight_scale=f32(128), activation_scale=f32(6), swiglu_limit=10.0, quant_mode=1), ConstraintError,
+     "swiglu_limit"),
     (dict(weight_scale=f32(1, 128), activation_scale=f32(6), group_index=np.array([6], np.int64),
           quant_scale=f32(1, 64), quant_mode=0), ConstraintError, "quant_mode"),    # group_index: dynamic only
     (dict(activation_scale=f32(6)), ValueError, "weight_scale"),                    # int32 x needs it
@@ -387,7 +409,8 @@ def test_w8a8_moe_prequantized_gathers_the_dispatched_scale():
     assert route.kwargs["quant_mode"] == -1
     with pytest.raises(ValueError, match="'shared_input'"):
         lower("w8a8_moe_prequantized", i8(t, 64), f32(t), *moe_weights(), topk_ids=np.zeros((t, 2), np.int32),
-              topk_weights=f32(t, 2), shared_expert={k: None for k in ("gate_weight",)})
+              topk_weights=f32(t, 2), shared_expert={k: None for k in ("gate_weight", "gate_scale", "up_weight",
+                                                                      "up_scale", "down_weight", "down_scale")})
 
 
 def test_w8a8_moe_bad_input_is_the_goldens_error():

@@ -115,9 +115,19 @@ STA = BUILTIN["deepseek_v3_2_w8a8"]["spec"]["process"][0]["qconfig"]
 
 def test_sequential_steps_first_wins():
     r = Recipe.from_dict({"spec": {"process": [_step(STA, ["*attn*"]), _step(DYN, ["*"])]}})
-    assert r.predict("l.attn.q") == "W8A8"          # taken by the first step
-    assert r.predict("l.mlp.up") == "W8A8_DYNAMIC"
-    assert r.predict("anything") == "W8A8_DYNAMIC"
+    assert r.predict("model.layers.0.attn.q") == "W8A8"          # taken by the first step
+    assert r.predict("model.layers.0.mlp.up") == "W8A8_DYNAMIC"
+    assert r.predict("model.layers.7.anything") == "W8A8_DYNAMIC"
+
+
+def test_only_decoder_layers_are_visited():
+    """msModelSlim's layer-wise runner visits decoder layers only: include ["*"] leaves lm_head FLOAT."""
+    r = Recipe.from_dict({"spec": {"process": [_step(DYN, ["*"])]}})
+    assert r.predict("lm_head") == "FLOAT"
+    assert r.predict("model.embed_tokens") == "FLOAT"
+    assert r.predict("head") == "FLOAT"                        # DeepSeek-V4 native
+    assert r.predict("layers.2.ffn.experts.0.w1") == "W8A8_DYNAMIC"
+    assert r.predict("mtp.0.attn.wq_a") == "W8A8_DYNAMIC"
 
 
 def test_group_last_wins():
@@ -133,7 +143,7 @@ def test_group_last_wins():
 def test_load_recipe_sources(tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"metadata": {"config_id": "mine"}, "spec": {"process": [_step(DYN, ["*"])]}}))
-    assert load_recipe(str(path)).name == "mine" and load_recipe(str(path)).predict("x") == "W8A8_DYNAMIC"
+    assert load_recipe(str(path)).name == "mine" and load_recipe(str(path)).predict("model.layers.0.x") == "W8A8_DYNAMIC"
     with pytest.raises(ValueError, match="neither a built-in"):
         load_recipe("no_such_recipe")
     (tmp_path / "bad.json").write_text("{")

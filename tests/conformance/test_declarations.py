@@ -121,10 +121,23 @@ def test_an_error_case_passes_when_both_raise_the_declared_error():
 
 
 def test_a_backend_that_accepts_a_bad_call_fails_it():
-    # the planted backends check dtypes, not the int8 K limit of quant_matmul
+    # Backend.prepare gives every backend the golden's argument checks; a data check the op makes itself
+    # (the int32 accumulator plus bias overflowing) is the backend's: the planted ones add in int64
     bug = backends.get("conformance.planted:TiesAwayBackend")
-    r = run_case(registry.get("quant_matmul"), {"error": "quant_matmul/k_65536_bf16_no_pertoken"}, bug)
-    assert r["status"] == "fail" and r["note"].startswith("backend returned; ValueError matching"), r
+    r = run_case(registry.get("quant_matmul"), {"error": "quant_matmul/int32_bias_overflows"}, bug)
+    assert r["status"] == "fail" and r["note"].startswith("backend returned; OverflowError matching"), r
+    assert run_case(registry.get("quant_matmul"), {"error": "quant_matmul/x1_dtype"}, bug)["status"] == "pass"
+
+
+def test_documented_values_are_checked_under_the_record_they_hold_under():
+    # zero_and_subnormal_rows documents the double-buffer kernel's scale (variants="select"); the planted
+    # backends declare variants="fixed", under which the golden gives the basic kernels' 0: no mismatch
+    bug = backends.get("conformance.planted:TiesAwayBackend")
+    r = run_case(registry.get("dynamic_quant"), {"named": "dynamic_quant/zero_and_subnormal_rows"}, bug)
+    assert r["status"] == "pass" and "the documented values hold under ascend-a2a3, not under" in r["note"], r
+    # where the fixed record gives the documented values too, they are checked: the planted tie bug shows
+    r = run_case(registry.get("dynamic_quant"), {"named": "dynamic_quant/ties_half_even"}, bug)
+    assert r["status"] == "fail" and r["expected_mismatch"][0].startswith("backend differs from the documented y")
 
 
 def test_a_wrong_declaration_is_reported_as_such(monkeypatch):

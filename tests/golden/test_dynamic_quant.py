@@ -14,8 +14,16 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from w8a8 import ASCEND, Numerics, bfloat16, dynamic_quant, dynamic_quant_asymmetric, unpack_int4
+from w8a8 import ASCEND, Numerics, bfloat16, dynamic_quant, dynamic_quant_asymmetric, unpack_int4, variants
 from w8a8.dynamic_quant import dynamic_quant_args, dynamic_quant_asymmetric_args, smoothed_rows
+
+FIXED = Numerics(variants="fixed")
+"""The Ascend record without shape-dependent kernels: each formula of the record, whatever the shape."""
+
+
+def selected_scale(x, **kwargs):
+    """The scale formula of the kernel the A3 tiling picks (pinned by tests/golden/test_variants.py)."""
+    return variants.select("dynamic_quant", x, **kwargs).decides["scale_out"]
 
 
 def rn32(v):
@@ -74,13 +82,18 @@ def test_printed_inputs_pin_the_fp16_values():
     assert all(c in (1, 2) for c in counts.values())
 
 
+# A [3, 3] fp16 input runs the double-buffer kernel (tiling key 3: H = 3 < 128 is outside the
+# multi-row range, and 13 * align16(3) = 208 B < the UB budget): its scale is amax * fp32(1/127)
+# (ops-nn quant/dynamic_quant/op_kernel/dynamic_quant_db.h:319 @ e5c3fa93), not 1 / inv. The device
+# print (4 decimals) agrees with both.
 @pytest.mark.parametrize("x", _variants(EX1_X))
 def test_doc_example_1(x):
     y, scale = dynamic_quant(x)
     assert y.dtype == np.int8 and y.tolist() == EX1_Y
     assert scale.dtype == np.float32 and scale.shape == (3,)
     assert np.round(scale.astype(np.float64), 4).tolist() == EX1_SCALE  # as torch prints it
-    ry, rs = ref_rows(x.astype(np.float32), 127)
+    assert variants.select("dynamic_quant", x).key == 3
+    ry, rs = ref_rows(x.astype(np.float32), 127, "amax_mul_rcp")
     assert np.array_equal(y, ry) and np.array_equal(scale, rs)
 
 
@@ -91,8 +104,9 @@ def test_doc_example_2_with_smooth_scales():
             y, scale = dynamic_quant(x, smooth_scales=smooth)
             assert y.tolist() == EX2_Y
             assert np.round(scale.astype(np.float64), 4).tolist() == EX2_SCALE
-            # smoothing is an fp32 multiply before the row max: x.float() * smooth.float()
-            ry, rs = ref_rows(rn32(x.astype(np.float64) * smooth.astype(np.float64)), 127)
+            # smoothing is an fp32 multiply before the row max: x.float() * smooth.float(); the
+            # double-buffer kernel (key 3) writes amax * fp32(1/127)
+            ry, rs = ref_rows(rn32(x.astype(np.float64) * smooth.astype(np.float64)), 127, "amax_mul_rcp")
             assert np.array_equal(y, ry) and np.array_equal(scale, rs)
 
 
@@ -103,7 +117,9 @@ def test_doc_example_2_with_smooth_scales():
 # exactly, whose fp32 rounding (spacing 2^-18 at 63) is 63.5 -> RINT -> 64 (even).
 # div_scale + amax_div (the op-plugin golden): s = RN32(amax / 127) = 0.007866326719522476;
 # x / s = 63.4999964... -> 63. The returned scales differ in the last bit too:
-# 1 / inv = 0.007866325788199902 (reciprocal) vs 0.007866326719522476 (amax / 127).
+# 1 / inv = 0.007866325788199902 (reciprocal) vs 0.007866326719522476 (amax / 127). This [1, 2] row
+# runs the double-buffer kernel (key 3), whose scale amax * fp32(1/127) = 0.9990234375 *
+# 0.007874015718698502 rounds to the same 0.007866325788199902 here (0x3C00DE83 for both).
 ORDER_ROW = np.array([[0.9990234375, 0.49951171875]], np.float16)
 
 
@@ -127,7 +143,7 @@ def test_kernel_order_mul_inv_differs_from_div_scale():
 def test_every_scale_and_code_formula(scale_out, codes):
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((9, 33)) * 3).astype(np.float16)
-    n = Numerics(quant_codes=codes, scale_out=scale_out)
+    n = Numerics(quant_codes=codes, scale_out=scale_out, variants="fixed")
     y, s = dynamic_quant(x, numerics=n)
     ry, rs = ref_rows(x.astype(np.float32), 127, scale_out, codes)
     assert np.array_equal(y, ry) and np.array_equal(s, rs)
@@ -169,10 +185,17 @@ def test_all_zero_row():
 
 def test_subnormal_small_row_saturates_with_scale_zero():
     # bf16 1e-39 is an fp32 subnormal: 127 / 1e-39 overflows to inf, so the row behaves like a
-    # zero row for its scale (1 / inf = 0) while its nonzero codes are +-inf -> saturate to +-127.
+    # zero row for the reciprocal scale (1 / inf = 0) while its nonzero codes are +-inf -> saturate
+    # to +-127. This [1, 3] row runs the double-buffer kernel (key 2), whose scale
+    # amax * fp32(1/127) is the subnormal m * 0.007874... (IEEE; whether the device flushes it is
+    # not confirmed); the basic kernels' 1 / inv gives 0.
     x = np.array([[1e-39, -1e-39, 0.0]], np.float32).astype(bfloat16)
+    m = np.float32(x.astype(np.float32)[0, 0])
     y, s = dynamic_quant(x)
-    assert y.tolist() == [[127, -127, 0]] and s.tolist() == [0.0]
+    assert y.tolist() == [[127, -127, 0]] and s.tolist() == [float(m * np.float32(1 / np.float32(127)))]
+    assert 0 < s[0] < np.finfo(np.float32).tiny
+    y2, s2 = dynamic_quant(x, numerics=FIXED)          # 1 / inv
+    assert y2.tolist() == [[127, -127, 0]] and s2.tolist() == [0.0]
 
 
 # ---------------------------------------------------------------- int4
@@ -194,7 +217,8 @@ def test_int4_matches_reference_on_3d_input():
     x = rng.standard_normal((2, 3, 24)).astype(bfloat16)
     y, s = dynamic_quant(x, dst_type="int4")
     assert y.shape == (2, 3, 3) and s.shape == (2, 3)
-    ry, rs = ref_rows(x.astype(np.float32), 7)
+    # H = 24 < 128: the double-buffer kernel (key 2), scale amax * fp32(1/7) (dynamic_quant_base.h:97)
+    ry, rs = ref_rows(x.astype(np.float32), 7, "amax_mul_rcp")
     assert np.array_equal(unpack_int4(y), ry) and np.array_equal(s, rs)
     assert unpack_int4(y).min() >= -7
 
@@ -412,7 +436,7 @@ def activations(draw, cols=COLS):
 @given(activations())
 def test_matches_reference_bit_for_bit(x):
     y, s = dynamic_quant(x)
-    ry, rs = ref_rows(x.astype(np.float32).reshape(-1, x.shape[-1]), 127)
+    ry, rs = ref_rows(x.astype(np.float32).reshape(-1, x.shape[-1]), 127, selected_scale(x))
     assert np.array_equal(y.reshape(ry.shape), ry)
     assert np.array_equal(s.reshape(-1), rs)
     assert y.min() >= -127 and s.shape == x.shape[:-1]

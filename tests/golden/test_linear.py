@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from w8a8 import (bfloat16, calibrate_activation_per_tensor, dynamic_linear_stages, dynamic_quant,
+from w8a8 import (variants, bfloat16, calibrate_activation_per_tensor, dynamic_linear_stages, dynamic_quant,
                   quantize_weight_per_channel, static_linear_stages, static_params, w8a8_dynamic_linear,
                   w8a8_static_linear)
 from w8a8.linear import dynamic_linear_params, static_activation_params
@@ -59,12 +59,15 @@ def ref_dynamic(x, weight, weight_scale, bias=None):
     """SGLang NPUW8A8Int8DynamicLinearMethod on the checkpoint tensors, step by step."""
     n, k = weight.shape
     xf = f64(x).reshape(-1, k)
-    # npu_dynamic_quant (spec ascend-ops §1.3): inv = 127 / amax, codes rint(x * inv), scale 1 / inv
+    # npu_dynamic_quant (spec ascend-ops §1.3): inv = 127 / amax, codes rint(x * inv); the scale is
+    # amax * fp32(1/127) in the single-row / multi-row / double-buffer kernels and 1 / inv in the
+    # others (kernel-variants §2; which one runs is pinned by tests/golden/test_variants.py)
+    rcp = variants.select("dynamic_quant", x.reshape(-1, k)).decides["scale_out"] == "amax_mul_rcp"
     amax = np.abs(xf).max(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         inv = rn32(127.0 / amax)
         codes = np.where(amax == 0, 0.0, np.rint(rn32(xf * inv)))
-        s_tok = np.where(amax == 0, 0.0, rn32(1.0 / inv))
+        s_tok = np.where(amax == 0, 0.0, rn32(amax * f64(rn32(1.0 / 127))) if rcp else rn32(1.0 / inv))
     # load: weight.T (K, N); weight_scale flattened, in params_dtype (bf16 for a bf16 model, rounded),
     # the fp32 copy for an fp16 model
     s_w = f64(to_dtype(f64(weight_scale).reshape(n), bfloat16)) if x.dtype == bfloat16 else f64(weight_scale).reshape(n)

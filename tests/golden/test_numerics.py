@@ -26,7 +26,15 @@ def test_ascend_defaults_follow_the_spec():
     assert n.int32_bias == "accumulator"            # mm.SetBias on the int32 accumulator (§3.4)
     assert n.epilogue_order == "scale_then_token"   # dequant first, then pertoken (§3.4)
     assert n.requant_clamp9 is True                 # the CANN golden's s9 steps (§3.4)
-    assert n.zero_point_position == "after_rounding"  # torch quantize_per_channel (§2.2)
+    # torch quantize_per_channel on x86 (torch 2.13, measured: test_quantize.py) computes
+    # rint(zp + x * fp32(1/s)): zero point before rounding, reciprocal multiply (kernel-variants §10)
+    assert n.zero_point_position == "before_rounding"
+    assert n.quantize_div == "mul_rcp"
+    # the record's values of the fields that kernel variants decide (the "fixed" behaviour)
+    assert (n.swiglu_order, n.antiquant_precision, n.finalize_precision, n.finalize_out_round,
+            n.dropped_slot_bias, n.gating_precision, n.static_zero_scale) == (
+        "a_div", "fp32", "fp32", "half_even", "apply", "fp32", "as_one")
+    assert n.platform == "ascend910_93" and n.variants == "select"   # A3 (910C), variants selected
 
 
 def test_choices_list_the_default_first():

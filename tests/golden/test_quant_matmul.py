@@ -311,6 +311,31 @@ def test_epilogue_order_is_visible_in_fp16():
     assert same_bits(ys["token_then_scale"], ys["combined"])
 
 
+def test_pertoken_opt_kernel_needs_a_measured_platform_limit():
+    # The decode ("opt") kernel computes acc * (t[m] * s[n]) (quant_batch_matmul_v3_pertoken_opt.h:507-586
+    # @ e5c3fa93) where M <= baseM of the closed TBE tiling (quant_batch_matmul_v3_tiling.cpp:669-694): not
+    # derivable from public source, so A3 keeps the basic / TBE order; a platform record carrying a
+    # measured limit selects the opt kernel at M <= limit. Data of test_epilogue_order_is_visible_in_fp16.
+    from w8a8 import Numerics, platforms, variants
+
+    x1, x2 = np.array([[27]], np.int8), np.array([[35]], np.int8)
+    s = np.array([0x3C1065B0], np.uint32).view(np.float32)
+    t = np.array([0x3BBC351C], np.uint32).view(np.float32)
+    assert variants.select("quant_matmul", x1, x2, s, pertoken_scale=t, output_dtype="float16").name == "pertoken-basic"
+    platforms.register(platforms.A3.replace(name="test-a3-opt-m1", qbmm_pertoken_opt_max_m=1))
+    opt = Numerics(platform="test-a3-opt-m1")
+    assert variants.select("quant_matmul", x1, x2, s, pertoken_scale=t, output_dtype="float16",
+                           numerics=opt).name == "pertoken-opt"
+    y = quant_matmul(x1, x2, s, pertoken_scale=t, output_dtype="float16", numerics=opt)
+    combined = quant_matmul(x1, x2, s, pertoken_scale=t, output_dtype="float16",
+                            numerics=ASCEND.replace(epilogue_order="combined"))
+    assert same_bits(y, combined)
+    assert not same_bits(y, quant_matmul(x1, x2, s, pertoken_scale=t, output_dtype="float16"))
+    x1b = np.array([[27], [27]], np.int8)       # M = 2 > 1: the basic order again
+    assert variants.select("quant_matmul", x1b, x2, s, pertoken_scale=np.repeat(t, 2), output_dtype="float16",
+                           numerics=opt).name == "pertoken-basic"
+
+
 @pytest.mark.parametrize("b1, b2", [((2,), ()), ((), (3,)), ((2, 1), (3,)), ((2, 3), (1, 3)), ((1,), (4,))])
 def test_batch_broadcasting(b1, b2):
     rng = np.random.default_rng(6)
@@ -438,9 +463,17 @@ def test_args_normalize_without_copies():
     assert a.int_bias and a.bias_kind == "int32" and not a.packed_scale and a.offset is None
     b = quant_matmul_args(X1, X2, trans_quant_param(F32), offset=np.zeros(1, np.float32))
     assert b.out == np.int8 and b.packed_scale and b.bias_kind is None
-    # int4 weights (int32 words) are quant_matmul's A8W4 / A4W4 route, not an int8 call
-    with pytest.raises(TypeError, match="'x2'.*int8"):
+    # int4 weights (int32 words) take the op's A8W4 route: its checks (an A8W4 scale is packed int64),
+    # with the op's own error; a valid call carries the route's arguments in `int4`
+    with pytest.raises(TypeError, match="'scale'.*int64") as checked:
         quant_matmul_args(X1, np.ones((8, 1), np.int32), F32, output_dtype="bfloat16")
+    with pytest.raises(TypeError) as op:
+        quant_matmul(X1, np.ones((8, 1), np.int32), F32, output_dtype="bfloat16")
+    assert str(op.value) == str(checked.value)
+    c = quant_matmul_args(X1, np.ones((8, 1), np.int32), trans_quant_param(np.ones(8, np.float32)),
+                          offset=np.zeros(8, np.float32), pertoken_scale=np.ones((4, 1), np.float32),
+                          output_dtype="bfloat16")
+    assert c.int4.mode == "a8w4" and (c.m, c.k, c.n, c.batch) == (4, 8, 8, ()) and a.int4 is None
 
 
 @pytest.mark.parametrize("arg, kwargs", [

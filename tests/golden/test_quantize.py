@@ -30,8 +30,10 @@ def ref_mul(x, s, o=None, lo=-128, hi=127):
     return np.clip(np.rint(t), lo, hi)
 
 
-def ref_div(x, s, zp=None, lo=-128, hi=127, before=False):
-    t = rn32(f64(x) / f64(s))
+def ref_div(x, s, zp=None, lo=-128, hi=127, before=True, divide=False):
+    """torch quantize_per_channel (x86, torch 2.13): t = x * fp32(1/s), rint(zp + t) (the defaults);
+    ``divide`` takes x / s, ``before=False`` adds the rounded zero point after rounding."""
+    t = rn32(f64(x) / f64(s)) if divide else rn32(f64(x) * f64(rn32(1.0 / f64(s))))
     if zp is None:
         return np.clip(np.rint(t), lo, hi)
     if before:
@@ -106,24 +108,64 @@ def test_int4_output():
         quantize(np.ones((2, 12), np.float16), np.ones(1, np.float16), axis=-1, div_mode=False, dtype="int4")
 
 
-# ---------------------------------------------------------------- div_mode=True: divide
+# ---------------------------------------------------------------- div_mode=True: the vendor reference
+
+# The A2/A3 Quantize kernel is not public (kernel-variants §10); its vendor reference is
+# torch.quantize_per_channel, which on x86 (torch 2.13) computes rint(zp + x * fp32(1/s)): the zero
+# point is added *before* rounding and x is *multiplied* by the fp32 reciprocal. (The old golden
+# rounded x / s first and called that "torch semantics": both halves were wrong.)
 
 def test_divide_and_zero_point_position():
     x = np.array([[1.0, 3.0]], np.float32)
     s = np.array([2.0], np.float32)
-    # x / s = 0.5, 1.5 -> 0, 2 (half-even)
+    # x * fp32(1/2) = 0.5, 1.5 exactly -> 0, 2 (half-even)
     assert quantize(x, s, axis=-1).tolist() == [[0, 2]]
     zp = np.array([1], np.int8)
-    # after rounding (golden default, torch quantize_per_channel): rint(0.5) + 1 = 1, rint(1.5) + 1 = 3
-    assert quantize(x, s, zp, axis=-1).tolist() == [[1, 3]]
-    # before rounding: rint(0.5 + 1) = 2, rint(1.5 + 1) = 2
-    before = ASCEND.replace(zero_point_position="before_rounding")
-    assert quantize(x, s, zp, axis=-1, numerics=before).tolist() == [[2, 2]]
-    # a non-integer (bf16) zero point 0.5: after -> rint(t) + rint(0.5) = rint(t) + 0 = [0, 2];
-    # before -> rint(1.0) = 1, rint(2.0) = 2
+    # before rounding (golden default = torch): rint(0.5 + 1) = 2, rint(1.5 + 1) = 2
+    assert quantize(x, s, zp, axis=-1).tolist() == [[2, 2]]
+    # after rounding: rint(0.5) + 1 = 1, rint(1.5) + 1 = 3
+    after = ASCEND.replace(zero_point_position="after_rounding")
+    assert quantize(x, s, zp, axis=-1, numerics=after).tolist() == [[1, 3]]
+    # a non-integer (bf16) zero point 0.5: before -> rint(1.0) = 1, rint(2.0) = 2;
+    # after -> rint(t) + rint(0.5) = rint(t) + 0 = [0, 2]
     zb = np.array([0.5], np.float32).astype(bfloat16)
-    assert quantize(x, s, zb, axis=-1).tolist() == [[0, 2]]
-    assert quantize(x, s, zb, axis=-1, numerics=before).tolist() == [[1, 2]]
+    assert quantize(x, s, zb, axis=-1).tolist() == [[1, 2]]
+    assert quantize(x, s, zb, axis=-1, numerics=after).tolist() == [[0, 2]]
+
+
+# x = 45.5, s = 7: x / s = 6.5 exactly -> rint 6 (even). fp32(1/7) = 0.1428571492433548 (above 1/7),
+# 45.5 * fp32(1/7) = 6.50000029057... rounds in fp32 (spacing 2^-21 = 4.8e-7 at 6.5) up to
+# 6.500000476837158 -> rint 7.
+RCP_X = np.array([[45.5]], np.float32)
+RCP_S = np.array([7.0], np.float32)
+
+
+def test_divide_mode_multiplies_by_the_fp32_reciprocal():
+    assert quantize(RCP_X, RCP_S, axis=-1).tolist() == [[7]]
+    assert quantize(RCP_X, RCP_S, axis=-1, numerics=ASCEND.replace(quantize_div="div")).tolist() == [[6]]
+
+
+def test_divide_mode_is_torch_quantize_per_channel():
+    # Against the vendor reference itself (torch's own kernel, not our code): the reciprocal case and
+    # the zero-point ties above, and random data with integer zero points.
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    def ref(x, s, zp):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch deprecates the quantized tensor creators
+            q = torch.quantize_per_channel(torch.from_numpy(x), torch.from_numpy(s.astype(np.float64)),
+                                           torch.from_numpy(zp.astype(np.int64)), 1, torch.qint8)
+        return q.int_repr().numpy()
+
+    assert ref(RCP_X, RCP_S, np.zeros(1)).tolist() == quantize(RCP_X, RCP_S, axis=-1).tolist() == [[7]]
+    x, s, zp = np.array([[1.0, 3.0]], np.float32), np.array([2.0, 2.0], np.float32), np.array([1, 1], np.int8)
+    assert ref(x, s, zp).tolist() == quantize(x, s, zp, axis=1).tolist() == [[2, 2]]
+    rng = np.random.default_rng(5)
+    s = (rng.random(9) * 0.2 + 0.01).astype(np.float32)
+    x = ((rng.integers(-100, 100, (64, 9)) + 0.5) * s).astype(np.float32)   # near the .5 ties
+    zp = rng.integers(-20, 20, 9).astype(np.int8)
+    np.testing.assert_array_equal(quantize(x, s, zp, axis=1), ref(x, s, zp))
 
 
 def test_divide_output_dtypes_and_saturation():
@@ -135,7 +177,8 @@ def test_divide_output_dtypes_and_saturation():
     # qint32: the saturation bounds are exact (2^31 - 1 is not a float32)
     big = np.array([[3e9, -3e9, 2.5]], np.float32)
     assert quantize(big, s, axis=-1, dtype="qint32").tolist() == [[2**31 - 1, -2**31, 2]]
-    assert quantize(big, s, np.array([7], np.int32), axis=-1, dtype="int32").tolist() == [[2**31 - 1, -2**31, 9]]
+    # the zero point before rounding: rint(7 + 2.5) = rint(9.5) = 10 (even)
+    assert quantize(big, s, np.array([7], np.int32), axis=-1, dtype="int32").tolist() == [[2**31 - 1, -2**31, 10]]
 
 
 def test_divide_uses_an_ordinary_axis():
@@ -157,8 +200,8 @@ def test_divide_matches_reference():
         zp = rng.integers(-20, 20, 7).astype(np.int32)
         assert np.array_equal(quantize(x, s, axis=1), ref_div(x, s))
         assert np.array_equal(quantize(x, s, zp, axis=1), ref_div(x, s, zp))
-        before = ASCEND.replace(zero_point_position="before_rounding")
-        assert np.array_equal(quantize(x, s, zp, axis=1, numerics=before), ref_div(x, s, zp, before=True))
+        other = ASCEND.replace(zero_point_position="after_rounding", quantize_div="div")
+        assert np.array_equal(quantize(x, s, zp, axis=1, numerics=other), ref_div(x, s, zp, before=False, divide=True))
         sb = s.astype(bfloat16)
         assert np.array_equal(quantize(x, sb, axis=-1), ref_div(x, sb))
 

@@ -33,14 +33,19 @@ Conventions chosen (spec §7)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
+from ..registry import golden_op
 from ..rounding import to_float
 from ._common import FLOAT_INPUTS, float_output
 from .minifloat import E4M3_MAX, E4M3_TABLE, E8M0_TABLE, float_to_fp8
 from .mx import mx_shared_exponent
+
+__all__ = ["fp8_block_quantize", "per_token_group_quant_fp8", "fp8_block_dequantize", "fp8_block_matmul"]
 
 BLOCK = 128
 SCALE_FMTS = (None, "ue8m0")
@@ -82,6 +87,120 @@ def _quantize_blocks(x: np.ndarray, rows: int, cols: int, scale_fmt, e: np.float
     return q, s
 
 
+# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
+
+@dataclass(frozen=True, eq=False)
+class Fp8BlockQuantizeArgs:
+    """The checked arguments of :func:`fp8_block_quantize` (:func:`fp8_block_quantize_args`)."""
+
+    weight: np.ndarray
+    """float32 / float16 / bfloat16 ``[..., N, K]``, finite (as given)."""
+    block_rows: int
+    """bn: rows (N) per scale block."""
+    block_cols: int
+    """bk: columns (K) per scale block."""
+    scale_fmt: str | None
+    """None (``amax / 448``) or ``"ue8m0"`` (a power of two)."""
+    eps: np.float32
+    """The amax floor in fp32 (the default of ``scale_fmt`` when ``eps`` is None)."""
+
+
+def fp8_block_quantize_args(weight, *, block_shape=(BLOCK, BLOCK), scale_fmt=None, eps=None) -> Fp8BlockQuantizeArgs:
+    """The argument checks of :func:`fp8_block_quantize`, in its order."""
+    op = "fp8_block_quantize"
+    weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
+    _check.finite(op, "weight", weight)
+    bn, bk = _pair(op, "block_shape", block_shape)
+    return Fp8BlockQuantizeArgs(weight=weight, block_rows=bn, block_cols=bk, scale_fmt=scale_fmt,
+                                eps=scale_fmt_eps(op, scale_fmt, eps))
+
+
+@dataclass(frozen=True, eq=False)
+class PerTokenGroupQuantFp8Args:
+    """The checked arguments of :func:`per_token_group_quant_fp8` (:func:`per_token_group_quant_fp8_args`)."""
+
+    x: np.ndarray
+    """float32 / float16 / bfloat16 ``[..., K]``, finite (as given)."""
+    group_size: int
+    """G: elements per scale along K (the last group may be partial)."""
+    scale_fmt: str | None
+    """None or ``"ue8m0"``."""
+    eps: np.float32
+    """The amax floor in fp32."""
+
+
+def per_token_group_quant_fp8_args(x, group_size=BLOCK, *, scale_fmt=None, eps=None) -> PerTokenGroupQuantFp8Args:
+    """The argument checks of :func:`per_token_group_quant_fp8`, in its order."""
+    op = "per_token_group_quant_fp8"
+    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
+    _check.finite(op, "x", x)
+    g = _check.integer(op, "group_size", group_size, minimum=1)
+    return PerTokenGroupQuantFp8Args(x=x, group_size=g, scale_fmt=scale_fmt, eps=scale_fmt_eps(op, scale_fmt, eps))
+
+
+@dataclass(frozen=True, eq=False)
+class Fp8BlockDequantizeArgs:
+    """The checked arguments of :func:`fp8_block_dequantize` (:func:`fp8_block_dequantize_args`)."""
+
+    weight_q: np.ndarray
+    """``float8_e4m3fn`` ``[..., N, K]`` (as given)."""
+    weight_scale_inv: np.ndarray
+    """float32 ``[..., ceil(N/bn), ceil(K/bk)]``, finite (as given)."""
+    block_rows: int
+    """bn."""
+    block_cols: int
+    """bk."""
+    out: np.dtype
+    """The output dtype: bfloat16, float16 or float32."""
+
+
+def fp8_block_dequantize_args(weight_q, weight_scale_inv, *, block_shape=(BLOCK, BLOCK),
+                              output_dtype="bfloat16") -> Fp8BlockDequantizeArgs:
+    """The argument checks of :func:`fp8_block_dequantize`, in its order."""
+    op = "fp8_block_dequantize"
+    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), min_ndim=2)
+    bn, bk = _pair(op, "block_shape", block_shape)
+    s = _scales(op, "weight_scale_inv", weight_scale_inv, weight_q.shape[:-2], weight_q.shape[-2:], (bn, bk))
+    return Fp8BlockDequantizeArgs(weight_q=weight_q, weight_scale_inv=s, block_rows=bn, block_cols=bk,
+                                  out=float_output(op, output_dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class Fp8BlockMatmulArgs:
+    """The checked arguments of :func:`fp8_block_matmul` (:func:`fp8_block_matmul_args`), as given."""
+
+    a_q: np.ndarray
+    """``float8_e4m3fn`` ``[M, K]``."""
+    a_scale: np.ndarray
+    """float32 ``[M, ceil(K/block_size)]``, finite."""
+    weight_q: np.ndarray
+    """``float8_e4m3fn`` ``[N, K]``."""
+    weight_scale_inv: np.ndarray
+    """float32 ``[ceil(N/block_size), ceil(K/block_size)]``, finite."""
+    block_size: int
+    """The K group of both scales and the N tile of the weight scale."""
+    out: np.dtype
+    """The output dtype: bfloat16, float16 or float32."""
+
+
+def fp8_block_matmul_args(a_q, a_scale, weight_q, weight_scale_inv, *, block_size=BLOCK,
+                          output_dtype="bfloat16") -> Fp8BlockMatmulArgs:
+    """The argument checks of :func:`fp8_block_matmul`, in its order."""
+    op = "fp8_block_matmul"
+    a_q = _check.array(op, "a_q", a_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
+    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
+    m, k = a_q.shape
+    n = weight_q.shape[0]
+    if weight_q.shape[1] != k:
+        _check.fail(op, "weight_q", f"of shape [N, K={k}] (K of a_q)", _check.describe(weight_q))
+    bs = _check.integer(op, "block_size", block_size, minimum=1)
+    sa = _scales(op, "a_scale", a_scale, (), (m, k), (1, bs))
+    sw = _scales(op, "weight_scale_inv", weight_scale_inv, (), (n, k), (bs, bs))
+    return Fp8BlockMatmulArgs(a_q=a_q, a_scale=sa, weight_q=weight_q, weight_scale_inv=sw, block_size=bs,
+                              out=float_output(op, output_dtype))
+
+
+@golden_op("lowbit", check=fp8_block_quantize_args)
 def fp8_block_quantize(weight: np.ndarray, *, block_shape=(BLOCK, BLOCK), scale_fmt=None,
                        eps=None) -> tuple[np.ndarray, np.ndarray]:
     """Quantize a weight ``[..., N, K]`` to E4M3 with one fp32 scale per ``block_shape`` tile.
@@ -98,10 +217,12 @@ def fp8_block_quantize(weight: np.ndarray, *, block_shape=(BLOCK, BLOCK), scale_
     weight_q : ``float8_e4m3fn`` ``[..., N, K]``.
     weight_scale_inv : float32 ``[..., ceil(N/bn), ceil(K/bk)]`` (the dequantization multiplier).
     """
-    weight, bn, bk, e = fp8_block_quantize_args(weight, block_shape, scale_fmt, eps)
+    a = fp8_block_quantize_args(weight, block_shape=block_shape, scale_fmt=scale_fmt, eps=eps)
+    weight, bn, bk, e = a.weight, a.block_rows, a.block_cols, a.eps
     return _quantize_blocks(weight.astype(np.float32), bn, bk, scale_fmt, e)
 
 
+@golden_op("lowbit", check=per_token_group_quant_fp8_args)
 def per_token_group_quant_fp8(x: np.ndarray, group_size: int = BLOCK, *, scale_fmt=None,
                               eps=None) -> tuple[np.ndarray, np.ndarray]:
     """Dynamic 1 x ``group_size`` activation quantization (DeepSeek ``act_quant``, vLLM
@@ -110,23 +231,27 @@ def per_token_group_quant_fp8(x: np.ndarray, group_size: int = BLOCK, *, scale_f
     ``x`` float32 / float16 / bfloat16 ``[..., K]``, finite; a last partial group is allowed.
     Scale and codes as :func:`fp8_block_quantize` (module docstring).
     """
-    x, g, e = per_token_group_quant_fp8_args(x, group_size, scale_fmt, eps)
+    a = per_token_group_quant_fp8_args(x, group_size, scale_fmt=scale_fmt, eps=eps)
+    x, g, e = a.x, a.group_size, a.eps
     xf = x.astype(np.float32).reshape(x.shape[:-1] + (1, x.shape[-1]))
     q, s = _quantize_blocks(xf, 1, g, scale_fmt, e)
     return q.reshape(x.shape), s.reshape(x.shape[:-1] + (s.shape[-1],))
 
 
+@golden_op("lowbit", check=fp8_block_dequantize_args)
 def fp8_block_dequantize(weight_q: np.ndarray, weight_scale_inv: np.ndarray, *, block_shape=(BLOCK, BLOCK),
                          output_dtype="bfloat16") -> np.ndarray:
     """``W^ = fp32(W_q) * s[n // bn, k // bk]`` in fp32, then RNE to ``output_dtype`` (DeepSeek
     ``weight_dequant``; bfloat16 by default, float16 or float32)."""
-    weight_q, s, bn, bk, out = fp8_block_dequantize_args(weight_q, weight_scale_inv, block_shape, output_dtype)
+    a = fp8_block_dequantize_args(weight_q, weight_scale_inv, block_shape=block_shape, output_dtype=output_dtype)
+    weight_q, s, bn, bk, out = a.weight_q, a.weight_scale_inv, a.block_rows, a.block_cols, a.out
     *lead, n, k = weight_q.shape
     full = np.repeat(np.repeat(s, bn, axis=-2), bk, axis=-1)[..., :n, :k]
     v = np.take(E4M3_TABLE, weight_q.view(np.uint8)) * full
     return to_float(v.astype(np.float32), out)
 
 
+@golden_op("lowbit", check=fp8_block_matmul_args)
 def fp8_block_matmul(a_q: np.ndarray, a_scale: np.ndarray, weight_q: np.ndarray, weight_scale_inv: np.ndarray, *,
                      block_size: int = BLOCK, output_dtype="bfloat16") -> np.ndarray:
     """Block-scaled FP8 GEMM ``y = A @ W^T`` with per-128-K fp32 promotion (DeepSeek-V3 ``fp8_gemm``).
@@ -142,8 +267,9 @@ def fp8_block_matmul(a_q: np.ndarray, a_scale: np.ndarray, weight_q: np.ndarray,
 
     Formula: module docstring — ``C[m, n] = sum_kb (P_kb * s_a[m, kb]) * s_w[n // 128, kb]`` in fp32.
     """
-    a_q, sa, weight_q, sw, bs, out = fp8_block_matmul_args(a_q, a_scale, weight_q, weight_scale_inv, block_size,
-                                                            output_dtype)
+    p = fp8_block_matmul_args(a_q, a_scale, weight_q, weight_scale_inv, block_size=block_size,
+                              output_dtype=output_dtype)
+    a_q, sa, weight_q, sw, bs, out = p.a_q, p.a_scale, p.weight_q, p.weight_scale_inv, p.block_size, p.out
     m, k = a_q.shape
     n = weight_q.shape[0]
     a = np.take(E4M3_TABLE, a_q.view(np.uint8)).astype(np.float64)
@@ -156,52 +282,6 @@ def fp8_block_matmul(a_q: np.ndarray, a_scale: np.ndarray, weight_q: np.ndarray,
             p = (a[:, cols] @ w[:, cols].T).astype(np.float32)
             acc = acc + (p * sa[:, kb:kb + 1]) * sw_rows[None, :, kb]
     return to_float(acc.astype(np.float32), out)
-
-
-# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
-
-def fp8_block_quantize_args(weight, block_shape=(BLOCK, BLOCK), scale_fmt=None, eps=None):
-    """The argument checks of :func:`fp8_block_quantize`, in its order: ``(weight, bn, bk, fp32 eps)``."""
-    op = "fp8_block_quantize"
-    weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
-    _check.finite(op, "weight", weight)
-    bn, bk = _pair(op, "block_shape", block_shape)
-    return weight, bn, bk, scale_fmt_eps(op, scale_fmt, eps)
-
-
-def per_token_group_quant_fp8_args(x, group_size=BLOCK, scale_fmt=None, eps=None):
-    """The argument checks of :func:`per_token_group_quant_fp8`, in its order: ``(x, G, fp32 eps)``."""
-    op = "per_token_group_quant_fp8"
-    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
-    _check.finite(op, "x", x)
-    g = _check.integer(op, "group_size", group_size, minimum=1)
-    return x, g, scale_fmt_eps(op, scale_fmt, eps)
-
-
-def fp8_block_dequantize_args(weight_q, weight_scale_inv, block_shape=(BLOCK, BLOCK), output_dtype="bfloat16"):
-    """The argument checks of :func:`fp8_block_dequantize`, in its order: ``(weight_q, scale, bn, bk,
-    output dtype)``."""
-    op = "fp8_block_dequantize"
-    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), min_ndim=2)
-    bn, bk = _pair(op, "block_shape", block_shape)
-    s = _scales(op, "weight_scale_inv", weight_scale_inv, weight_q.shape[:-2], weight_q.shape[-2:], (bn, bk))
-    return weight_q, s, bn, bk, float_output(op, output_dtype)
-
-
-def fp8_block_matmul_args(a_q, a_scale, weight_q, weight_scale_inv, block_size=BLOCK, output_dtype="bfloat16"):
-    """The argument checks of :func:`fp8_block_matmul`, in its order: ``(a_q, a_scale, weight_q,
-    weight_scale_inv, block size, output dtype)``."""
-    op = "fp8_block_matmul"
-    a_q = _check.array(op, "a_q", a_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
-    weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
-    m, k = a_q.shape
-    n = weight_q.shape[0]
-    if weight_q.shape[1] != k:
-        _check.fail(op, "weight_q", f"of shape [N, K={k}] (K of a_q)", _check.describe(weight_q))
-    bs = _check.integer(op, "block_size", block_size, minimum=1)
-    sa = _scales(op, "a_scale", a_scale, (), (m, k), (1, bs))
-    sw = _scales(op, "weight_scale_inv", weight_scale_inv, (), (n, k), (bs, bs))
-    return a_q, sa, weight_q, sw, bs, float_output(op, output_dtype)
 
 
 def _pair(op: str, arg: str, value) -> tuple[int, int]:

@@ -31,12 +31,17 @@ Conventions chosen (spec §7)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
+from ..registry import golden_op
 from ..rounding import to_float, to_int
 from ._common import FLOAT_INPUTS, float_output, value_range as _range
+
+__all__ = ["int4_group_quantize", "int4_group_dequantize"]
 
 SCHEMES = ("gptq_sym", "absmax_sym", "asym")
 _SCALE_DTYPES = (_dt.float16, _dt.bfloat16, _dt.float32)
@@ -54,6 +59,90 @@ def group_count(op: str, k: int, group_size) -> tuple[int, int]:
     return g, k // g
 
 
+# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
+
+@dataclass(frozen=True, eq=False)
+class Int4GroupQuantizeArgs:
+    """The checked arguments of :func:`int4_group_quantize` (:func:`int4_group_quantize_args`)."""
+
+    weight: np.ndarray
+    """float32 / float16 / bfloat16 ``[..., N, K]``, finite (as given)."""
+    group_size: int
+    """G: the elements per group (K for ``group_size=-1``)."""
+    groups: int
+    """K // G: the groups per row."""
+    scheme: str
+    """``"gptq_sym"``, ``"absmax_sym"`` or ``"asym"``."""
+    scale_dtype: np.dtype
+    """float16, bfloat16 or float32."""
+
+
+def int4_group_quantize_args(weight, group_size=128, *, scheme="gptq_sym",
+                             scale_dtype="float16") -> Int4GroupQuantizeArgs:
+    """The argument checks of :func:`int4_group_quantize`, in its order.
+
+    The one data-dependent check that needs the op's arithmetic (a scale overflowing
+    ``scale_dtype``) is :func:`check_scale_fits`.
+    """
+    op = "int4_group_quantize"
+    weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
+    _check.choice(op, "scheme", scheme, SCHEMES)
+    sdt = _dt.resolve(scale_dtype, arg="scale_dtype", op=op)
+    if sdt not in _SCALE_DTYPES:
+        _check.fail(op, "scale_dtype", "float16, bfloat16 or float32", repr(scale_dtype), TypeError)
+    _check.finite(op, "weight", weight)
+    g, groups = group_count(op, weight.shape[-1], group_size)
+    return Int4GroupQuantizeArgs(weight=weight, group_size=g, groups=groups, scheme=scheme, scale_dtype=sdt)
+
+
+def check_scale_fits(scale_f32: np.ndarray, sdt) -> None:
+    """ValueError naming the first group whose scale (read back as fp32) overflowed ``sdt``."""
+    if not np.isfinite(scale_f32).all():
+        pos = tuple(int(i) for i in np.argwhere(~np.isfinite(scale_f32))[0])
+        _check.fail("int4_group_quantize", "weight", f"groups whose scale fits {np.dtype(sdt).name}",
+                    f"a scale overflow at group {pos}")
+
+
+@dataclass(frozen=True, eq=False)
+class Int4GroupDequantizeArgs:
+    """The checked arguments of :func:`int4_group_dequantize` (:func:`int4_group_dequantize_args`), as given."""
+
+    codes: np.ndarray
+    """int8 ``[..., N, K]`` in [-8, 7] (symmetric) or uint8 in [0, 15] (asymmetric)."""
+    scale: np.ndarray
+    """float16 / bfloat16 / float32 ``[..., N, K/G]``."""
+    zero: np.ndarray | None
+    """uint8 ``[..., N, K/G]`` in [0, 15] for unsigned codes; None for signed codes."""
+    out: np.dtype
+    """The output dtype: float32, bfloat16 or float16."""
+
+
+def int4_group_dequantize_args(codes, scale, zero=None, *, output_dtype="float32") -> Int4GroupDequantizeArgs:
+    """The argument checks of :func:`int4_group_dequantize`, in its order."""
+    op = "int4_group_dequantize"
+    codes = _check.array(op, "codes", codes, dtypes=(np.int8, np.uint8), min_ndim=2)
+    scale = _check.array(op, "scale", scale, dtypes=_SCALE_DTYPES, min_ndim=2)
+    out = float_output(op, output_dtype)
+    k = codes.shape[-1]
+    groups = scale.shape[-1]
+    if scale.shape[:-1] != codes.shape[:-1] or (groups == 0 and k) or (groups and k % groups):
+        _check.fail(op, "scale", f"of shape [..., N, K/G] = {codes.shape[:-1]} + (K/G,) with K/G dividing K = {k}",
+                    _check.describe(scale))
+    if codes.dtype == np.int8:
+        if zero is not None:
+            _check.fail(op, "zero", "None for signed (symmetric) int8 codes", _check.describe(zero))
+        _range(op, "codes", codes, -8, 7)
+    else:
+        if zero is None:
+            _check.fail(op, "zero", "a uint8 zero point array for unsigned (asymmetric) codes", "None")
+        zero = _check.array(op, "zero", zero, dtypes=(np.uint8,))
+        _check.same_shape(op, "zero", zero, "scale", scale)
+        _range(op, "codes", codes, 0, 15)
+        _range(op, "zero", zero, 0, 15)
+    return Int4GroupDequantizeArgs(codes=codes, scale=scale, zero=zero, out=out)
+
+
+@golden_op("lowbit", check=int4_group_quantize_args)
 def int4_group_quantize(weight: np.ndarray, group_size: int = 128, *, scheme: str = "gptq_sym",
                         scale_dtype="float16") -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Quantize a weight to INT4 with one scale (and zero point) per group of G along K.
@@ -88,7 +177,8 @@ def int4_group_quantize(weight: np.ndarray, group_size: int = 128, *, scheme: st
     Errors: TypeError for dtypes; ValueError for rank < 2, group_size, scheme, NaN/Inf in the
     weight, and a scale that overflows ``scale_dtype``.
     """
-    weight, g, groups, sdt = int4_group_quantize_args(weight, group_size, scheme, scale_dtype)
+    a = int4_group_quantize_args(weight, group_size, scheme=scheme, scale_dtype=scale_dtype)
+    weight, g, groups, sdt = a.weight, a.group_size, a.groups, a.scale_dtype
     w = weight.astype(np.float32).reshape(weight.shape[:-1] + (groups, g))
     one = np.float32(1)
     if scheme == "asym":
@@ -115,6 +205,7 @@ def int4_group_quantize(weight: np.ndarray, group_size: int = 128, *, scheme: st
     return q.reshape(weight.shape), scale, None
 
 
+@golden_op("lowbit", check=int4_group_dequantize_args)
 def int4_group_dequantize(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray | None = None, *,
                           output_dtype="float32") -> np.ndarray:
     """Dequantize INT4 group codes: ``q * s`` (symmetric) or ``(u - z) * s`` (asymmetric).
@@ -131,7 +222,8 @@ def int4_group_dequantize(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray
     Formula: ``fp32(q) * fp32(s)`` or ``(fp32(u) - fp32(z)) * fp32(s)`` — the subtraction is exact,
     the product rounds once in fp32 — then one RNE cast to ``output_dtype``.
     """
-    codes, scale, zero, out = int4_group_dequantize_args(codes, scale, zero, output_dtype)
+    a = int4_group_dequantize_args(codes, scale, zero, output_dtype=output_dtype)
+    codes, scale, zero, out = a.codes, a.scale, a.zero, a.out
     k = codes.shape[-1]
     groups = scale.shape[-1]
     if codes.dtype == np.int8:
@@ -141,58 +233,3 @@ def int4_group_dequantize(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray
     sf = np.repeat(scale.astype(np.float32), k // max(groups, 1), axis=-1)
     with np.errstate(over="ignore", invalid="ignore"):
         return to_float((v * sf).astype(np.float32), out)
-
-
-# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
-
-def int4_group_quantize_args(weight, group_size=128, scheme="gptq_sym", scale_dtype="float16"):
-    """The argument checks of :func:`int4_group_quantize`, in its order.
-
-    Returns ``(weight, G, K // G, scale dtype)``. The one data-dependent check that needs the
-    op's arithmetic (a scale overflowing ``scale_dtype``) is :func:`check_scale_fits`.
-    """
-    op = "int4_group_quantize"
-    weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
-    _check.choice(op, "scheme", scheme, SCHEMES)
-    sdt = _dt.resolve(scale_dtype, arg="scale_dtype", op=op)
-    if sdt not in _SCALE_DTYPES:
-        _check.fail(op, "scale_dtype", "float16, bfloat16 or float32", repr(scale_dtype), TypeError)
-    _check.finite(op, "weight", weight)
-    g, groups = group_count(op, weight.shape[-1], group_size)
-    return weight, g, groups, sdt
-
-
-def check_scale_fits(scale_f32: np.ndarray, sdt) -> None:
-    """ValueError naming the first group whose scale (read back as fp32) overflowed ``sdt``."""
-    if not np.isfinite(scale_f32).all():
-        pos = tuple(int(i) for i in np.argwhere(~np.isfinite(scale_f32))[0])
-        _check.fail("int4_group_quantize", "weight", f"groups whose scale fits {np.dtype(sdt).name}",
-                    f"a scale overflow at group {pos}")
-
-
-def int4_group_dequantize_args(codes, scale, zero=None, output_dtype="float32"):
-    """The argument checks of :func:`int4_group_dequantize`, in its order.
-
-    Returns ``(codes, scale, zero, output dtype)``; ``zero`` is None for signed codes.
-    """
-    op = "int4_group_dequantize"
-    codes = _check.array(op, "codes", codes, dtypes=(np.int8, np.uint8), min_ndim=2)
-    scale = _check.array(op, "scale", scale, dtypes=_SCALE_DTYPES, min_ndim=2)
-    out = float_output(op, output_dtype)
-    k = codes.shape[-1]
-    groups = scale.shape[-1]
-    if scale.shape[:-1] != codes.shape[:-1] or (groups == 0 and k) or (groups and k % groups):
-        _check.fail(op, "scale", f"of shape [..., N, K/G] = {codes.shape[:-1]} + (K/G,) with K/G dividing K = {k}",
-                    _check.describe(scale))
-    if codes.dtype == np.int8:
-        if zero is not None:
-            _check.fail(op, "zero", "None for signed (symmetric) int8 codes", _check.describe(zero))
-        _range(op, "codes", codes, -8, 7)
-    else:
-        if zero is None:
-            _check.fail(op, "zero", "a uint8 zero point array for unsigned (asymmetric) codes", "None")
-        zero = _check.array(op, "zero", zero, dtypes=(np.uint8,))
-        _check.same_shape(op, "zero", zero, "scale", scale)
-        _range(op, "codes", codes, 0, 15)
-        _range(op, "zero", zero, 0, 15)
-    return codes, scale, zero, out

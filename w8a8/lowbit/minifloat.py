@@ -36,6 +36,9 @@ import numpy as np
 from .. import _check
 from .. import dtypes as _dt
 
+__all__ = ["float_to_e2m1", "e2m1_to_float", "float_to_fp8", "fp8_to_float", "e8m0_to_float", "pack_fp4", "unpack_fp4",
+           "fp4_to_float"]
+
 E2M1_MAX = 6.0
 E4M3_MAX = 448.0
 E5M2_MAX = 57344.0

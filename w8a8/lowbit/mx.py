@@ -43,14 +43,19 @@ and its element codes for a NaN block are not matched — see below)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
+from ..registry import golden_op
 from ..rounding import to_float
 from ._common import FLOAT_INPUTS, float_output
 from .minifloat import (E2M1_TABLE, E4M3_TABLE, E5M2_TABLE, E8M0_NAN, E8M0_TABLE, float_to_e2m1,
                         float_to_fp8, fp4_to_float, pack_fp4)
+
+__all__ = ["mx_quantize", "mx_dequantize", "mx_matmul", "mx_shared_exponent", "mx_from_gptoss", "mx_to_gptoss"]
 
 SCALE_MODES = ("floor", "ceil", "even", "rceil")
 BLOCK_SIZE = 32
@@ -105,6 +110,96 @@ def mx_shared_exponent(amax: np.ndarray, elem_dtype="e2m1", *, scale_mode: str =
     return np.where(finite, np.minimum(b, 254), E8M0_NAN).astype(np.uint8)
 
 
+# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
+
+@dataclass(frozen=True, eq=False)
+class MxQuantizeArgs:
+    """The checked arguments of :func:`mx_quantize` (:func:`mx_quantize_args`)."""
+
+    x: np.ndarray
+    """float32 / float16 / bfloat16 ``[..., K]`` (as given)."""
+    elem_name: str
+    """The element type: ``"e2m1"``, ``"e4m3"`` or ``"e5m2"``."""
+    block_size: int
+    """Elements per scale (K is a multiple of it)."""
+    scale_mode: str
+    """One of :data:`SCALE_MODES`."""
+
+
+def mx_quantize_args(x, *, elem_dtype="e2m1", block_size=BLOCK_SIZE, scale_mode="floor") -> MxQuantizeArgs:
+    """The argument checks of :func:`mx_quantize`, in its order."""
+    op = "mx_quantize"
+    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
+    name = elem_name(op, "elem_dtype", elem_dtype)
+    _check.choice(op, "scale_mode", scale_mode, SCALE_MODES)
+    bs = _block(op, x, block_size)
+    if _ELEMS[name][0] == "fp4" and x.shape[-1] % 2:
+        _check.fail(op, "x", "of even last dimension for MXFP4 (two elements per byte)", _check.describe(x))
+    return MxQuantizeArgs(x=x, elem_name=name, block_size=bs, scale_mode=scale_mode)
+
+
+@dataclass(frozen=True, eq=False)
+class MxDequantizeArgs:
+    """The checked arguments of :func:`mx_dequantize` (:func:`mx_dequantize_args`)."""
+
+    data: np.ndarray
+    """Packed FP4 bytes uint8 ``[..., K/2]`` or an fp8 array ``[..., K]`` (as given)."""
+    scale: np.ndarray
+    """The E8M0 scale bytes ``[..., K/block_size]``, viewed as uint8."""
+    elem_name: str
+    """The element type: ``"e2m1"``, ``"e4m3"`` or ``"e5m2"``."""
+    out: np.dtype
+    """The output dtype: float32, bfloat16 or float16."""
+
+
+def mx_dequantize_args(data, scale, *, elem_dtype="e2m1", block_size=BLOCK_SIZE,
+                       output_dtype="float32") -> MxDequantizeArgs:
+    """The argument checks of :func:`mx_dequantize`, in its order."""
+    op = "mx_dequantize"
+    name = elem_name(op, "elem_dtype", elem_dtype)
+    data, shape = _data(op, "data", data, name)
+    sf = _scale(op, "scale", scale, shape, block_size)
+    return MxDequantizeArgs(data=data, scale=sf, elem_name=name, out=float_output(op, output_dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class MxMatmulArgs:
+    """The checked arguments of :func:`mx_matmul` (:func:`mx_matmul_args`)."""
+
+    a_data: np.ndarray
+    """A ``[M, K]``'s data: uint8 ``[M, K/2]`` (MXFP4) or fp8 ``[M, K]`` (as given)."""
+    a_scale: np.ndarray
+    """A's scale bytes ``[M, K/block_size]``, viewed as uint8."""
+    b_data: np.ndarray
+    """B ``[N, K]``'s data, likewise."""
+    b_scale: np.ndarray
+    """B's scale bytes ``[N, K/block_size]``, viewed as uint8."""
+    a_elem_name: str
+    """A's element type: ``"e2m1"``, ``"e4m3"`` or ``"e5m2"``."""
+    b_elem_name: str
+    """B's element type."""
+    out: np.dtype
+    """The output dtype: float32, bfloat16 or float16."""
+
+
+def mx_matmul_args(a_data, a_scale, b_data, b_scale, *, elem_dtype="e2m1", b_elem_dtype=None, block_size=BLOCK_SIZE,
+                   output_dtype="float32") -> MxMatmulArgs:
+    """The argument checks of :func:`mx_matmul`, in its order."""
+    op = "mx_matmul"
+    a_name = elem_name(op, "elem_dtype", elem_dtype)
+    b_name = a_name if b_elem_dtype is None else elem_name(op, "b_elem_dtype", b_elem_dtype)
+    a_data, a_shape = _data(op, "a_data", a_data, a_name)
+    a_scale = _scale(op, "a_scale", a_scale, a_shape, block_size)
+    b_data, b_shape = _data(op, "b_data", b_data, b_name)
+    b_scale = _scale(op, "b_scale", b_scale, b_shape, block_size)
+    if len(a_shape) != 2 or len(b_shape) != 2 or a_shape[1] != b_shape[1]:
+        _check.fail(op, "b_data", f"a 2-D [N, K] operand with K = {a_shape[-1]} (A is {a_shape})",
+                    _check.describe(b_data))
+    return MxMatmulArgs(a_data=a_data, a_scale=a_scale, b_data=b_data, b_scale=b_scale, a_elem_name=a_name,
+                        b_elem_name=b_name, out=float_output(op, output_dtype))
+
+
+@golden_op("lowbit", check=mx_quantize_args)
 def mx_quantize(x: np.ndarray, *, elem_dtype="e2m1", block_size: int = BLOCK_SIZE,
                 scale_mode: str = "floor") -> tuple[np.ndarray, np.ndarray]:
     """Quantize to MX along the last dimension: ``(data, scale)``.
@@ -130,7 +225,8 @@ def mx_quantize(x: np.ndarray, *, elem_dtype="e2m1", block_size: int = BLOCK_SIZ
 
     Errors: TypeError for x's dtype; ValueError for rank 0, K % block_size, elem_dtype, scale_mode.
     """
-    x, name, bs = mx_quantize_args(x, elem_dtype, block_size, scale_mode)
+    a = mx_quantize_args(x, elem_dtype=elem_dtype, block_size=block_size, scale_mode=scale_mode)
+    x, name, bs = a.x, a.elem_name, a.block_size
     storage = _ELEMS[name][0]
     blocks = x.astype(np.float32).reshape(x.shape[:-1] + (x.shape[-1] // bs, bs))
     with np.errstate(invalid="ignore"):
@@ -145,6 +241,7 @@ def mx_quantize(x: np.ndarray, *, elem_dtype="e2m1", block_size: int = BLOCK_SIZ
     return float_to_fp8(scaled, name), scale
 
 
+@golden_op("lowbit", check=mx_dequantize_args)
 def mx_dequantize(data: np.ndarray, scale: np.ndarray, *, elem_dtype="e2m1", block_size: int = BLOCK_SIZE,
                   output_dtype="float32") -> np.ndarray:
     """``V^ = P * 2^(b - 127)``: fp32 product (exact unless it overflows fp32), RNE cast to output_dtype.
@@ -152,13 +249,15 @@ def mx_dequantize(data: np.ndarray, scale: np.ndarray, *, elem_dtype="e2m1", blo
     ``data`` and ``scale`` as :func:`mx_quantize` returns them (a ``float8_e8m0fnu`` scale is
     accepted too); byte 255 decodes to NaN for its whole block.
     """
-    data, sf, name, out = mx_dequantize_args(data, scale, elem_dtype, block_size, output_dtype)
+    a = mx_dequantize_args(data, scale, elem_dtype=elem_dtype, block_size=block_size, output_dtype=output_dtype)
+    data, sf, name, out = a.data, a.scale, a.elem_name, a.out
     p = _decode(data, name)
     with np.errstate(over="ignore", invalid="ignore"):
         v = _blocks(p, sf) * np.take(E8M0_TABLE, sf)[..., None]
     return to_float(v.reshape(p.shape).astype(np.float32), out)
 
 
+@golden_op("lowbit", check=mx_matmul_args)
 def mx_matmul(a_data: np.ndarray, a_scale: np.ndarray, b_data: np.ndarray, b_scale: np.ndarray, *,
               elem_dtype="e2m1", b_elem_dtype=None, block_size: int = BLOCK_SIZE,
               output_dtype="float32") -> np.ndarray:
@@ -177,8 +276,10 @@ def mx_matmul(a_data: np.ndarray, a_scale: np.ndarray, b_data: np.ndarray, b_sca
     float64, accumulated in float64, rounded once to fp32, then RNE to ``output_dtype``. A NaN
     scale makes every output it touches NaN.
     """
-    a_data, a_scale, b_data, b_scale, a_name, b_name, out = mx_matmul_args(
-        a_data, a_scale, b_data, b_scale, elem_dtype, b_elem_dtype, block_size, output_dtype)
+    p = mx_matmul_args(a_data, a_scale, b_data, b_scale, elem_dtype=elem_dtype, b_elem_dtype=b_elem_dtype,
+                       block_size=block_size, output_dtype=output_dtype)
+    a_data, a_scale, b_data, b_scale, a_name, b_name, out = (p.a_data, p.a_scale, p.b_data, p.b_scale, p.a_elem_name,
+                                                             p.b_elem_name, p.out)
     a = _dequant64(a_data, a_scale, a_name)
     b = _dequant64(b_data, b_scale, b_name)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -209,47 +310,6 @@ def mx_to_gptoss(data: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.nd
         _check.fail(op, "scale", f"uint8 [..., K/32] matching data {data.shape} (16 bytes per scale)",
                     _check.describe(scale))
     return data.reshape(data.shape[:-1] + (scale.shape[-1], BLOCK_SIZE // 2)), scale
-
-
-# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
-
-def mx_quantize_args(x, elem_dtype="e2m1", block_size=BLOCK_SIZE, scale_mode="floor"):
-    """The argument checks of :func:`mx_quantize`, in its order: ``(x, element name, block size)``."""
-    op = "mx_quantize"
-    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
-    name = elem_name(op, "elem_dtype", elem_dtype)
-    _check.choice(op, "scale_mode", scale_mode, SCALE_MODES)
-    bs = _block(op, x, block_size)
-    if _ELEMS[name][0] == "fp4" and x.shape[-1] % 2:
-        _check.fail(op, "x", "of even last dimension for MXFP4 (two elements per byte)", _check.describe(x))
-    return x, name, bs
-
-
-def mx_dequantize_args(data, scale, elem_dtype="e2m1", block_size=BLOCK_SIZE, output_dtype="float32"):
-    """The argument checks of :func:`mx_dequantize`, in its order: ``(data, scale as uint8, element
-    name, output dtype)``."""
-    op = "mx_dequantize"
-    name = elem_name(op, "elem_dtype", elem_dtype)
-    data, shape = _data(op, "data", data, name)
-    sf = _scale(op, "scale", scale, shape, block_size)
-    return data, sf, name, float_output(op, output_dtype)
-
-
-def mx_matmul_args(a_data, a_scale, b_data, b_scale, elem_dtype="e2m1", b_elem_dtype=None, block_size=BLOCK_SIZE,
-                    output_dtype="float32"):
-    """The argument checks of :func:`mx_matmul`, in its order: ``(a_data, a_scale, b_data, b_scale,
-    a's element name, b's element name, output dtype)``, scales as uint8."""
-    op = "mx_matmul"
-    a_name = elem_name(op, "elem_dtype", elem_dtype)
-    b_name = a_name if b_elem_dtype is None else elem_name(op, "b_elem_dtype", b_elem_dtype)
-    a_data, a_shape = _data(op, "a_data", a_data, a_name)
-    a_scale = _scale(op, "a_scale", a_scale, a_shape, block_size)
-    b_data, b_shape = _data(op, "b_data", b_data, b_name)
-    b_scale = _scale(op, "b_scale", b_scale, b_shape, block_size)
-    if len(a_shape) != 2 or len(b_shape) != 2 or a_shape[1] != b_shape[1]:
-        _check.fail(op, "b_data", f"a 2-D [N, K] operand with K = {a_shape[-1]} (A is {a_shape})",
-                    _check.describe(b_data))
-    return a_data, a_scale, b_data, b_scale, a_name, b_name, float_output(op, output_dtype)
 
 
 def _block(op: str, x: np.ndarray, block_size) -> int:

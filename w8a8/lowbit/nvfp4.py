@@ -39,14 +39,20 @@ Conventions chosen (spec §7)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
+from ..registry import golden_op
 from ..rounding import to_float
 from ._common import FLOAT_INPUTS, float_output
 from .minifloat import (E2M1_MAX, E4M3_MAX, E4M3_TABLE, E4M3_TINY, float_to_e2m1, float_to_fp8, fp4_to_float,
                         pack_fp4)
+
+__all__ = ["nvfp4_quantize", "nvfp4_dequantize", "nvfp4_matmul", "nvfp4_per_tensor_scale", "nvfp4_global_scale",
+           "swizzle_block_scales", "unswizzle_block_scales"]
 
 BLOCK_SIZE = 16
 _F32 = np.float32
@@ -75,6 +81,105 @@ def nvfp4_global_scale(amax) -> np.ndarray:
     return np.where(np.isfinite(gs), gs, _F32(1)).astype(np.float32)
 
 
+# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
+
+@dataclass(frozen=True, eq=False)
+class Nvfp4QuantizeArgs:
+    """The checked arguments of :func:`nvfp4_quantize` (:func:`nvfp4_quantize_args`)."""
+
+    x: np.ndarray
+    """float32 / float16 / bfloat16 ``[..., K]``, finite, K a multiple of 16 (as given)."""
+    convention: str
+    """Which tensor scale was given: ``"per_tensor_scale"`` (torchao ``S``) or ``"global_scale"`` (vLLM ``1/S``)."""
+    tensor_scale: np.float32
+    """Its value in fp32, positive and finite."""
+
+
+def nvfp4_quantize_args(x, *, per_tensor_scale=None, global_scale=None) -> Nvfp4QuantizeArgs:
+    """The argument checks of :func:`nvfp4_quantize`, in its order."""
+    op = "nvfp4_quantize"
+    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
+    _check.finite(op, "x", x)
+    kind, t = _tensor_scale(op, per_tensor_scale, global_scale)
+    if x.shape[-1] % BLOCK_SIZE:
+        _check.fail(op, "x", f"of last dimension a multiple of {BLOCK_SIZE} (the NVFP4 block)", _check.describe(x))
+    return Nvfp4QuantizeArgs(x=x, convention=kind, tensor_scale=t)
+
+
+@dataclass(frozen=True, eq=False)
+class Nvfp4DequantizeArgs:
+    """The checked arguments of :func:`nvfp4_dequantize` (:func:`nvfp4_dequantize_args`)."""
+
+    data: np.ndarray
+    """uint8 ``[..., K/2]`` (as given)."""
+    block_scale: np.ndarray
+    """``float8_e4m3fn`` ``[..., K/16]``, linear layout (as given)."""
+    convention: str
+    """``"per_tensor_scale"`` or ``"global_scale"``."""
+    tensor_scale: np.float32
+    """Its value in fp32."""
+    out: np.dtype
+    """The output dtype: float32, bfloat16 or float16."""
+
+
+def nvfp4_dequantize_args(data, block_scale, *, per_tensor_scale=None, global_scale=None,
+                          output_dtype="float32") -> Nvfp4DequantizeArgs:
+    """The argument checks of :func:`nvfp4_dequantize`, in its order."""
+    op = "nvfp4_dequantize"
+    data, block_scale = _operand(op, "data", data, "block_scale", block_scale)
+    kind, t = _tensor_scale(op, per_tensor_scale, global_scale)
+    return Nvfp4DequantizeArgs(data=data, block_scale=block_scale, convention=kind, tensor_scale=t,
+                               out=float_output(op, output_dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class Nvfp4MatmulArgs:
+    """The checked arguments of :func:`nvfp4_matmul` (:func:`nvfp4_matmul_args`)."""
+
+    a_data: np.ndarray
+    """A: uint8 ``[M, K/2]`` (as given)."""
+    a_block_scale: np.ndarray
+    """A's ``float8_e4m3fn`` ``[M, K/16]``."""
+    b_data: np.ndarray
+    """B (the weight, ``nn.Linear`` layout): uint8 ``[N, K/2]``."""
+    b_block_scale: np.ndarray
+    """B's ``float8_e4m3fn`` ``[N, K/16]``."""
+    alpha: np.ndarray
+    """``alpha`` as a 0-d float32 array, finite."""
+    out: np.dtype
+    """The output dtype: bfloat16, float16 or float32."""
+
+
+def nvfp4_matmul_args(a_data, a_block_scale, b_data, b_block_scale, alpha, *,
+                      output_dtype="bfloat16") -> Nvfp4MatmulArgs:
+    """The argument checks of :func:`nvfp4_matmul`, in its order."""
+    op = "nvfp4_matmul"
+    a_data, a_block_scale = _operand(op, "a_data", a_data, "a_block_scale", a_block_scale)
+    b_data, b_block_scale = _operand(op, "b_data", b_data, "b_block_scale", b_block_scale)
+    if a_data.ndim != 2 or b_data.ndim != 2 or a_data.shape[1] != b_data.shape[1]:
+        _check.fail(op, "b_data", f"a 2-D [N, K/2] operand with K = {2 * a_data.shape[-1]} "
+                    f"(A is {a_data.shape[:-1] + (2 * a_data.shape[-1],)})", _check.describe(b_data))
+    al = np.asarray(alpha, dtype=np.float32)
+    if al.size != 1 or not np.isfinite(al).all():
+        _check.fail(op, "alpha", "a finite fp32 scalar (S_a * S_b)", _check.describe(np.asarray(alpha)))
+    return Nvfp4MatmulArgs(a_data=a_data, a_block_scale=a_block_scale, b_data=b_data, b_block_scale=b_block_scale,
+                           alpha=al.reshape(()), out=float_output(op, output_dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class SwizzleBlockScalesArgs:
+    """The checked argument of :func:`swizzle_block_scales` (:func:`swizzle_block_scales_args`)."""
+
+    scale: np.ndarray
+    """``[..., M, S]`` of any dtype (as given)."""
+
+
+def swizzle_block_scales_args(scale) -> SwizzleBlockScalesArgs:
+    """The argument check of :func:`swizzle_block_scales`: an array of at least 2 dims."""
+    return SwizzleBlockScalesArgs(scale=_check.array("swizzle_block_scales", "scale", scale, min_ndim=2))
+
+
+@golden_op("lowbit", check=nvfp4_quantize_args)
 def nvfp4_quantize(x: np.ndarray, *, per_tensor_scale=None, global_scale=None) -> tuple[np.ndarray, np.ndarray]:
     """Quantize to NVFP4 along the last dimension: ``(data, block_scale)``.
 
@@ -94,7 +199,8 @@ def nvfp4_quantize(x: np.ndarray, *, per_tensor_scale=None, global_scale=None) -
     Errors: TypeError for dtypes; ValueError for K % 16, NaN/Inf in x, a missing or double
     tensor scale, a non-positive or non-finite one.
     """
-    x, kind, t = nvfp4_quantize_args(x, per_tensor_scale, global_scale)
+    a = nvfp4_quantize_args(x, per_tensor_scale=per_tensor_scale, global_scale=global_scale)
+    x, kind, t = a.x, a.convention, a.tensor_scale
     bs = BLOCK_SIZE
     blocks = x.astype(np.float32).reshape(x.shape[:-1] + (x.shape[-1] // bs, bs))
     amax = np.max(np.abs(blocks), axis=-1, initial=0).astype(np.float32)
@@ -114,6 +220,7 @@ def nvfp4_quantize(x: np.ndarray, *, per_tensor_scale=None, global_scale=None) -
     return pack_fp4(float_to_e2m1(scaled.reshape(x.shape))), s8
 
 
+@golden_op("lowbit", check=nvfp4_dequantize_args)
 def nvfp4_dequantize(data: np.ndarray, block_scale: np.ndarray, *, per_tensor_scale=None, global_scale=None,
                      output_dtype="float32") -> np.ndarray:
     """``q * (S * s_b)`` (``per_tensor_scale``) or ``q * (s_b / gs)`` (``global_scale``), fp32, then
@@ -121,8 +228,9 @@ def nvfp4_dequantize(data: np.ndarray, block_scale: np.ndarray, *, per_tensor_sc
 
     ``data`` uint8 ``[..., K/2]``, ``block_scale`` ``float8_e4m3fn`` ``[..., K/16]`` (linear layout).
     """
-    data, block_scale, kind, t, out = nvfp4_dequantize_args(data, block_scale, per_tensor_scale, global_scale,
-                                                             output_dtype)
+    p = nvfp4_dequantize_args(data, block_scale, per_tensor_scale=per_tensor_scale, global_scale=global_scale,
+                              output_dtype=output_dtype)
+    data, block_scale, kind, t, out = p.data, p.block_scale, p.convention, p.tensor_scale, p.out
     q, s = _decode(data, block_scale)
     with np.errstate(over="ignore", invalid="ignore"):
         total = t * s if kind == "per_tensor_scale" else s / t
@@ -130,6 +238,7 @@ def nvfp4_dequantize(data: np.ndarray, block_scale: np.ndarray, *, per_tensor_sc
     return to_float(v.reshape(q.shape).astype(np.float32), out)
 
 
+@golden_op("lowbit", check=nvfp4_matmul_args)
 def nvfp4_matmul(a_data: np.ndarray, a_block_scale: np.ndarray, b_data: np.ndarray, b_block_scale: np.ndarray,
                  alpha, *, output_dtype="bfloat16") -> np.ndarray:
     """NVFP4 GEMM ``y = alpha * (A @ B^T)`` with block-scaled operands blocked along K.
@@ -144,8 +253,9 @@ def nvfp4_matmul(a_data: np.ndarray, a_block_scale: np.ndarray, b_data: np.ndarr
     Formula: ``acc = sum_k (q_a s_a)(q_b s_b)`` exact in float64 (each factor is exact), rounded
     once to fp32; ``y = cast(acc * fp32(alpha))``.
     """
-    a_data, a_block_scale, b_data, b_block_scale, al, out = nvfp4_matmul_args(
-        a_data, a_block_scale, b_data, b_block_scale, alpha, output_dtype)
+    p = nvfp4_matmul_args(a_data, a_block_scale, b_data, b_block_scale, alpha, output_dtype=output_dtype)
+    a_data, a_block_scale, b_data, b_block_scale, al, out = (p.a_data, p.a_block_scale, p.b_data, p.b_block_scale,
+                                                             p.alpha, p.out)
     qa, sa = _decode(a_data, a_block_scale)
     qb, sb = _decode(b_data, b_block_scale)
     a = (qa.reshape(sa.shape + (BLOCK_SIZE,)) * sa[..., None].astype(np.float64)).reshape(qa.shape)
@@ -155,6 +265,7 @@ def nvfp4_matmul(a_data: np.ndarray, a_block_scale: np.ndarray, b_data: np.ndarr
     return to_float(y.astype(np.float32), out)
 
 
+@golden_op("lowbit", check=swizzle_block_scales_args)
 def swizzle_block_scales(scale: np.ndarray) -> np.ndarray:
     """The 128x4 swizzled block-scale layout of the CUTLASS / cuBLAS / flashinfer FP4 kernels.
 
@@ -164,7 +275,7 @@ def swizzle_block_scales(scale: np.ndarray) -> np.ndarray:
     ``swizzle_blockscale``). So scale ``(r, c)`` lands at flat offset
     ``((r//128 * Sp/4 + c//4) * 32 + r%32) * 16 + (r%128)//32 * 4 + c%4`` of each batch.
     """
-    scale = swizzle_block_scales_args(scale)
+    scale = swizzle_block_scales_args(scale).scale
     *lead, m, s = scale.shape
     mp, sp = -(-m // 128) * 128, -(-s // 4) * 4
     padded = np.zeros(tuple(lead) + (mp, sp), dtype=scale.dtype)
@@ -233,46 +344,3 @@ def _operand(op: str, data_arg: str, data, scale_arg: str, scale) -> tuple[np.nd
 def _decode(data: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(fp32 element values ``[..., K]``, fp32 block scales ``[..., K/16]``) of a checked operand."""
     return fp4_to_float(data), np.take(E4M3_TABLE, scale.view(np.uint8))
-
-
-# -- argument checks (public: the backends run the same checks before their own arithmetic) -----
-
-def nvfp4_quantize_args(x, per_tensor_scale=None, global_scale=None):
-    """The argument checks of :func:`nvfp4_quantize`, in its order: ``(x, convention, fp32 tensor
-    scale)`` with the convention ``"per_tensor_scale"`` or ``"global_scale"``."""
-    op = "nvfp4_quantize"
-    x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
-    _check.finite(op, "x", x)
-    kind, t = _tensor_scale(op, per_tensor_scale, global_scale)
-    if x.shape[-1] % BLOCK_SIZE:
-        _check.fail(op, "x", f"of last dimension a multiple of {BLOCK_SIZE} (the NVFP4 block)", _check.describe(x))
-    return x, kind, t
-
-
-def nvfp4_dequantize_args(data, block_scale, per_tensor_scale=None, global_scale=None, output_dtype="float32"):
-    """The argument checks of :func:`nvfp4_dequantize`, in its order: ``(data, block_scale,
-    convention, fp32 tensor scale, output dtype)``."""
-    op = "nvfp4_dequantize"
-    data, block_scale = _operand(op, "data", data, "block_scale", block_scale)
-    kind, t = _tensor_scale(op, per_tensor_scale, global_scale)
-    return data, block_scale, kind, t, float_output(op, output_dtype)
-
-
-def nvfp4_matmul_args(a_data, a_block_scale, b_data, b_block_scale, alpha, output_dtype="bfloat16"):
-    """The argument checks of :func:`nvfp4_matmul`, in its order: ``(a_data, a_block_scale, b_data,
-    b_block_scale, alpha as a 0-d float32 array, output dtype)``."""
-    op = "nvfp4_matmul"
-    a_data, a_block_scale = _operand(op, "a_data", a_data, "a_block_scale", a_block_scale)
-    b_data, b_block_scale = _operand(op, "b_data", b_data, "b_block_scale", b_block_scale)
-    if a_data.ndim != 2 or b_data.ndim != 2 or a_data.shape[1] != b_data.shape[1]:
-        _check.fail(op, "b_data", f"a 2-D [N, K/2] operand with K = {2 * a_data.shape[-1]} "
-                    f"(A is {a_data.shape[:-1] + (2 * a_data.shape[-1],)})", _check.describe(b_data))
-    al = np.asarray(alpha, dtype=np.float32)
-    if al.size != 1 or not np.isfinite(al).all():
-        _check.fail(op, "alpha", "a finite fp32 scalar (S_a * S_b)", _check.describe(np.asarray(alpha)))
-    return a_data, a_block_scale, b_data, b_block_scale, al.reshape(()), float_output(op, output_dtype)
-
-
-def swizzle_block_scales_args(scale) -> np.ndarray:
-    """The argument check of :func:`swizzle_block_scales`: an array of at least 2 dims."""
-    return _check.array("swizzle_block_scales", "scale", scale, min_ndim=2)

@@ -32,11 +32,22 @@ Every layout is a view of one primitive, :func:`pack_nibbles`: nibbles along one
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _check
 from ..int4 import pack_int4
+from ..registry import golden_op
 from ._common import value_range as _range
+
+__all__ = [
+    "pack_nibbles", "unpack_nibbles", "to_uint4b8", "from_uint4b8",
+    "pack_int4_gptq", "unpack_int4_gptq", "pack_gptq_qzeros", "unpack_gptq_qzeros",
+    "pack_int4_awq", "unpack_int4_awq", "pack_int4_compressed_tensors", "unpack_int4_compressed_tensors",
+    "pack_int4_moe_wna16", "unpack_int4_moe_wna16", "pack_int4_msmodelslim", "unpack_int4_msmodelslim",
+    "convert_weight_to_int4pack",
+]
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 """AWQ's nibble order: slot i of an int32 word holds column ``AWQ_ORDER[i]`` of its group of 8."""
@@ -215,6 +226,29 @@ def unpack_int4_moe_wna16(qweight: np.ndarray) -> np.ndarray:
 
 # --- Ascend ----------------------------------------------------------------------------------
 
+@dataclass(frozen=True, eq=False)
+class ConvertWeightToInt4packArgs:
+    """The checked arguments of :func:`convert_weight_to_int4pack` (:func:`convert_weight_to_int4pack_args`)."""
+
+    weight: np.ndarray
+    """int32 ``[k, n]`` or ``[n, k]``, values in [-8, 7], last dim a multiple of 8 (as given)."""
+    inner_k_tiles: int
+    """Reserved by the vendor (>= 0), ignored."""
+
+
+def convert_weight_to_int4pack_args(weight, inner_k_tiles=0) -> ConvertWeightToInt4packArgs:
+    """The argument checks of :func:`convert_weight_to_int4pack` (public: the backends run them
+    before their own packing)."""
+    op = "convert_weight_to_int4pack"
+    weight = _check.array(op, "weight", weight, dtypes=(np.int32,), ndim=2)
+    inner_k_tiles = _check.integer(op, "inner_k_tiles", inner_k_tiles, minimum=0)
+    if weight.shape[-1] % 8:
+        _check.fail(op, "weight", "of last dimension a multiple of 8 (8 int4 per int32)", _check.describe(weight))
+    _range(op, "weight", weight, -8, 7)
+    return ConvertWeightToInt4packArgs(weight=weight, inner_k_tiles=inner_k_tiles)
+
+
+@golden_op("lowbit", check=convert_weight_to_int4pack_args, mirrors="torch_npu.npu_convert_weight_to_int4pack")
 def convert_weight_to_int4pack(weight: np.ndarray, inner_k_tiles: int = 0) -> np.ndarray:
     """``torch_npu.npu_convert_weight_to_int4pack``: int32 int4 values -> int32 words, 8 per word.
 
@@ -228,19 +262,7 @@ def convert_weight_to_int4pack(weight: np.ndarray, inner_k_tiles: int = 0) -> np
     "交叠排放" (interleaved); the op-plugin tests it is pinned by (spec/ascend-ops.md §1.3) unpack
     it in order, which the golden follows — **not confirmed** on hardware.
     """
-    return pack_int4(convert_weight_to_int4pack_args(weight, inner_k_tiles))
-
-
-def convert_weight_to_int4pack_args(weight, inner_k_tiles=0) -> np.ndarray:
-    """The argument checks of :func:`convert_weight_to_int4pack` (public: the backends run them
-    before their own packing); returns the weight."""
-    op = "convert_weight_to_int4pack"
-    weight = _check.array(op, "weight", weight, dtypes=(np.int32,), ndim=2)
-    _check.integer(op, "inner_k_tiles", inner_k_tiles, minimum=0)
-    if weight.shape[-1] % 8:
-        _check.fail(op, "weight", "of last dimension a multiple of 8 (8 int4 per int32)", _check.describe(weight))
-    _range(op, "weight", weight, -8, 7)
-    return weight
+    return pack_int4(convert_weight_to_int4pack_args(weight, inner_k_tiles).weight)
 
 
 def pack_int4_msmodelslim(codes: np.ndarray) -> np.ndarray:

@@ -38,7 +38,7 @@ Routing for the lead: ``w8a8.quant_matmul`` should delegate to :func:`quant_matm
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,9 +48,13 @@ from ..dynamic_quant import dynamic_quant
 from ..int4 import pack_int4, unpack_int4
 from ..intgemm import int_matmul
 from ..numerics import ASCEND, Numerics
-from ..quant_matmul import quant_matmul_stages
+from ..quant_matmul import quant_matmul_args, quant_matmul_stages
+from ..registry import golden_op
 from ..rounding import to_float
 from ..trans_quant_param import decode_quant_param, trans_quant_param
+
+__all__ = ["quant_matmul_int4", "quant_matmul_int4_stages", "a8w4_y_offset", "w4a8_dynamic_linear",
+           "w4a8_dynamic_linear_stages"]
 
 _OP = "quant_matmul"
 A8W4_GROUP = 256
@@ -59,6 +63,58 @@ A8W4_K_LIMIT = 29576
 """A8W4 K-G: K must be a multiple of 256 and below this (aclnnQuantMatmulV5 constraints)."""
 
 
+@dataclass(frozen=True, eq=False)
+class QuantMatmulInt4Args:
+    """The checked arguments of :func:`quant_matmul_int4` (:func:`quant_matmul_int4_args`): the
+    caller's arrays (views at most), the route and its geometry."""
+
+    mode: str
+    """``"a4w4"`` (int32 x1) or ``"a8w4"`` (int8 x1)."""
+    x1: np.ndarray
+    """A4W4: int32 ``[..., M, K/8]``; A8W4: int8 ``[M, K]``."""
+    x2: np.ndarray
+    """int32 ``[K, N/8]`` or (A4W4) ``[K/8, N]``."""
+    x2_layout: str
+    """``"kn8"`` (``[K, N/8]``, packed along N) or ``"k8n"`` (``[K/8, N]``, packed along K; A4W4 only)."""
+    k: int
+    """K of the unpacked codes."""
+    n: int
+    """N of the unpacked codes."""
+    out: np.dtype
+    """float16 or bfloat16."""
+    scale: np.ndarray | None = None
+    """A4W4: as :func:`w8a8.quant_matmul.quant_matmul_args` normalizes it (1-D); A8W4: int64 / uint64
+    ``[K/256, N]`` or ``(N,)`` / ``(1,)``."""
+    group: int = 0
+    """A8W4: the K group of the scale (256, or K for a per-channel scale); 0 for A4W4."""
+    pertoken_scale: np.ndarray | None = None
+    """float32: A4W4 ``(M,)`` or None; A8W4 ``(M,)`` / ``(M, 1)``."""
+    offset: np.ndarray | None = None
+    """A8W4: float32 ``(N,)``, the ``yOffset`` auxiliary; None for A4W4."""
+    bias: np.ndarray | None = None
+    """A4W4: as :func:`w8a8.quant_matmul.quant_matmul_args` normalizes it (``(N,)``), or None; A8W4: None."""
+
+
+def quant_matmul_int4_args(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None,
+                           numerics: Numerics = ASCEND) -> QuantMatmulInt4Args:
+    """The argument checks of :func:`quant_matmul_int4`, in its order (public: the backends run them
+    before their own arithmetic). A4W4 continues with :func:`w8a8.quant_matmul`'s checks on the
+    unpacked codes, run here on stand-ins of their shapes. Returns :class:`QuantMatmulInt4Args`."""
+    x1 = _check.array(_OP, "x1", x1, dtypes=(_dt.int32, _dt.int8), min_ndim=2, max_ndim=6)
+    x2 = _check.array(_OP, "x2", x2, dtypes=(_dt.int32,), ndim=2)
+    if output_dtype is None:
+        _check.fail(_OP, "output_dtype", "float16 or bfloat16 for int4 operands (the default int8 output "
+                    "is not allowed)", "None")
+    out = _dt.resolve(output_dtype, arg="output_dtype", op=_OP)
+    if x1.dtype == _dt.int32:
+        p = _check_a4w4(x1, x2, offset, pertoken_scale, out)
+        q = quant_matmul_args(_check.stand_in(np.int8, x1.shape[:-1] + (p.k,)), _check.stand_in(np.int8, (p.k, p.n)),
+                              scale, pertoken_scale=pertoken_scale, bias=bias, output_dtype=out, numerics=numerics)
+        return replace(p, scale=q.scale, pertoken_scale=q.pertoken_scale, bias=q.bias)
+    return _check_a8w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics)
+
+
+@golden_op("lowbit", check=quant_matmul_int4_args, mirrors="torch_npu.npu_quant_matmul")
 def quant_matmul_int4(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None,
                       pertoken_scale: np.ndarray | None = None, bias: np.ndarray | None = None,
                       output_dtype=None, numerics: Numerics = ASCEND) -> np.ndarray:
@@ -97,50 +153,11 @@ def quant_matmul_int4_stages(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, 
     """:func:`quant_matmul_int4` with its stages: ``x1_codes`` / ``x2_codes`` (int8, unpacked,
     ``x2_codes`` as ``[K, N]``), ``acc`` (A4W4: int32 ``[..., M, N]``; A8W4: the per-group int32
     accumulators ``[G, M, N]``), ``scale`` (the fp32 scale used) and ``y``."""
-    p = quant_matmul_int4_args(x1, x2, scale, offset, pertoken_scale, bias, output_dtype, numerics)
+    p = quant_matmul_int4_args(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
+                               output_dtype=output_dtype, numerics=numerics)
     if p.mode == "a4w4":
         return _a4w4(p, scale, pertoken_scale, bias, numerics)
     return _a8w4(p)
-
-
-class QuantMatmulInt4Args(NamedTuple):
-    """The checked arguments of :func:`quant_matmul_int4` (:func:`quant_matmul_int4_args`).
-
-    ``mode``: ``"a4w4"`` (int32 x1) or ``"a8w4"`` (int8 x1). ``x2_layout``: ``"kn8"`` (``[K, N/8]``,
-    packed along N) or ``"k8n"`` (``[K/8, N]``, packed along K; A4W4 only). A4W4 leaves ``scale``,
-    ``pertoken_scale`` and ``bias`` to :func:`w8a8.quant_matmul`'s checks (run on the unpacked
-    codes), so they are None here. A8W4: ``scale`` int64 / uint64 ``[K/256, N]`` or ``(N,)`` /
-    ``(1,)``, ``group`` the K group (256, or K for a per-channel scale), ``pertoken_scale`` float32
-    ``(M,)`` / ``(M, 1)``, ``offset`` float32 ``(N,)``.
-    """
-
-    mode: str
-    x1: np.ndarray
-    x2: np.ndarray
-    x2_layout: str
-    k: int
-    n: int
-    out: np.dtype
-    scale: np.ndarray | None = None
-    group: int = 0
-    pertoken_scale: np.ndarray | None = None
-    offset: np.ndarray | None = None
-
-
-def quant_matmul_int4_args(x1, x2, scale, offset=None, pertoken_scale=None, bias=None, output_dtype=None,
-                            numerics: Numerics = ASCEND) -> QuantMatmulInt4Args:
-    """The argument checks of :func:`quant_matmul_int4`, in its order (public: the backends run them
-    before their own arithmetic). A4W4 continues with :func:`w8a8.quant_matmul`'s checks on the
-    unpacked codes. Returns :class:`QuantMatmulInt4Args`."""
-    x1 = _check.array(_OP, "x1", x1, dtypes=(_dt.int32, _dt.int8), min_ndim=2, max_ndim=6)
-    x2 = _check.array(_OP, "x2", x2, dtypes=(_dt.int32,), ndim=2)
-    if output_dtype is None:
-        _check.fail(_OP, "output_dtype", "float16 or bfloat16 for int4 operands (the default int8 output "
-                    "is not allowed)", "None")
-    out = _dt.resolve(output_dtype, arg="output_dtype", op=_OP)
-    if x1.dtype == _dt.int32:
-        return _check_a4w4(x1, x2, offset, pertoken_scale, out)
-    return _check_a8w4(x1, x2, scale, offset, pertoken_scale, bias, out, numerics)
 
 
 def _check_a4w4(x1, x2, offset, pertoken_scale, out) -> QuantMatmulInt4Args:
@@ -268,7 +285,8 @@ def w4a8_dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: 
                                bias: np.ndarray | None = None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
     """:func:`w4a8_dynamic_linear` with its intermediates: ``x_q``, ``x_scale``, ``weight_packed``
     (int32 ``[K, N/8]``), ``scale`` (int64), ``y_offset``, ``acc`` and ``y``."""
-    x, weight, s32, b = w4a8_dynamic_linear_args(x, weight, weight_scale, bias, numerics)
+    a = w4a8_dynamic_linear_args(x, weight, weight_scale, bias=bias, numerics=numerics)
+    x, weight, s32, b = a.x, a.weight, a.weight_scale_f32, a.bias
     n, k = weight.shape
     w_kn = np.ascontiguousarray(weight.T)
     packed = pack_int4(w_kn)
@@ -286,10 +304,24 @@ def w4a8_dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: 
             "acc": st["acc"], "y": y.reshape(x.shape[:-1] + (n,))}
 
 
-def w4a8_dynamic_linear_args(x, weight, weight_scale, bias=None, numerics: Numerics = ASCEND):
+@dataclass(frozen=True, eq=False)
+class W4a8DynamicLinearArgs:
+    """The checked arguments of :func:`w4a8_dynamic_linear` (:func:`w4a8_dynamic_linear_args`)."""
+
+    x: np.ndarray
+    """bfloat16 / float16 ``[..., K]`` (as given)."""
+    weight: np.ndarray
+    """int8 ``[N, K]`` holding int4 codes in [-8, 7] (as given)."""
+    weight_scale_f32: np.ndarray
+    """The fp32 scale the path packs (a new array): ``[N]`` (per channel) or ``[K/256, N]`` (per group)."""
+    bias: np.ndarray | None
+    """float ``[N]`` or ``[1, N]`` (as given), or None."""
+
+
+def w4a8_dynamic_linear_args(x, weight, weight_scale, *, bias=None,
+                             numerics: Numerics = ASCEND) -> W4a8DynamicLinearArgs:
     """The argument checks of :func:`w4a8_dynamic_linear` (public: the backends run them before their
-    own arithmetic); returns ``(x, weight, s32, bias)`` with ``s32`` the fp32 scale the path packs:
-    ``[N]`` (per channel) or ``[K/256, N]`` (per group).
+    own arithmetic), with the fp32 scale the path packs.
 
     The checks of the ops the path calls run here too, in the path's order, on stand-ins of the
     right shapes and dtypes (no data): ``pack_int4``'s N % 8, ``dynamic_quant``'s finite x,
@@ -320,21 +352,19 @@ def w4a8_dynamic_linear_args(x, weight, weight_scale, bias=None, numerics: Numer
     m = x2.shape[0]
     if numerics.nan_policy == "raise":
         _check.finite("dynamic_quant", "x", x2)
-
-    def stand_in(dtype, shape):
-        return np.broadcast_to(np.zeros((), dtype), shape)
-
+    stand_in = _check.stand_in
     quant_matmul_int4_args(stand_in(np.int8, (m, k)), stand_in(np.int32, (k, n // 8)), stand_in(np.int64, s32.shape),
-                            offset=stand_in(np.float32, (n,)), pertoken_scale=stand_in(np.float32, (m, 1)),
-                            output_dtype=x.dtype, numerics=numerics)
+                           offset=stand_in(np.float32, (n,)), pertoken_scale=stand_in(np.float32, (m, 1)),
+                           output_dtype=x.dtype, numerics=numerics)
     b = None
     if bias is not None:
         b = _check.array(op, "bias", bias, dtypes=(_dt.float32, _dt.bfloat16, _dt.float16))
         if b.shape not in ((n,), (1, n)):
             _check.fail(op, "bias", f"of shape [{n}]", _check.describe(b))
-    return x, weight, s32, b
+    return W4a8DynamicLinearArgs(x=x, weight=weight, weight_scale_f32=s32, bias=b)
 
 
+@golden_op("lowbit", check=w4a8_dynamic_linear_args)
 def w4a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, *,
                         bias: np.ndarray | None = None, numerics: Numerics = ASCEND) -> np.ndarray:
     """The Ascend ``W4A8_DYNAMIC`` Linear: per-token dynamic int8 activations, int4 weights.

@@ -4,18 +4,25 @@
 with ``quant_scale`` / ``quant_offset`` (aclnnWeightQuantBatchMatmulV2). The antiquant offset is
 **added**: it is the negated zero point (``-z``), as in :func:`w8a8.anti_quant`.
 
-Computation order (the device's is not documented; the golden's choice)::
+Computation order (the Custom kernel, ``weight_quant_batch_matmul_v2_common.h`` / ``anti_quant.h``)::
 
-    w_hat = cast_x_dtype( (fp32(w) + fp32(offset)) * fp32(scale) )   # antiquant in fp32, one RNE cast
+    bf16 x:  w_hat = cast_bf16( (fp32(w) + fp32(offset)) * fp32(scale) )   # fp32 antiquant, one RINT cast
+    fp16 x:  w_hat = fp16( fp16(half(w) + offset) * scale )               # half Adds, then half Muls
     acc   = x @ w_hat, products exact, summed exactly (float64), rounded once to fp32
     acc   = acc + fp32(bias)                                          # fp32
     y     = cast_x_dtype(acc)                                         # RNE
       or, with quant_scale:  y = sat_int8(rint(acc * qs[n] + qo[n]))
 
 * The weight is dequantized **to x's dtype** before the matmul: the cube multiplies two fp16 /
-  bf16 operands with fp32 accumulation. Whether the vector unit computes the antiquant in fp32
-  (as here) or in fp16/bf16 arithmetic is **not confirmed**; the two differ by at most one ulp of
-  x's dtype in ``w_hat``.
+  bf16 operands with fp32 accumulation. The antiquant type is ``AntiQuantCalType<biasType>``: half
+  for fp16 x, float for bf16 x (``weight_quant_batch_matmul_v2_common.h:83-100``), so with an fp16 x
+  and an offset the weight is rounded to fp16 twice (``anti_quant.h:265-280``:
+  ``Numerics.antiquant_precision="x_dtype"``); without an offset the fp16 product of an int8 code and
+  an fp16 scale is exact in fp32, so both orders give one rounding.
+* Kernel variants (:func:`w8a8.variants.select`): for per-channel calls with ``M <= 64`` and K, N
+  multiples of 32 (and int4 per-group ``M <= G/8``) the host tiling runs the **MSD** kernels, a
+  different algorithm (x split into int8 digits, exact integer GEMMs, a ``CAST_ROUND`` output) that
+  the golden does **not** model: it computes the Custom formula there (a tolerance-level difference).
 * The fp32 accumulation order of the device is not specified; the golden's sum is exact before
   one fp32 rounding, so a device differs by fp32 summation error only (a tolerance matter).
 * A float32 ``quant_scale`` is used at full precision; an int64 one (from
@@ -32,24 +39,88 @@ Computation order (the device's is not documented; the golden's choice)::
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
 from ..int4 import unpack_int4
+from ..numerics import ASCEND, Numerics
+from ..registry import golden_op
 from ..rounding import to_float, to_int
 from ..trans_quant_param import decode_quant_param
+from ..variants import calls as _variants
+
+__all__ = ["weight_quant_batchmatmul"]
 
 _OP = "weight_quant_batchmatmul"
 _DIM_LIMIT = 65535
 
 
+@dataclass(frozen=True, eq=False)
+class WeightQuantBatchmatmulArgs:
+    """The checked arguments of :func:`weight_quant_batchmatmul` (:func:`weight_quant_batchmatmul_args`):
+    the caller's arrays, reshaped where said (views, no arithmetic)."""
+
+    x: np.ndarray
+    """float16 / bfloat16 ``[M, K]``."""
+    weight: np.ndarray
+    """The weight as given (see :attr:`layout`)."""
+    layout: str
+    """``"int8"`` (``[K, N]``), ``"int4_n"`` (int32 ``[K, N/8]``, packed along N) or ``"int4_k"`` (int32
+    ``[K/8, N]``, packed along K)."""
+    n: int
+    """N, the output columns."""
+    scale: np.ndarray
+    """The antiquant scale as rows ``[R, N or 1]``: R = 1 (per tensor / per channel) or ceil(K/G) (per
+    group); with :attr:`packed`, int64 ``[1, N]``."""
+    group: int | None
+    """G for the per-group form, else None."""
+    offset: np.ndarray | None
+    """The antiquant offset, shaped like :attr:`scale` (int32 ``[1, N]`` with :attr:`packed`), or None."""
+    packed: bool
+    """The scale is the packed int64 FP19 scale of :func:`w8a8.trans_quant_param`."""
+    quant_scale: np.ndarray | None
+    """None (no requant), or float32 / int64 ``[Q]`` (Q = 1 or N): int8 output."""
+    quant_offset: np.ndarray | None
+    """float32 ``[Q]``, or None."""
+    bias: np.ndarray | None
+    """``[B]`` (B = 1 or N), or None."""
+
+
+def weight_quant_batchmatmul_args(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
+                                   quant_offset=None, bias=None, antiquant_group_size=0,
+                                   inner_precise=0, *, numerics: Numerics = ASCEND) -> WeightQuantBatchmatmulArgs:
+    """The argument checks of :func:`weight_quant_batchmatmul`, in its order (public: the backends
+    run them before their own arithmetic). Returns :class:`WeightQuantBatchmatmulArgs`."""
+    if not isinstance(numerics, Numerics):
+        _check.fail(_OP, "numerics", "a w8a8.Numerics", _check.describe(numerics), TypeError)
+    x = _check.array(_OP, "x", x, dtypes=(_dt.float16, _dt.bfloat16), ndim=2)
+    m, k = x.shape
+    weight, layout, n = _weight(x, weight)
+    _check.choice(_OP, "inner_precise", inner_precise, (0, 1))
+    for arg, dim in (("K", k), ("N", n)):
+        if not 1 <= dim <= _DIM_LIMIT:
+            _check.fail(_OP, "weight" if arg == "N" else "x", f"{arg} in [1, {_DIM_LIMIT}]", f"{arg} = {dim}")
+    s = _check.array(_OP, "antiquant_scale", antiquant_scale, dtypes=(x.dtype, _dt.int64), min_ndim=1, max_ndim=2)
+    g = _check.integer(_OP, "antiquant_group_size", antiquant_group_size, minimum=0)
+    packed = s.dtype == _dt.int64
+    if packed:
+        s, o = _packed_antiquant(x, weight, s, antiquant_offset, n, m, k)
+        group = None
+    else:
+        s, o, group = _float_antiquant(x, s, antiquant_offset, g, n, k)
+    qs, qo = _quant_params(quant_scale, quant_offset, n, packed)
+    return WeightQuantBatchmatmulArgs(x, weight, layout, n, s, group, o, packed, qs, qo, _bias(x, bias, n))
+
+
+@golden_op("lowbit", check=weight_quant_batchmatmul_args, mirrors="torch_npu.npu_weight_quant_batchmatmul")
 def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale: np.ndarray,
                              antiquant_offset: np.ndarray | None = None, quant_scale: np.ndarray | None = None,
                              quant_offset: np.ndarray | None = None, bias: np.ndarray | None = None,
-                             antiquant_group_size: int = 0, inner_precise: int = 0) -> np.ndarray:
+                             antiquant_group_size: int = 0, inner_precise: int = 0, *,
+                             numerics: Numerics = ASCEND) -> np.ndarray:
     """Weight-only quantized matmul mirroring ``torch_npu.npu_weight_quant_batchmatmul``.
 
     Parameters
@@ -74,6 +145,8 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
     antiquant_group_size : G for the per-group form: a multiple of 32 in [32, K - 1]; 0 otherwise
         (ignored by the other forms, as on the device).
     inner_precise : 0 or 1 (no effect on the golden result).
+    numerics : ``antiquant_precision`` (decided by the kernel under ``variants="select"``: ``"x_dtype"``
+        for fp16 x, ``"fp32"`` for bf16 x); ``platform`` picks the chip.
 
     Returns
     -------
@@ -85,7 +158,8 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
     [1, 65535], the group size, a forbidden combination, NaN/Inf in a float parameter.
     """
     p = weight_quant_batchmatmul_args(x, weight, antiquant_scale, antiquant_offset, quant_scale, quant_offset, bias,
-                                       antiquant_group_size, inner_precise)
+                                       antiquant_group_size, inner_precise, numerics=numerics)
+    n = _variants.weight_quant_batchmatmul(p, numerics).numerics(numerics)
     x = p.x
     k = x.shape[1]
     w = _codes(p)
@@ -95,7 +169,7 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
     else:
         sf = _rows(_as_2d(p.scale), p.group, k)
         of = None if p.offset is None else _rows(_as_2d(p.offset), p.group, k)
-    w_hat = _antiquant(w, sf, of, x.dtype, k)
+    w_hat = _antiquant(w, sf, of, x.dtype, n.antiquant_precision)
     qs, qo = _quant_values(p.quant_scale, p.quant_offset)
     b = None if p.bias is None else p.bias.astype(np.float32)
     acc = np.matmul(x.astype(np.float64), w_hat.astype(np.float64)).astype(np.float32)
@@ -105,55 +179,6 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
         if qs is None:
             return to_float(acc.astype(np.float32), x.dtype)
         return to_int((acc * qs + qo).astype(np.float32), _dt.int8)
-
-
-class WqbmmArgs(NamedTuple):
-    """The checked arguments of :func:`weight_quant_batchmatmul` (:func:`weight_quant_batchmatmul_args`).
-
-    ``layout``: ``"int8"`` (``[K, N]``), ``"int4_n"`` (int32 ``[K, N/8]``, packed along N) or
-    ``"int4_k"`` (int32 ``[K/8, N]``, packed along K). ``scale`` / ``offset``: the antiquant
-    parameters reshaped to rows ``[R, N or 1]`` (views, no arithmetic): R = 1 (per tensor / per
-    channel) or ceil(K/G) with ``group`` = G (per group); with ``packed`` (an int64 scale) ``scale``
-    is int64 ``[1, N]`` and ``offset`` int32 ``[1, N]``. ``quant_scale``: None, float32 or int64
-    ``[Q]`` (Q = 1 or N); ``quant_offset``: float32 ``[Q]`` or None; ``bias``: ``[B]`` (B = 1 or N)
-    or None.
-    """
-
-    x: np.ndarray
-    weight: np.ndarray
-    layout: str
-    n: int
-    scale: np.ndarray
-    group: int | None
-    offset: np.ndarray | None
-    packed: bool
-    quant_scale: np.ndarray | None
-    quant_offset: np.ndarray | None
-    bias: np.ndarray | None
-
-
-def weight_quant_batchmatmul_args(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
-                                   quant_offset=None, bias=None, antiquant_group_size=0,
-                                   inner_precise=0) -> WqbmmArgs:
-    """The argument checks of :func:`weight_quant_batchmatmul`, in its order (public: the backends
-    run them before their own arithmetic). Returns :class:`WqbmmArgs`."""
-    x = _check.array(_OP, "x", x, dtypes=(_dt.float16, _dt.bfloat16), ndim=2)
-    m, k = x.shape
-    weight, layout, n = _weight(x, weight)
-    _check.choice(_OP, "inner_precise", inner_precise, (0, 1))
-    for arg, dim in (("K", k), ("N", n)):
-        if not 1 <= dim <= _DIM_LIMIT:
-            _check.fail(_OP, "weight" if arg == "N" else "x", f"{arg} in [1, {_DIM_LIMIT}]", f"{arg} = {dim}")
-    s = _check.array(_OP, "antiquant_scale", antiquant_scale, dtypes=(x.dtype, _dt.int64), min_ndim=1, max_ndim=2)
-    g = _check.integer(_OP, "antiquant_group_size", antiquant_group_size, minimum=0)
-    packed = s.dtype == _dt.int64
-    if packed:
-        s, o = _packed_antiquant(x, weight, s, antiquant_offset, n, m, k)
-        group = None
-    else:
-        s, o, group = _float_antiquant(x, s, antiquant_offset, g, n, k)
-    qs, qo = _quant_params(quant_scale, quant_offset, n, packed)
-    return WqbmmArgs(x, weight, layout, n, s, group, o, packed, qs, qo, _bias(x, bias, n))
 
 
 def _weight(x: np.ndarray, weight) -> tuple[np.ndarray, str, int]:
@@ -172,7 +197,7 @@ def _weight(x: np.ndarray, weight) -> tuple[np.ndarray, str, int]:
                 _check.describe(weight))
 
 
-def _codes(p: WqbmmArgs) -> np.ndarray:
+def _codes(p: WeightQuantBatchmatmulArgs) -> np.ndarray:
     """The weight as int8/int4 codes ``[K, N]`` (int8 array)."""
     if p.layout == "int8":
         return p.weight
@@ -236,11 +261,18 @@ def _packed_antiquant(x, weight, s, offset, n, m, k):
     return s.reshape(1, n), None if o is None else o.reshape(1, n)
 
 
-def _antiquant(w: np.ndarray, sf: np.ndarray, of: np.ndarray | None, dtype, k: int) -> np.ndarray:
+def _antiquant(w: np.ndarray, sf: np.ndarray, of: np.ndarray | None, dtype, precision: str) -> np.ndarray:
+    """``w_hat`` in x's dtype: ``(w + offset) * scale`` in fp32 with one rounding (``precision="fp32"``)
+    or in x's dtype with a rounding after the add and after the multiply (``"x_dtype"``; each fp32
+    result of two fp16 operands rounded to fp16 is the correctly rounded fp16 result: the codes are
+    exact in fp16, a product of two fp16 values is exact in fp32, a sum is exact unless the smaller
+    operand is below a quarter ulp of the larger)."""
     v = w.astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         if of is not None:
             v = v + of
+            if precision == "x_dtype":
+                v = to_float(v.astype(np.float32), dtype).astype(np.float32)
         return to_float((v * sf).astype(np.float32), dtype)
 
 

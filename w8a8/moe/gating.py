@@ -20,8 +20,12 @@ import numpy as np
 from .. import _check
 from .. import dtypes as _dt
 from ..numerics import ASCEND, Numerics
+from ..registry import golden_op
 from ..rounding import to_float
+from ..variants import calls as _variants
 from . import _common as C
+
+__all__ = ["moe_gating_top_k_softmax", "moe_gating_top_k"]
 
 _MAX_E = 2048
 
@@ -33,7 +37,7 @@ def _topk_desc(score: np.ndarray, k: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class GatingSoftmaxArgs:
+class MoeGatingTopKSoftmaxArgs:
     """The checked arguments of :func:`moe_gating_top_k_softmax` (see :func:`moe_gating_top_k_softmax_args`)."""
 
     x: np.ndarray                  # [N, E] or [B, S, E], float16 / bfloat16 / float32, finite
@@ -41,7 +45,7 @@ class GatingSoftmaxArgs:
     finished: np.ndarray | None    # bool of x.shape[:-1]
 
 
-def moe_gating_top_k_softmax_args(x, finished=None, k=1, *, numerics: Numerics = ASCEND) -> GatingSoftmaxArgs:
+def moe_gating_top_k_softmax_args(x, finished=None, k=1, *, numerics: Numerics = ASCEND) -> MoeGatingTopKSoftmaxArgs:
     """The argument checks of :func:`moe_gating_top_k_softmax`, in its order, with its errors.
 
     Every implementation of the op (the golden, backends) calls this first: TypeError for dtypes,
@@ -56,33 +60,33 @@ def moe_gating_top_k_softmax_args(x, finished=None, k=1, *, numerics: Numerics =
     if fin is not None:
         _check.shape(op, "finished", fin, [x.shape[:-1]], f"of shape x.shape[:-1] = {tuple(x.shape[:-1])}")
     C.check_finite(op, "x", x, numerics)
-    return GatingSoftmaxArgs(x=x, k=k, finished=fin)
+    return MoeGatingTopKSoftmaxArgs(x=x, k=k, finished=fin)
 
 
 @dataclass(frozen=True)
-class GatingTopKArgs:
+class MoeGatingTopKArgs:
     """The checked arguments of :func:`moe_gating_top_k` (see :func:`moe_gating_top_k_args`)."""
 
     x: np.ndarray                      # [N, E], float16 / bfloat16 / float32, finite
-    k: int
+    k: int                             # experts per token
     bias: np.ndarray | None            # [E], x's dtype, finite
     hashed: bool                       # hash mode: expert_idx = tid2eid[input_ids]
     input_ids: np.ndarray | None       # [N] int32 / int64, in [0, num_keys)
     tid2eid: np.ndarray | None         # [num_keys, k] int32 / int64, in [0, E)
-    k_group: int
-    group_count: int
+    k_group: int                       # groups kept, 1 <= k_group <= group_count
+    group_count: int                   # equal expert groups, a divisor of E
     per_group: int                     # E / group_count
     group_select_mode: int             # 0 max, 1 sum of the top two
-    renorm: int
+    renorm: int                        # 0 or 1 (1 renormalises softmax scores too)
     norm_type: int                     # 0 softmax, 1 sigmoid, 2 sqrt-softplus
-    out_flag: bool
-    routed_scaling_factor: np.float32
-    eps: np.float32
+    out_flag: bool                     # whether the device writes norm_out
+    routed_scaling_factor: np.float32  # as the formula uses it (fp32)
+    eps: np.float32                    # as the formula uses it (fp32)
 
 
 def moe_gating_top_k_args(x, k, *, bias=None, input_ids=None, tid2eid=None, k_group=1, group_count=1,
                           group_select_mode=0, renorm=0, norm_type=0, out_flag=False, routed_scaling_factor=1.0,
-                          eps=1e-20, numerics: Numerics = ASCEND) -> GatingTopKArgs:
+                          eps=1e-20, numerics: Numerics = ASCEND) -> MoeGatingTopKArgs:
     """The argument checks of :func:`moe_gating_top_k`, in its order, with its errors.
 
     Every implementation of the op (the golden, backends) calls this first. TypeError for dtypes;
@@ -138,11 +142,12 @@ def moe_gating_top_k_args(x, k, *, bias=None, input_ids=None, tid2eid=None, k_gr
         _check.fail(op, "bias", f"of shape [E] = [{e}]", _check.describe(b))
     C.check_finite(op, "x", x, numerics)
     C.check_finite(op, "bias", b, numerics)
-    return GatingTopKArgs(x=x, k=k, bias=b, hashed=hashed, input_ids=ids, tid2eid=table, k_group=k_group,
+    return MoeGatingTopKArgs(x=x, k=k, bias=b, hashed=hashed, input_ids=ids, tid2eid=table, k_group=k_group,
                           group_count=group_count, per_group=per_group, group_select_mode=group_select_mode,
                           renorm=renorm, norm_type=norm_type, out_flag=out_flag, routed_scaling_factor=rsf, eps=eps32)
 
 
+@golden_op("moe", check=moe_gating_top_k_softmax_args, mirrors="torch_npu.npu_moe_gating_top_k_softmax")
 def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, k: int = 1, *,
                              numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Softmax then top-k, mirroring ``torch_npu.npu_moe_gating_top_k_softmax`` (no renormalisation).
@@ -152,7 +157,8 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
     x : float16 / bfloat16 / float32, 2-D ``[N, E]`` or 3-D ``[B, S, E]`` router logits.
     finished : optional bool of shape ``x.shape[:-1]``: rows marked True get expert id ``E``.
     k : experts per row, ``1 <= k <= min(E, 1024)``.
-    numerics : fields used: ``transcendental`` (exp), ``nan_policy``.
+    numerics : fields used: ``transcendental`` (exp), ``nan_policy``; the template
+        (:func:`w8a8.variants.select`) decides ``gating_precision``.
 
     Returns
     -------
@@ -168,6 +174,12 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
         expert_idx = stable top-k of p (ties: lower expert index first)
         y = cast(p[expert_idx] -> x.dtype, RNE)
 
+    Templates (kernel-variants §9): the perf kernel (``(E <= 1024 and E % 8 == 0 and k <= 8) or E < 8``)
+    ranks the fp32 probabilities. Outside it the full-load kernels run ``SoftMax<half>`` /
+    ``TopK<half>`` on fp16 logits: the probabilities are rounded to fp16 **before** ranking
+    (``gating_precision="fp16"``), so probabilities that differ only below fp16 precision tie and the
+    lower expert index wins; bf16 and fp32 logits are ranked in fp32 there too.
+
     The row sum is taken in float64 and rounded once to fp32 (the device sums fp32 partials in a
     tree: a few-ulp difference). ``y`` of a finished row keeps its softmax values; only its ids
     change.
@@ -176,6 +188,7 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
     ``nan_policy="raise"``.
     """
     a = moe_gating_top_k_softmax_args(x, finished, k, numerics=numerics)
+    n16 = _variants.moe_gating_top_k_softmax(a, numerics).numerics(numerics).gating_precision == "fp16"
     x, k, fin = a.x, a.k, a.finished
     e = x.shape[-1]
     xf = x.reshape(-1, e).astype(np.float32)
@@ -185,6 +198,8 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
     ex = C.exp(shifted, numerics)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = ex / C.sum_f32(ex)
+    if n16 and x.dtype == _dt.float16:  # SoftMax<half> then TopK<half>: rank the fp16 probabilities
+        p = p.astype(np.float16).astype(np.float32)
     idx = _topk_desc(p, k)
     y = to_float(np.take_along_axis(p, idx, axis=-1), x.dtype)
     expert_idx = idx.astype(np.int32)
@@ -195,6 +210,7 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
     return y.reshape(shape), expert_idx.reshape(shape), row_idx.astype(np.int32).reshape(shape)
 
 
+@golden_op("moe", check=moe_gating_top_k_args, mirrors="torch_npu.npu_moe_gating_top_k")
 def moe_gating_top_k(x: np.ndarray, k: int, *, bias: np.ndarray | None = None, input_ids: np.ndarray | None = None,
                      tid2eid: np.ndarray | None = None, k_group: int = 1, group_count: int = 1,
                      group_select_mode: int = 0, renorm: int = 0, norm_type: int = 0, out_flag: bool = False,

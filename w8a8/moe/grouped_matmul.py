@@ -20,9 +20,12 @@ from .. import dtypes as _dt
 from ..intgemm import add_int32, int_matmul
 from ..numerics import ASCEND, Numerics
 from ..quant_matmul import epilogue
+from ..registry import golden_op
 from ..rounding import to_float
 from ..trans_quant_param import decode_quant_param, fp19
 from . import _common as C
+
+__all__ = ["grouped_matmul"]
 
 _OP = "grouped_matmul"
 _INNER_LIMIT = 65536
@@ -41,6 +44,12 @@ def _single(arg: str, value, *, optional: bool = False):
         if len(value) != 1:
             _check.fail(_OP, arg, "a single tensor or a one-element list (the golden implements the "
                         "single-tensor form: one x [M, K], one weight [E, K, N], one y)", f"a list of {len(value)}")
+        if value[0] is None:
+            # torch_npu's schema types every list argument Tensor[] / Tensor[]? (op-plugin
+            # op_plugin_functions.yaml:6346 @ 517f2e7d): a None element is refused by the argument
+            # parser before the op runs (field report: per_token_scale=[None]).
+            _check.fail(_OP, arg, "None or a list of arrays (torch_npu's Tensor[] takes no None element)",
+                        "[None]", TypeError)
         return value[0], True
     return value, False
 
@@ -82,6 +91,109 @@ def _activate(v: np.ndarray, act_type: int, numerics: Numerics) -> np.ndarray:
             np.float32(0.851) * (v - a), numerics)
 
 
+@dataclass(frozen=True)
+class GroupedMatmulArgs:
+    """The checked arguments of :func:`grouped_matmul` (see :func:`grouped_matmul_args`)."""
+
+    x: np.ndarray                        # int8 [M, K]
+    weight: np.ndarray                   # int8 [E, K, N] (any strides)
+    bias: np.ndarray | None              # int32 [E, N]
+    scale: np.ndarray | None             # [E, N] bfloat16 / float32 (finite) / int64 / uint64
+    per_token_scale: np.ndarray | None   # float32 [M], finite
+    out: np.dtype                        # int32, bfloat16, float16 or int8 (fixed by the scale's dtype)
+    act_type: int                        # 0, 1, 2, 4, 5 (non-zero only with per_token_scale)
+    group_list_type: int                 # 0 cumulative ends, 1 counts, 2 (group, count) pairs
+    segments: tuple                      # ((group, start_row, stop_row), ...) in row order, empty ones included
+    total: int                           # rows written: the group-list total (rows past it are unspecified)
+    as_list: bool                        # x came as a one-element list: the result is one too
+    group_list: np.ndarray               # int64, as given (checked by group_segments)
+    split_item: int                      # 2 or 3 (one output tensor either way)
+
+    @property
+    def packed(self) -> bool:
+        """The scale is the packed int64 / uint64 of trans_quant_param (int8 requant output)."""
+        return self.scale is not None and self.scale.dtype in (_dt.int64, _dt.uint64)
+
+
+def grouped_matmul_args(x, weight, *, bias=None, scale=None, offset=None, per_token_scale=None, group_list,
+                        group_list_type: int = 0, act_type: int = 0, output_dtype=None, split_item: int = 3,
+                        group_type: int = 0, numerics: Numerics = ASCEND) -> GroupedMatmulArgs:
+    """The argument checks of :func:`grouped_matmul`, in its order, with its errors.
+
+    Every implementation of the op (the golden, backends) calls this first. It unwraps the
+    one-element lists, resolves ``output_dtype``, enforces the A2/A3 combination table and parses the
+    group list (:func:`~w8a8.moe.group_segments`). TypeError for dtypes and combinations outside the
+    table; ValueError for shapes, group lists, options, NaN/Inf scales under ``nan_policy="raise"``.
+    """
+    xa, as_list = _single("x", x)
+    wa, _ = _single("weight", weight)
+    ba, _ = _single("bias", bias, optional=True)
+    sa, _ = _single("scale", scale, optional=True)
+    pa, _ = _single("per_token_scale", per_token_scale, optional=True)
+    oa, _ = _single("offset", offset, optional=True)
+    return _checked(xa, wa, ba, sa, oa, pa, group_list, group_list_type, act_type, output_dtype, split_item,
+                    group_type, numerics, as_list)
+
+
+def _checked(x, w, b, s, o, pt, group_list, group_list_type, act_type, output_dtype, split_item, group_type,
+             numerics, as_list) -> GroupedMatmulArgs:
+    C.check_numerics(_OP, numerics)
+    split_item = _check.choice(_OP, "split_item", split_item, (2, 3))
+    _check.choice(_OP, "group_type", group_type, (0,))
+    group_list_type = _check.choice(_OP, "group_list_type", group_list_type, (0, 1, 2))
+    act_type = _check.integer(_OP, "act_type", act_type)
+    if act_type not in _ACTS:
+        _check.fail(_OP, "act_type", "0 (none), 1 (relu), 2 (gelu_tanh), 4 (fast_gelu) or 5 (silu); 3 is "
+                    "not supported by the device", str(act_type))
+    x = _check.array(_OP, "x", x, dtypes=(_dt.int8,), ndim=2)
+    # int8 x takes only an int8 weight here: aclnnGroupedMatmul has no int8-x / bf16-weight pattern
+    # ("GMM: there is no matching xDtype and weightDtype pattern", ops-transformer
+    # gmm/grouped_matmul/op_host/op_api/aclnn_grouped_matmul.cpp:984-1005 @ c29bc106).
+    w = _check.array(_OP, "weight", w, dtypes=(_dt.int8,), ndim=3)
+    m, k = x.shape
+    e, wk, n = w.shape
+    if wk != k:
+        _check.fail(_OP, "weight", f"of shape [E, K, N] with K = {k} (columns of x)", _check.describe(w))
+    if k >= _INNER_LIMIT or n >= _INNER_LIMIT:
+        _check.fail(_OP, "weight", f"K and N < {_INNER_LIMIT} (the device's inner-dimension limit)", _check.describe(w))
+    if o is not None:
+        _check.fail(_OP, "offset", "None (the quantized grouped matmul has no offset)", _check.describe(o))
+    out = _dt.resolve("int8" if output_dtype is None else output_dtype, arg="output_dtype", op=_OP)
+    if out not in (_dt.int8, _dt.bfloat16, _dt.float16, _dt.int32):
+        _check.fail(_OP, "output_dtype", "None, int8, bfloat16, float16 or int32", repr(output_dtype), TypeError)
+    if s is not None:
+        s = _check.array(_OP, "scale", s, dtypes=(_dt.bfloat16, _dt.float32, _dt.int64, _dt.uint64), ndim=2)
+        _check.shape(_OP, "scale", s, [(e, n)], f"of shape [E, N] = [{e}, {n}]")
+    pt = _check.optional(_OP, "per_token_scale", pt, dtypes=(_dt.float32,), ndim=1)
+    if pt is not None and pt.shape[0] != m:
+        _check.fail(_OP, "per_token_scale", f"of shape [M] = [{m}]", _check.describe(pt))
+    b = _check.optional(_OP, "bias", b, dtypes=(_dt.int32,), ndim=2)
+    if b is not None:
+        _check.shape(_OP, "bias", b, [(e, n)], f"of shape [E, N] = [{e}, {n}]")
+    expected = {None: _dt.int32, _dt.bfloat16: _dt.bfloat16, _dt.float32: _dt.float16,
+                _dt.int64: _dt.int8, _dt.uint64: _dt.int8}[None if s is None else s.dtype]
+    if out != expected:
+        what = "None" if s is None else _dt.name(s.dtype)
+        _check.fail(_OP, "output_dtype", f"{_dt.name(expected)} for a {what} scale (spec §5.3: bf16 scale -> bf16, "
+                    "fp32 scale -> fp16, int64 -> int8, no scale -> int32; e.g. fp32 scale with bf16 output is "
+                    "rejected by the device)", _dt.name(out), TypeError)
+    if pt is not None and out not in (_dt.bfloat16, _dt.float16):
+        _check.fail(_OP, "per_token_scale", "None unless scale is bf16 or fp32 (per-token dequant)",
+                    _check.describe(pt))
+    if act_type and pt is None:
+        _check.fail(_OP, "act_type", "0 without per_token_scale (the device applies activations in the "
+                    "per-token case only)", str(act_type))
+    for arg, value in (("scale", s), ("per_token_scale", pt)):
+        if value is not None and value.dtype != _dt.int64 and value.dtype != _dt.uint64:
+            C.check_finite(_OP, arg, value, numerics)
+    segs = C.group_segments(_OP, group_list, group_list_type, m, e)
+    return GroupedMatmulArgs(x=x, weight=w, bias=b, scale=s, per_token_scale=pt, out=out, act_type=act_type,
+                             group_list_type=group_list_type, segments=tuple(segs),
+                             total=max((stop for _, _, stop in segs), default=0), as_list=as_list,
+                             group_list=group_list, split_item=split_item)
+
+
+@golden_op("moe", check=grouped_matmul_args, mirrors="torch_npu.npu_grouped_matmul")
 def grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_token_scale=None, group_list,
                    group_list_type: int = 0, act_type: int = 0, output_dtype=None, split_item: int = 3,
                    group_type: int = 0, numerics: Numerics = ASCEND):
@@ -150,102 +262,6 @@ def grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_token_s
                             numerics=numerics)
     y = _grouped_matmul(a, numerics)
     return [y] if a.as_list else y
-
-
-@dataclass(frozen=True)
-class GroupedMatmulArgs:
-    """The checked arguments of :func:`grouped_matmul` (see :func:`grouped_matmul_args`)."""
-
-    x: np.ndarray                        # int8 [M, K]
-    weight: np.ndarray                   # int8 [E, K, N] (any strides)
-    bias: np.ndarray | None              # int32 [E, N]
-    scale: np.ndarray | None             # [E, N] bfloat16 / float32 (finite) / int64 / uint64
-    per_token_scale: np.ndarray | None   # float32 [M], finite
-    out: np.dtype                        # int32, bfloat16, float16 or int8 (fixed by the scale's dtype)
-    act_type: int                        # 0, 1, 2, 4, 5 (non-zero only with per_token_scale)
-    group_list_type: int
-    segments: tuple                      # ((group, start_row, stop_row), ...) in row order, empty ones included
-    total: int                           # rows written: the group-list total (rows past it are unspecified)
-    as_list: bool                        # x came as a one-element list: the result is one too
-
-    @property
-    def packed(self) -> bool:
-        """The scale is the packed int64 / uint64 of trans_quant_param (int8 requant output)."""
-        return self.scale is not None and self.scale.dtype in (_dt.int64, _dt.uint64)
-
-
-def grouped_matmul_args(x, weight, *, bias=None, scale=None, offset=None, per_token_scale=None, group_list,
-                        group_list_type: int = 0, act_type: int = 0, output_dtype=None, split_item: int = 3,
-                        group_type: int = 0, numerics: Numerics = ASCEND) -> GroupedMatmulArgs:
-    """The argument checks of :func:`grouped_matmul`, in its order, with its errors.
-
-    Every implementation of the op (the golden, backends) calls this first. It unwraps the
-    one-element lists, resolves ``output_dtype``, enforces the A2/A3 combination table and parses the
-    group list (:func:`~w8a8.moe.group_segments`). TypeError for dtypes and combinations outside the
-    table; ValueError for shapes, group lists, options, NaN/Inf scales under ``nan_policy="raise"``.
-    """
-    xa, as_list = _single("x", x)
-    wa, _ = _single("weight", weight)
-    ba, _ = _single("bias", bias, optional=True)
-    sa, _ = _single("scale", scale, optional=True)
-    pa, _ = _single("per_token_scale", per_token_scale, optional=True)
-    oa, _ = _single("offset", offset, optional=True)
-    return _checked(xa, wa, ba, sa, oa, pa, group_list, group_list_type, act_type, output_dtype, split_item,
-                    group_type, numerics, as_list)
-
-
-def _checked(x, w, b, s, o, pt, group_list, group_list_type, act_type, output_dtype, split_item, group_type,
-             numerics, as_list) -> GroupedMatmulArgs:
-    C.check_numerics(_OP, numerics)
-    _check.choice(_OP, "split_item", split_item, (2, 3))
-    _check.choice(_OP, "group_type", group_type, (0,))
-    group_list_type = _check.choice(_OP, "group_list_type", group_list_type, (0, 1, 2))
-    act_type = _check.integer(_OP, "act_type", act_type)
-    if act_type not in _ACTS:
-        _check.fail(_OP, "act_type", "0 (none), 1 (relu), 2 (gelu_tanh), 4 (fast_gelu) or 5 (silu); 3 is "
-                    "not supported by the device", str(act_type))
-    x = _check.array(_OP, "x", x, dtypes=(_dt.int8,), ndim=2)
-    w = _check.array(_OP, "weight", w, dtypes=(_dt.int8,), ndim=3)
-    m, k = x.shape
-    e, wk, n = w.shape
-    if wk != k:
-        _check.fail(_OP, "weight", f"of shape [E, K, N] with K = {k} (columns of x)", _check.describe(w))
-    if k >= _INNER_LIMIT or n >= _INNER_LIMIT:
-        _check.fail(_OP, "weight", f"K and N < {_INNER_LIMIT} (the device's inner-dimension limit)", _check.describe(w))
-    if o is not None:
-        _check.fail(_OP, "offset", "None (the quantized grouped matmul has no offset)", _check.describe(o))
-    out = _dt.resolve("int8" if output_dtype is None else output_dtype, arg="output_dtype", op=_OP)
-    if out not in (_dt.int8, _dt.bfloat16, _dt.float16, _dt.int32):
-        _check.fail(_OP, "output_dtype", "None, int8, bfloat16, float16 or int32", repr(output_dtype), TypeError)
-    if s is not None:
-        s = _check.array(_OP, "scale", s, dtypes=(_dt.bfloat16, _dt.float32, _dt.int64, _dt.uint64), ndim=2)
-        _check.shape(_OP, "scale", s, [(e, n)], f"of shape [E, N] = [{e}, {n}]")
-    pt = _check.optional(_OP, "per_token_scale", pt, dtypes=(_dt.float32,), ndim=1)
-    if pt is not None and pt.shape[0] != m:
-        _check.fail(_OP, "per_token_scale", f"of shape [M] = [{m}]", _check.describe(pt))
-    b = _check.optional(_OP, "bias", b, dtypes=(_dt.int32,), ndim=2)
-    if b is not None:
-        _check.shape(_OP, "bias", b, [(e, n)], f"of shape [E, N] = [{e}, {n}]")
-    expected = {None: _dt.int32, _dt.bfloat16: _dt.bfloat16, _dt.float32: _dt.float16,
-                _dt.int64: _dt.int8, _dt.uint64: _dt.int8}[None if s is None else s.dtype]
-    if out != expected:
-        what = "None" if s is None else _dt.name(s.dtype)
-        _check.fail(_OP, "output_dtype", f"{_dt.name(expected)} for a {what} scale (spec §5.3: bf16 scale -> bf16, "
-                    "fp32 scale -> fp16, int64 -> int8, no scale -> int32; e.g. fp32 scale with bf16 output is "
-                    "rejected by the device)", _dt.name(out), TypeError)
-    if pt is not None and out not in (_dt.bfloat16, _dt.float16):
-        _check.fail(_OP, "per_token_scale", "None unless scale is bf16 or fp32 (per-token dequant)",
-                    _check.describe(pt))
-    if act_type and pt is None:
-        _check.fail(_OP, "act_type", "0 without per_token_scale (the device applies activations in the "
-                    "per-token case only)", str(act_type))
-    for arg, value in (("scale", s), ("per_token_scale", pt)):
-        if value is not None and value.dtype != _dt.int64 and value.dtype != _dt.uint64:
-            C.check_finite(_OP, arg, value, numerics)
-    segs = C.group_segments(_OP, group_list, group_list_type, m, e)
-    return GroupedMatmulArgs(x=x, weight=w, bias=b, scale=s, per_token_scale=pt, out=out, act_type=act_type,
-                             group_list_type=group_list_type, segments=tuple(segs),
-                             total=max((stop for _, _, stop in segs), default=0), as_list=as_list)
 
 
 def _grouped_matmul(a: GroupedMatmulArgs, numerics: Numerics) -> np.ndarray:

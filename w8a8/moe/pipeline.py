@@ -26,14 +26,17 @@ from .. import _check
 from .. import dtypes as _dt
 from ..linear import w8a8_dynamic_linear
 from ..numerics import ASCEND, Numerics
+from ..registry import golden_op
 from ..rounding import to_float
 from . import _common as C
 from .finalize import moe_finalize_routing
-from .gating import (GatingSoftmaxArgs, GatingTopKArgs, moe_gating_top_k, moe_gating_top_k_args,
+from .gating import (MoeGatingTopKArgs, MoeGatingTopKSoftmaxArgs, moe_gating_top_k, moe_gating_top_k_args,
                      moe_gating_top_k_softmax, moe_gating_top_k_softmax_args)
 from .grouped_matmul import grouped_matmul
-from .routing import RoutingV2Plan, moe_init_routing_v2, moe_init_routing_v2_plan
+from .routing import MoeInitRoutingV2Args, moe_init_routing_v2, moe_init_routing_v2_args
 from .swiglu import dequant_swiglu_quant, swiglu
+
+__all__ = ["w8a8_moe", "w8a8_moe_stages", "w8a8_moe_prequantized", "w8a8_moe_prequantized_stages"]
 
 _SHARED_KEYS = ("gate_weight", "gate_scale", "up_weight", "up_scale", "down_weight", "down_scale")
 _SCORING = {"softmax": None, "sigmoid": 1, "sqrtsoftplus": 2}
@@ -47,8 +50,8 @@ class ExpertWeights:
     w13_scale: np.ndarray    # float32 / bfloat16 [E, 2I] (a view of the [E, 2I, 1] checkpoint scale)
     w2: np.ndarray           # int8 [E, H, I]
     w2_scale: np.ndarray     # float32 / bfloat16 [E, H]
-    e: int
-    i: int
+    e: int                   # E, the experts
+    i: int                   # I, the intermediate size
 
 
 def _expert_scale(op: str, arg: str, value, e: int, rows: int) -> np.ndarray:
@@ -95,12 +98,12 @@ class MoeRouting:
     ``renormalize`` if asked; ``"top_k"``: :func:`moe_gating_top_k` on the fp32 logits (``gating``).
     """
 
-    mode: str
-    k: int
-    ids: np.ndarray | None = None
-    weights: np.ndarray | None = None
-    renormalize: bool = False
-    gating: GatingSoftmaxArgs | GatingTopKArgs | None = None
+    mode: str                                  # "ids", "softmax" or "top_k"
+    k: int                                     # experts per token
+    ids: np.ndarray | None = None              # mode "ids": int32 [T, k]
+    weights: np.ndarray | None = None          # mode "ids": fp32 [T, k]
+    renormalize: bool = False                  # mode "softmax": the fp32 L1 renormalisation
+    gating: MoeGatingTopKSoftmaxArgs | MoeGatingTopKArgs | None = None  # the router op's checked arguments
 
 
 def moe_routing_args(op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights, scoring_func,
@@ -195,10 +198,10 @@ def _shared(op: str, shared_expert, x: np.ndarray, numerics: Numerics) -> np.nda
 
 
 @dataclass(frozen=True)
-class MoeArgs:
+class W8a8MoeArgs:
     """The checked arguments of the MoE layer (see :func:`w8a8_moe_args`, :func:`w8a8_moe_prequantized_args`).
 
-    ``routing_plan`` is :func:`moe_init_routing_v2_plan` of the dispatch step, checked on stand-in ids of
+    ``routing_plan`` is :func:`~w8a8.moe.routing.moe_init_routing_v2_args` of the dispatch step, checked on stand-in ids of
     the routing's shape ``[T, k]`` (its checks do not read the id values). Checks the layer makes later,
     on intermediate values, stay in the ops it runs (``swiglu_limit`` in ``dequant_swiglu_quant``, the
     shared expert's weights in ``w8a8_dynamic_linear``, NaN/Inf of intermediates).
@@ -208,24 +211,30 @@ class MoeArgs:
     x: np.ndarray                        # bf16 hidden [T, H], or the int8 dispatched x_q [T, H]
     x_scale: np.ndarray | None           # float32 [T] (pre-quantized entry point)
     shared_input: np.ndarray | None      # what the shared expert runs on (hidden for w8a8_moe)
-    experts: ExpertWeights
-    routing: MoeRouting
-    routing_plan: RoutingV2Plan
-    swiglu_limit: object
-    shared_expert: Mapping | None
+    experts: ExpertWeights               # the routed experts' checked weights (checkpoint layout)
+    routing: MoeRouting                  # how tokens are routed (the router op's checked arguments)
+    routing_plan: MoeInitRoutingV2Args   # the dispatch step's checked routing
+    swiglu_limit: object                 # as given (checked by dequant_swiglu_quant when it runs)
+    shared_expert: Mapping | None        # the six checkpoint tensors, or None
 
     @property
     def t(self) -> int:
+        """T, the tokens."""
         return self.x.shape[0]
 
     @property
     def h(self) -> int:
+        """H, the hidden size."""
         return self.x.shape[1]
+
+
+W8a8MoePrequantizedArgs = W8a8MoeArgs
+"""The checked arguments of :func:`w8a8_moe_prequantized`: those of the MoE layer."""
 
 
 def _layer_args(op, x, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
                 topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count, group_select_mode,
-                routed_scaling_factor, swiglu_limit, shared_expert, numerics) -> MoeArgs:
+                routed_scaling_factor, swiglu_limit, shared_expert, numerics) -> W8a8MoeArgs:
     C.check_numerics(op, numerics)
     shared_expert_args(op, shared_expert, shared_input)
     t, h = x.shape
@@ -233,10 +242,10 @@ def _layer_args(op, x, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_
     routing = moe_routing_args(op, t, experts.e, top_k, router_logits, topk_ids, topk_weights, scoring_func,
                                renormalize, correction_bias, k_group, group_count, group_select_mode,
                                routed_scaling_factor, numerics)
-    plan = moe_init_routing_v2_plan(x, np.zeros((t, routing.k), np.int32), scale=x_scale,
+    plan = moe_init_routing_v2_args(x, np.zeros((t, routing.k), np.int32), scale=x_scale,
                                     quant_mode=1 if x_scale is None else -1,
                                     **_dispatch_options(t, routing.k, experts.e), numerics=numerics)
-    return MoeArgs(op=op, x=x, x_scale=x_scale, shared_input=shared_input, experts=experts, routing=routing,
+    return W8a8MoeArgs(op=op, x=x, x_scale=x_scale, shared_input=shared_input, experts=experts, routing=routing,
                    routing_plan=plan, swiglu_limit=swiglu_limit, shared_expert=shared_expert)
 
 
@@ -246,7 +255,7 @@ def _dispatch_options(t: int, k: int, e: int) -> dict:
                 active_expert_range=[0, e])
 
 
-def _forward(a: MoeArgs, numerics: Numerics) -> dict:
+def _forward(a: W8a8MoeArgs, numerics: Numerics) -> dict:
     w13_kn, s13, w2_kn, s2w = _load_experts(a.experts)
     ids, wts = _route(a.routing, numerics)
     routing = dict(_dispatch_options(a.t, ids.shape[1], a.experts.e), numerics=numerics)
@@ -272,13 +281,39 @@ def _forward(a: MoeArgs, numerics: Numerics) -> dict:
         y = to_float(routed.astype(np.float32) + shared.astype(np.float32), _dt.bfloat16)
     return {"topk_ids": ids, "topk_weights": wts, "expanded_x": x_e, "expanded_scale": s_e,
             "expanded_row_idx": row_idx, "expert_tokens": counts, "w13_scale": s13, "w2_scale": s2w,
-            "gmm1": gmm1, "act_q": a_q, "act_scale": a_s, "gmm2": gmm2, "routed": routed, "shared": shared, "y": y}
+            "gmm1": gmm1, "act_q": a_q, "act_scale": a_s, "gmm2": gmm2, "routed": routed, "shared": shared, "y": y,
+            "variants": _layer_variants(a, ids.shape[1], gmm1.shape[0], numerics)}
+
+
+def _layer_variants(a: "MoeArgs", k: int, rows: int, numerics: Numerics) -> dict:
+    """The kernel variant of each op of the layer (:mod:`w8a8.variants`), from the layer's wiring above."""
+    from ..variants import matmul as vm, moe as vmoe, swiglu as vsw
+
+    plat = numerics.platform_record
+    e = a.experts.e
+    out = {}
+    g = a.routing.gating
+    if a.routing.mode == "softmax":
+        out["moe_gating_top_k_softmax"] = vmoe.gating_softmax(e=e, k=k, dtype=_dt.name(g.x.dtype), platform=plat)
+    quant = 1 if a.x_scale is None else -1
+    out["moe_init_routing_v2"] = vmoe.init_routing_v2(
+        n=a.t, k=k, h=a.h, x_dtype=_dt.name(a.x.dtype), quant_mode=quant, scale_shape=None if quant == 1 else (a.t,),
+        offset=False, start=0, end=e, expert_num=e, count_type=1, row_idx_type=0, platform=plat)
+    out["grouped_matmul"] = vm.grouped_matmul(out="bfloat16", pertoken=True, platform=plat)
+    out["dequant_swiglu_quant"] = vsw.dequant_swiglu_quant(
+        x_dtype="bfloat16", tokens=rows, groups=None, quant_mode=1, quant_scale_dtype=None, quant_scale_size=0,
+        bias_dtype=None, scalar=False, platform=plat)
+    out["moe_finalize_routing"] = vmoe.finalize(dtype="bfloat16", scale_dtype="bfloat16", n=a.t, k=k, h=a.h,
+                                                bias=False, skip1=False, skip2=False, drop_pad_mode=2, platform=plat)
+    if a.shared_expert is not None:
+        out["swiglu"] = vsw.swiglu("bfloat16", platform=plat)
+    return out
 
 
 def w8a8_moe_args(hidden, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None, topk_ids=None,
                   topk_weights=None, scoring_func="softmax", renormalize=False, correction_bias=None, k_group=1,
                   group_count=1, group_select_mode=0, routed_scaling_factor=1.0, swiglu_limit=None,
-                  shared_expert=None, numerics: Numerics = ASCEND) -> MoeArgs:
+                  shared_expert=None, numerics: Numerics = ASCEND) -> W8a8MoeArgs:
     """The argument checks of :func:`w8a8_moe` made before it computes anything, in its order, with its
     errors: hidden, the shared expert's structure, the experts' weights, the routing (with the router
     op's checks) and the dispatch step's routing options. TypeError for dtypes, ValueError otherwise."""
@@ -295,7 +330,7 @@ def w8a8_moe_prequantized_args(x_q, x_scale, w13, w13_scale, w2, w2_scale, *, to
                                topk_ids=None, topk_weights=None, scoring_func="softmax", renormalize=False,
                                correction_bias=None, k_group=1, group_count=1, group_select_mode=0,
                                routed_scaling_factor=1.0, swiglu_limit=None, shared_expert=None, shared_input=None,
-                               numerics: Numerics = ASCEND) -> MoeArgs:
+                               numerics: Numerics = ASCEND) -> W8a8MoePrequantizedArgs:
     """The argument checks of :func:`w8a8_moe_prequantized` made before it computes anything (as
     :func:`w8a8_moe_args`, on ``x_q``, ``x_scale`` and ``shared_input``)."""
     op = "w8a8_moe_prequantized"
@@ -332,6 +367,7 @@ def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, 
     return _forward(a, numerics)
 
 
+@golden_op("moe", check=w8a8_moe_args)
 def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.ndarray, w2_scale: np.ndarray, *,
              top_k: int | None = None, router_logits: np.ndarray | None = None, topk_ids: np.ndarray | None = None,
              topk_weights: np.ndarray | None = None, scoring_func: str = "softmax", renormalize: bool = False,
@@ -401,6 +437,7 @@ def w8a8_moe_prequantized_stages(x_q: np.ndarray, x_scale: np.ndarray, w13: np.n
     return _forward(a, numerics)
 
 
+@golden_op("moe", check=w8a8_moe_prequantized_args)
 def w8a8_moe_prequantized(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray,
                           w2: np.ndarray, w2_scale: np.ndarray, *, top_k: int | None = None,
                           router_logits: np.ndarray | None = None, topk_ids: np.ndarray | None = None,

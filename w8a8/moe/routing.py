@@ -24,8 +24,13 @@ from .. import _check
 from .. import dtypes as _dt
 from ..dynamic_quant import quantize_rows
 from ..numerics import ASCEND, Numerics
+from ..registry import golden_op
 from ..rounding import to_int
+from ..variants import calls as _variants
+from ..variants import moe as _variant_rules
 from . import _common as C
+
+__all__ = ["moe_init_routing", "moe_init_routing_v2", "moe_init_routing_v2_valid", "dispatch_quant"]
 
 _X_DTYPES = C.FLOATS
 _V2_X_DTYPES = C.FLOATS + (_dt.int8,)
@@ -33,7 +38,7 @@ _MAX_EXPERT = 10240
 
 
 @dataclass(frozen=True)
-class InitRoutingArgs:
+class MoeInitRoutingArgs:
     """The checked arguments of :func:`moe_init_routing` (see :func:`moe_init_routing_args`)."""
 
     x: np.ndarray            # [N, H] float16 / bfloat16 / float32
@@ -42,7 +47,7 @@ class InitRoutingArgs:
     active_num: int          # >= 0
 
 
-def moe_init_routing_args(x, row_idx, expert_idx, active_num) -> InitRoutingArgs:
+def moe_init_routing_args(x, row_idx, expert_idx, active_num) -> MoeInitRoutingArgs:
     """The argument checks of :func:`moe_init_routing` (v1), in its order, with its errors.
 
     TypeError for dtypes; ValueError for shapes, a ``row_idx`` that is not a permutation of
@@ -60,9 +65,10 @@ def moe_init_routing_args(x, row_idx, expert_idx, active_num) -> InitRoutingArgs
     nk = row_idx.size
     if nk and not np.array_equal(np.sort(row_idx.reshape(-1).astype(np.int64)), np.arange(nk)):
         _check.fail(op, "row_idx", f"a permutation of 0 .. N*K-1 = 0 .. {nk - 1}", f"{row_idx.reshape(-1).tolist()[:16]}")
-    return InitRoutingArgs(x=x, row_idx=row_idx, expert_idx=expert_idx, active_num=active_num)
+    return MoeInitRoutingArgs(x=x, row_idx=row_idx, expert_idx=expert_idx, active_num=active_num)
 
 
+@golden_op("moe", check=moe_init_routing_args, mirrors="torch_npu.npu_moe_init_routing")
 def moe_init_routing(x: np.ndarray, row_idx: np.ndarray, expert_idx: np.ndarray,
                      active_num: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Routing v1, mirroring ``torch_npu.npu_moe_init_routing``.
@@ -136,35 +142,52 @@ def _trunc_to_fp16(t32: np.ndarray) -> np.ndarray:
         return np.where(away, np.nextafter(h, np.float16(0)), h)
 
 
+@dataclass(frozen=True)
+class DispatchQuantArgs:
+    """The checked argument of :func:`dispatch_quant` (:func:`dispatch_quant_args`)."""
+
+    hidden: np.ndarray      # [T, H] float16 / bfloat16 / float32 (as given)
+
+
+def dispatch_quant_args(hidden, *, numerics: Numerics = ASCEND) -> DispatchQuantArgs:
+    """The argument checks of :func:`dispatch_quant` (TypeError for the dtype, ValueError for the rank
+    and NaN/Inf under ``nan_policy="raise"``)."""
+    op = "dispatch_quant"
+    C.check_numerics(op, numerics)
+    hidden = _check.array(op, "hidden", hidden, dtypes=_X_DTYPES, ndim=2)
+    C.check_finite(op, "hidden", hidden, numerics)
+    return DispatchQuantArgs(hidden=hidden)
+
+
 def dispatch_quant(hidden: np.ndarray, *, numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray]:
     """The golden's model of an int8 token dispatch: per-token dynamic quantization of ``hidden``.
 
     Parameters
     ----------
     hidden : float16 / bfloat16 / float32 ``[T, H]``.
-    numerics : fields used: ``routing_quant_round``, ``zero_row``, ``saturate``, ``nan_policy``.
+    numerics : fields used: ``routing_quant_round`` (decided, under ``variants="select"``, as for
+        :func:`moe_init_routing_v2`'s gather kernel), ``zero_row``, ``saturate``, ``nan_policy``.
 
     Returns ``(x_q int8 [T, H], scale float32 [T])`` with exactly the per-row formula of
-    :func:`moe_init_routing_v2` ``quant_mode=1`` (no smooth scale)::
+    :func:`moe_init_routing_v2` ``quant_mode=1`` without smooth scale (its gather kernel: every such
+    shape)::
 
-        scale = max_h |fp32(x)| / 127;   x_q = round(fp32(x) / scale)
+        scale = max_h |fp32(x)| / 127;   t = fp32(x) / scale;   x_q = half_away(fp16_trunc(t))
 
     so that ``moe_init_routing_v2(*dispatch_quant(h) ..., quant_mode=-1, scale=s)`` and
-    ``moe_init_routing_v2(h, ..., quant_mode=1)`` give the same int8 rows and scales. Whether the
-    Ascend DeepEP kernel uses this very formula is not confirmed (spec/serving-paths.md §5.4, §8.3).
+    ``moe_init_routing_v2(h, ..., quant_mode=1)`` give the same int8 rows and scales. This is a model,
+    not the dispatch kernel: ``MoeDistributeDispatchV2::QuantProcess`` (ops-transformer
+    ``mc2/moe_distribute_dispatch_v2/op_kernel/moe_distribute_dispatch_v2.h:988-1037`` @ c29bc106)
+    quantizes with ``inv = 127 / amax``, ``rint(x * inv)`` and writes ``1 / inv`` (the
+    ``npu_dynamic_quant`` main formula), so a device dispatch differs from this model at ties and in
+    the last bit of the scale (kernel-variants §8).
     """
-    hidden = dispatch_quant_args(hidden, numerics=numerics)
-    return _routing_quant(hidden.astype(np.float32), numerics)
-
-
-def dispatch_quant_args(hidden, *, numerics: Numerics = ASCEND) -> np.ndarray:
-    """The argument checks of :func:`dispatch_quant` (TypeError for the dtype, ValueError for the rank
-    and NaN/Inf under ``nan_policy="raise"``); returns ``hidden``."""
-    op = "dispatch_quant"
-    C.check_numerics(op, numerics)
-    hidden = _check.array(op, "hidden", hidden, dtypes=_X_DTYPES, ndim=2)
-    C.check_finite(op, "hidden", hidden, numerics)
-    return hidden
+    hidden = dispatch_quant_args(hidden, numerics=numerics).hidden
+    t, h = hidden.shape
+    variant = _variant_rules.init_routing_v2(n=t, k=1, h=h, x_dtype=_dt.name(hidden.dtype), quant_mode=1,
+                                             scale_shape=None, offset=False, start=0, end=1, expert_num=1,
+                                             count_type=1, row_idx_type=0, platform=numerics.platform_record)
+    return _routing_quant(hidden.astype(np.float32), variant.numerics(numerics))
 
 
 def _expert_range(op: str, active_expert_range, expert_num: int) -> tuple[int, int]:
@@ -187,9 +210,29 @@ def _expert_range(op: str, active_expert_range, expert_num: int) -> tuple[int, i
     return start, end
 
 
-def _routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode, expert_tokens_num_type,
-                        expert_tokens_num_flag, active_expert_range, row_idx_type) -> dict:
-    """The option checks of routing v2 (shared by the op and its validity masks); the checked options."""
+@dataclass(frozen=True)
+class RoutingV2Options:
+    """The checked routing options of :func:`moe_init_routing_v2` (:func:`routing_v2_options`): what the
+    sort and the outputs' geometry depend on, shared by the op and its validity masks."""
+
+    expert_idx: np.ndarray        # [N, K] int32 (as given)
+    n: int                        # N, the tokens
+    k: int                        # K, the slots per token
+    drop_pad: bool                # drop_pad_mode == 1
+    count_type: int               # expert_tokens_num_type: 0 cumsum, 1 counts, 2 key-value
+    count_flag: bool              # expert_tokens_num_flag
+    row_idx_type: int             # 0 gather, 1 scatter
+    active_num: int               # -1, 0 (all N*K rows) or > 0
+    capacity: int                 # expert_capacity (-1 or > 0; > 0 with drop_pad)
+    expert_num: int               # -1 or > 0
+    start: int                    # active_expert_range [start, end)
+    end: int                      # (start < end)
+    rows: int                     # rows of expanded_x / expanded_scale (expert_num * C with drop/pad)
+
+
+def routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode, expert_tokens_num_type,
+                       expert_tokens_num_flag, active_expert_range, row_idx_type) -> RoutingV2Options:
+    """The option checks of routing v2, in the op's order (``op`` names the op in the messages)."""
     expert_idx = _check.array(op, "expert_idx", expert_idx, dtypes=(_dt.int32,), ndim=2)
     drop_pad = _check.choice(op, "drop_pad_mode", drop_pad_mode, (0, 1)) == 1
     count_type = _check.choice(op, "expert_tokens_num_type", expert_tokens_num_type, (0, 1, 2))
@@ -216,34 +259,27 @@ def _routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num,
         rows = expert_num * expert_capacity
     else:
         rows = n * k if active_num <= 0 else min(active_num, n * k)
-    return dict(expert_idx=expert_idx, n=n, k=k, drop_pad=drop_pad, count_type=count_type, count_flag=count_flag,
-                row_idx_type=row_idx_type, active_num=active_num, capacity=expert_capacity, expert_num=expert_num,
-                start=start, end=end, rows=rows)
+    return RoutingV2Options(expert_idx=expert_idx, n=n, k=k, drop_pad=drop_pad, count_type=count_type,
+                            count_flag=count_flag, row_idx_type=row_idx_type, active_num=active_num,
+                            capacity=expert_capacity, expert_num=expert_num, start=start, end=end, rows=rows)
 
 
 @dataclass(frozen=True)
-class RoutingV2Plan:
+class MoeInitRoutingV2Args:
     """The checked arguments of :func:`moe_init_routing_v2` and the geometry of its outputs
-    (see :func:`moe_init_routing_v2_plan`). No routing is done here: the sort is the op's work."""
+    (see :func:`moe_init_routing_v2_args`). No routing is done here: the sort is the op's work."""
 
     x: np.ndarray                 # [N, H]
-    expert_idx: np.ndarray        # [N, K] int32
-    n: int
-    k: int
-    h: int
+    h: int                        # H
     quant_mode: int               # -1 none, 0 static, 1 dynamic
     scale: np.ndarray | None      # float32: [N] (quant_mode -1), [1] (0), [end - start, H] or [1, H] (1)
     offset: np.ndarray | None     # float32 [1], quant_mode 0 only
-    drop_pad: bool
-    capacity: int                 # expert_capacity (-1 or > 0; > 0 with drop_pad)
-    expert_num: int               # -1 or > 0
-    start: int                    # active_expert_range [start, end)
-    end: int
-    count_type: int               # expert_tokens_num_type
-    count_flag: bool              # expert_tokens_num_flag
-    row_idx_type: int
-    active_num: int
-    rows: int                     # rows of expanded_x / expanded_scale (expert_num * C with drop/pad)
+    routing: RoutingV2Options     # the checked routing options (expert_idx, the active range, the row count)
+
+    @property
+    def expert_idx(self) -> np.ndarray:
+        """int32 ``[N, K]`` (as given)."""
+        return self.routing.expert_idx
 
     @property
     def out_dtype(self) -> np.dtype:
@@ -253,15 +289,16 @@ class RoutingV2Plan:
     @property
     def count_shape(self) -> tuple[int, ...]:
         """Shape of ``expert_token_cumsum_or_count``."""
-        if not self.count_flag:
+        r = self.routing
+        if not r.count_flag:
             return (0,)
-        return (self.expert_num, 2) if self.count_type == 2 else (self.end - self.start,)
+        return (r.expert_num, 2) if r.count_type == 2 else (r.end - r.start,)
 
 
-def moe_init_routing_v2_plan(x, expert_idx, *, scale=None, offset=None, active_num=-1, expert_capacity=-1,
+def moe_init_routing_v2_args(x, expert_idx, *, scale=None, offset=None, active_num=-1, expert_capacity=-1,
                              expert_num=-1, drop_pad_mode=0, expert_tokens_num_type=0, expert_tokens_num_flag=False,
                              quant_mode=-1, active_expert_range=None, row_idx_type=0,
-                             numerics: Numerics = ASCEND) -> RoutingV2Plan:
+                             numerics: Numerics = ASCEND) -> MoeInitRoutingV2Args:
     """The argument checks of :func:`moe_init_routing_v2`, in its order, with its errors, and the
     checked options (the active range resolved, the output row count).
 
@@ -272,10 +309,10 @@ def moe_init_routing_v2_plan(x, expert_idx, *, scale=None, offset=None, active_n
     C.check_numerics(op, numerics)
     x = _check.array(op, "x", x, dtypes=_V2_X_DTYPES, ndim=2)
     quant_mode = _check.choice(op, "quant_mode", quant_mode, (-1, 0, 1))
-    opts = _routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
-                               expert_tokens_num_type, expert_tokens_num_flag, active_expert_range, row_idx_type)
+    opts = routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
+                              expert_tokens_num_type, expert_tokens_num_flag, active_expert_range, row_idx_type)
     n, h = x.shape
-    if opts["n"] != n:
+    if opts.n != n:
         _check.fail(op, "expert_idx", f"of shape [N, K] with N = {n} (rows of x)", _check.describe(expert_idx))
     if x.dtype == _dt.int8 and quant_mode != -1:
         _check.fail(op, "x", "float16, bfloat16 or float32 when quantizing (an int8 x needs quant_mode=-1)",
@@ -293,77 +330,80 @@ def moe_init_routing_v2_plan(x, expert_idx, *, scale=None, offset=None, active_n
         if o is not None:
             _check.shape(op, "offset", o, [(1,)], "of shape [1] with quant_mode=0")
     elif quant_mode == 1 and s is not None:
-        width = opts["end"] - opts["start"]
+        width = opts.end - opts.start
         _check.shape(op, "scale", s, [(width, h), (1, h)],
                      f"of shape [end - start, H] = [{width}, {h}] or [1, {h}] (smooth scale)")
     C.check_finite(op, "x", x, numerics)
     for arg, value in (("scale", s), ("offset", o)):
         C.check_finite(op, arg, value, numerics)
-    return RoutingV2Plan(x=x, h=h, quant_mode=quant_mode, scale=s, offset=o, **opts)
+    return MoeInitRoutingV2Args(x=x, h=h, quant_mode=quant_mode, scale=s, offset=o, routing=opts)
 
 
 class _Routing:
-    """The index work of routing v2 (shared by the op and its validity masks), on checked options."""
+    """The index work of routing v2 (shared by the op and its validity masks), on checked options ``o``.
 
-    def __init__(self, opts):
-        self.n, self.k, self.drop_pad = opts["n"], opts["k"], opts["drop_pad"]
-        self.count_type, self.count_flag, self.row_idx_type = opts["count_type"], opts["count_flag"], opts["row_idx_type"]
-        self.expert_num, self.start, self.end, self.rows = opts["expert_num"], opts["start"], opts["end"], opts["rows"]
-        self.capacity = opts["capacity"]
-        nk = self.n * self.k
-        flat = opts["expert_idx"].reshape(-1).astype(np.int64)
-        active = (flat >= self.start) & (flat < self.end)
+    ``full_scatter``: a ``row_idx_type=1`` kernel writes the whole sorted permutation (every sort
+    kernel) or only its active entries (the gather-sort perf kernels)."""
+
+    def __init__(self, o: RoutingV2Options, full_scatter: bool = True):
+        self.o = o
+        nk = o.n * o.k
+        flat = o.expert_idx.reshape(-1).astype(np.int64)
+        active = (flat >= o.start) & (flat < o.end)
         # Ids below the range go to the very end, ids at or above it after the active ones.
-        key = np.where(flat < self.start, np.int64(1) << 40, flat)
+        key = np.where(flat < o.start, np.int64(1) << 40, flat)
         self.order = np.argsort(key, kind="stable")
         self.available = int(active.sum())
         self.sorted_experts = flat[self.order[:self.available]]
         self.flat = flat
         self.active = active
         src = self.order[:self.available]
-        if self.drop_pad:
+        if o.drop_pad:
             se = self.sorted_experts
             rank = np.arange(self.available) - np.searchsorted(se, se, side="left")
-            keep = rank < self.capacity
+            keep = rank < o.capacity
             self.src = src[keep]                                  # flat (t*K + j) ids that got a slot
-            self.dst = (se[keep] * self.capacity + rank[keep])    # their slot in [expert_num * C]
-            self.valid_rows = np.zeros(self.rows, dtype=bool)
+            self.dst = (se[keep] * o.capacity + rank[keep])       # their slot in [expert_num * C]
+            self.valid_rows = np.zeros(o.rows, dtype=bool)
             self.valid_rows[self.dst] = True
         else:
-            valid = min(self.rows, self.available)
+            valid = min(o.rows, self.available)
             self.src = src[:valid]
             self.dst = np.arange(valid)
-            self.valid_rows = np.zeros(self.rows, dtype=bool)
+            self.valid_rows = np.zeros(o.rows, dtype=bool)
             self.valid_rows[:valid] = True
         self.row_idx = np.full(nk, -1, dtype=np.int32)
         self.row_idx_valid = np.ones(nk, dtype=bool)
-        if self.row_idx_type == 0:
-            if self.drop_pad:
+        if o.row_idx_type == 0:
+            if o.drop_pad:
                 self.row_idx[self.src] = self.dst
             else:
                 self.row_idx[src] = np.arange(self.available)
-        else:
-            self.row_idx[:self.available] = src
-            self.row_idx_valid[self.available:] = False
+        else:  # the sort kernels write all N*K sorted source ids (moe_v3_sort_one_core.h:52-112)
+            self.row_idx[:] = self.order
+            if not full_scatter:
+                self.row_idx_valid[self.available:] = False
 
     def counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(expert_token_cumsum_or_count int64, its validity mask)."""
-        if not self.count_flag:
+        o = self.o
+        if not o.count_flag:
             return np.zeros(0, np.int64), np.zeros(0, bool)
-        counts = np.bincount(self.sorted_experts - self.start, minlength=self.end - self.start).astype(np.int64)
-        if self.count_type == 1:
+        counts = np.bincount(self.sorted_experts - o.start, minlength=o.end - o.start).astype(np.int64)
+        if o.count_type == 1:
             return counts, np.ones(counts.shape, bool)
-        if self.count_type == 0:
+        if o.count_type == 0:
             return np.cumsum(counts).astype(np.int64), np.ones(counts.shape, bool)
-        kv = np.zeros((self.expert_num, 2), np.int64)
+        kv = np.zeros((o.expert_num, 2), np.int64)
         present = np.flatnonzero(counts)
-        kv[:present.size, 0] = present + self.start
+        kv[:present.size, 0] = present + o.start
         kv[:present.size, 1] = counts[present]
         valid = np.zeros(kv.shape, bool)
-        valid[:min(present.size + 1, self.expert_num)] = True   # the pairs and the (0, 0) terminator
+        valid[:min(present.size + 1, o.expert_num)] = True   # the pairs and the (0, 0) terminator
         return kv, valid
 
 
+@golden_op("moe", check=moe_init_routing_v2_args, mirrors="torch_npu.npu_moe_init_routing_v2")
 def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndarray | None = None,
                         offset: np.ndarray | None = None, active_num: int = -1, expert_capacity: int = -1,
                         expert_num: int = -1, drop_pad_mode: int = 0, expert_tokens_num_type: int = 0,
@@ -404,10 +444,13 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
     active_expert_range : ``[start, end)``, or None / ``[]`` for ``[0, expert_num)``. Pass it
         explicitly on the device (spec §7.6: the adapter caches the first call's expert_num).
     row_idx_type : 0 gather (``expanded_row_idx[t*K + j] = dst row``, -1 for dropped pairs);
-        1 scatter (``expanded_row_idx[i] = t*K + j`` of dst row i, for the first ``available``
-        rows; the rest unspecified on the device, -1 here). Must be 0 with drop_pad_mode=1.
-    numerics : fields used: ``routing_quant_round``, ``round_mode`` (static), ``zero_row``,
-        ``saturate``, ``nan_policy``.
+        1 scatter (``expanded_row_idx[i] = t*K + j`` of sorted position i: the whole stable
+        permutation, N*K entries, as the one-core and multi-core sort kernels write it; the
+        gather-sort perf kernels — quant_mode -1, count type 1, expert_num 256, a range of at most 32,
+        384 <= N <= 8192, k = 8 — write only the first ``available``, the rest unspecified:
+        :func:`moe_init_routing_v2_valid`). Must be 0 with drop_pad_mode=1.
+    numerics : fields used: ``round_mode`` (static), ``zero_row``, ``saturate``, ``nan_policy``; the
+        kernel (:func:`w8a8.variants.select`) decides ``routing_quant_round``.
 
     Returns
     -------
@@ -426,25 +469,28 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
     Quantization (fp32 rows ``xf``; smooth ``xf = fp32(x) * smooth[e - start]``)::
 
         quant_mode=1: expanded_scale = rowmax|xf| / 127;  t = xf / expanded_scale
-                      q = RINT(t)                        (Numerics.routing_quant_round="half_even")
-                        | half_away(fp16_trunc(t))       ("trunc_fp16_half_away", column-tiled path)
+                      q = half_away(fp16_trunc(t))       (gather kernel: every shape but the one below)
+                        | RINT(t)                        (full-load perf kernel: x [1, 7168] bf16, k = 8,
+                                                          smooth scale [256, 7168], key-value counts)
         quant_mode=0: q = round(fp16(fp16(fp16(x) * fp16(scale)) + fp16(offset)))   # fp16 math
                       saturated to [-128, 127] (torch_npu documents static mode as unsupported)
 
     Errors: TypeError for dtypes; ValueError for shapes, ranges, options that do not combine.
     """
     op = "moe_init_routing_v2"
-    p = moe_init_routing_v2_plan(x, expert_idx, scale=scale, offset=offset, active_num=active_num,
+    p = moe_init_routing_v2_args(x, expert_idx, scale=scale, offset=offset, active_num=active_num,
                                  expert_capacity=expert_capacity, expert_num=expert_num, drop_pad_mode=drop_pad_mode,
                                  expert_tokens_num_type=expert_tokens_num_type,
                                  expert_tokens_num_flag=expert_tokens_num_flag, quant_mode=quant_mode,
                                  active_expert_range=active_expert_range, row_idx_type=row_idx_type, numerics=numerics)
-    x, s, o, h, quant_mode = p.x, p.scale, p.offset, p.h, p.quant_mode
-    plan = _Routing(vars(p))
+    x, s, o, h, quant_mode, r = p.x, p.scale, p.offset, p.h, p.quant_mode, p.routing
+    variant = _variants.moe_init_routing_v2(p, numerics)
+    numerics = variant.numerics(numerics)
+    plan = _Routing(r, _variant_rules.writes_full_scatter(variant))
 
-    tokens = plan.src // max(plan.k, 1)
-    expanded_x = np.zeros((plan.rows, h), dtype=p.out_dtype)
-    expanded_scale = np.zeros(plan.rows if quant_mode != 0 else 0, dtype=np.float32)
+    tokens = plan.src // max(r.k, 1)
+    expanded_x = np.zeros((r.rows, h), dtype=p.out_dtype)
+    expanded_scale = np.zeros(r.rows if quant_mode != 0 else 0, dtype=np.float32)
     if quant_mode == -1:
         expanded_x[plan.dst] = x[tokens]
         if s is not None:
@@ -452,7 +498,7 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
     elif quant_mode == 1:
         xf = x[tokens].astype(np.float32)
         if s is not None:
-            smooth = s[0] if s.shape[0] == 1 else s[plan.flat[plan.src] - plan.start]
+            smooth = s[0] if s.shape[0] == 1 else s[plan.flat[plan.src] - r.start]
             with np.errstate(over="ignore", invalid="ignore"):
                 xf = xf * smooth
             if numerics.nan_policy == "raise" and not np.isfinite(xf).all():
@@ -462,8 +508,8 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
         expanded_scale[plan.dst] = qs
     else:
         expanded_x[plan.dst] = _static_quant(x[tokens], s, o, numerics)
-    if plan.drop_pad:
-        expanded_x = expanded_x.reshape(plan.expert_num, plan.capacity, h)
+    if r.drop_pad:
+        expanded_x = expanded_x.reshape(r.expert_num, r.capacity, h)
     counts, _ = plan.counts()
     return expanded_x, plan.row_idx, counts, expanded_scale
 
@@ -494,25 +540,38 @@ def moe_init_routing_v2_valid(x: np.ndarray, expert_idx: np.ndarray, *, scale: n
     Takes exactly the op's arguments and returns four bool arrays of the outputs' shapes. False
     marks what the device leaves unwritten or undefined (the golden writes zeros / -1 there):
     dropless ``expanded_x`` / ``expanded_scale`` rows past ``min(rows, available)``; the
-    ``row_idx_type=1`` entries past ``available``; ``expanded_scale`` entirely for
+    ``row_idx_type=1`` entries past ``available`` in the gather-sort perf kernels (the sort kernels
+    write all ``N*K``); ``expanded_scale`` entirely for
     ``quant_mode=-1`` without ``scale``; key-value rows past the ``(0, 0)`` terminator. Conformance
     compares only where True.
     """
     op = "moe_init_routing_v2_valid"
     x = _check.array(op, "x", x, dtypes=_V2_X_DTYPES, ndim=2)
     quant_mode = _check.choice(op, "quant_mode", quant_mode, (-1, 0, 1))
-    plan = _Routing(_routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
-                                        expert_tokens_num_type, expert_tokens_num_flag, active_expert_range,
-                                        row_idx_type))
-    h = x.shape[1]
-    rows = plan.valid_rows if not plan.drop_pad else np.ones(plan.rows, bool)  # padded slots are zeros
-    x_mask = np.broadcast_to(rows[:, None], (plan.rows, h))
-    if plan.drop_pad:
-        x_mask = x_mask.reshape(plan.expert_num, plan.capacity, h)
+    r = routing_v2_options(op, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
+                           expert_tokens_num_type, expert_tokens_num_flag, active_expert_range, row_idx_type)
+    variant = _variants.routing_v2_kernel(r, h=x.shape[1], x_dtype=x.dtype, quant_mode=quant_mode,
+                                          scale_shape=None if scale is None else tuple(np.shape(scale)),
+                                          offset=offset is not None, numerics=numerics)
+    return _valid(r, x.shape[1], quant_mode, scale is None, _variant_rules.writes_full_scatter(variant))
+
+
+def moe_init_routing_v2_masks(a: MoeInitRoutingV2Args, numerics: Numerics = ASCEND) -> tuple[np.ndarray, ...]:
+    """:func:`moe_init_routing_v2_valid` of a call :func:`moe_init_routing_v2_args` has checked."""
+    full = _variant_rules.writes_full_scatter(_variants.moe_init_routing_v2(a, numerics))
+    return _valid(a.routing, a.h, a.quant_mode, a.scale is None, full)
+
+
+def _valid(r: RoutingV2Options, h: int, quant_mode: int, no_scale: bool, full_scatter: bool) -> tuple[np.ndarray, ...]:
+    plan = _Routing(r, full_scatter)
+    rows = plan.valid_rows if not r.drop_pad else np.ones(r.rows, bool)  # padded slots are zeros
+    x_mask = np.broadcast_to(rows[:, None], (r.rows, h))
+    if r.drop_pad:
+        x_mask = x_mask.reshape(r.expert_num, r.capacity, h)
     if quant_mode == 0:
         scale_mask = np.zeros(0, bool)
-    elif quant_mode == -1 and scale is None:
-        scale_mask = np.zeros(plan.rows, bool)
+    elif quant_mode == -1 and no_scale:
+        scale_mask = np.zeros(r.rows, bool)
     else:
         scale_mask = rows.copy()
     _, count_mask = plan.counts()

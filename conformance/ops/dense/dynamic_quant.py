@@ -63,10 +63,13 @@ CASES = [
          "scale = 1/63.5f = 0.015748031f (= 2/127 in fp32)."),
     Case("zero_and_subnormal_rows",
          lambda: ((a([[0.0, -0.0, 0.0], [1e-39, -1e-39, 0.0]], BF16),), {}),
-         {"y": np.array([[0, 0, 0], [127, -127, 0]], np.int8), "scale": np.zeros(2, np.float32)},
-         "Row 0 is all zero: inv = 127/0 = inf, 0*inf = NaN -> code 0, scale 1/inf = +0. Row 1 has amax 1e-39 (an "
-         "fp32 subnormal; bf16 keeps it): 127/1e-39 overflows to inf, so the nonzero codes saturate to +-127, the "
-         "zero stays 0 (NaN code) and the scale is +0."),
+         {"y": np.array([[0, 0, 0], [127, -127, 0]], np.int8),
+          "scale": np.array([0, 0x162C], np.uint32).view(np.float32)},
+         "Row 0 is all zero: inv = 127/0 = inf, 0*inf = NaN -> code 0, scale 0. Row 1 has amax 1e-39 (an fp32 "
+         "subnormal; bf16 rounds it to 0x000B0000 = 720896 * 2^-149): 127/amax overflows to inf, so the nonzero codes "
+         "saturate to +-127 and the zero stays 0 (NaN code). H = 3 runs the double-buffer kernel (tiling key 2), "
+         "whose scale is amax * fp32(1/127) (ops-nn dynamic_quant_db.h:319): 720896 * 2^-149 * 0.0078740157.. = "
+         "5676.35 * 2^-149, the fp32 subnormal 5676 * 2^-149 = 0x162C (the basic kernels' 1 / inf would give 0)."),
     Case("int4_packing",
          lambda: ((a([[7, -7, 1, -1, 2, -2, 3, -3]], F16),), {"dst_type": "int4"}),
          {"y": np.array([[np.uint32(0xD3E2F197).view(np.int32)]], np.int32)},

@@ -552,6 +552,10 @@ BAD_CALLS = [
             OverflowError, r"quant_matmul: the int32 accumulator overflows at output index \(0, 0\) "
                            r"\(exact sum 2147483648\)",
             "acc = 1 plus a bias of 2^31 - 1: the int32 add overflows (exact sum 2^31)."),
+    BadCall("int4_x2_with_an_fp32_scale", lambda: ((X1, np.ones((8, 1), np.int32), F32), {"output_dtype": "bfloat16"}),
+            TypeError, r"quant_matmul: argument 'scale' must be of dtype int64 or uint64",
+            "int32 x2 is the packed-int4 route (A8W4): its scale must be a packed int64 one. A backend without that "
+            "route still refuses the call the golden's way: Backend.prepare runs the golden's check first."),
     BadCall("k_70000_without_pertoken", lambda: ((np.ones((2, 70000), np.int8), np.ones((70000, 3), np.int8),
                                                   np.float32([1e-4] * 3)), {"output_dtype": "bfloat16"}),
             ValueError, r"quant_matmul: argument 'x1' must be K <= 65535"),

@@ -145,10 +145,10 @@ CASES = [
          "-> 0x08720287."),
     Case("saturation_uint8_zero_point", lambda: ((a(_SAT, np.float32), a([1.0], np.float32), np.array([1], np.uint8)),
                                                   {"dtype": "uint8", "axis": 1}),
-         {"y": np.array([[255, 0, 3, 1, 3, 127, 0, 1]], np.uint8)},
-         "div_mode=True, uint8, zero point 1: rint(x / 1) + 1 -> 301 -> 255 and -299 -> 0 (saturated), "
-         "rint(2.5) + 1 = 3, rint(-0.5) + 1 = 1, rint(1.5) + 1 = 3, rint(126.5) + 1 = 127, rint(-127.5) + 1 = -127 "
-         "-> 0, 0 + 1 = 1."),
+         {"y": np.array([[255, 0, 4, 0, 2, 128, 0, 1]], np.uint8)},
+         "div_mode=True, uint8, zero point 1 added before rounding (torch quantize_per_channel: rint(zp + x * "
+         "fp32(1/s))): 301 -> 255 and -299 -> 0 (saturated), rint(3.5) = 4, rint(0.5) = 0, rint(2.5) = 2, "
+         "rint(127.5) = 128, rint(-126.5) -> 0 (saturated), 0 + 1 = 1."),
     Case("int32_bounds", lambda: ((a([[3e9, -3e9, 2.5, 2147483520.0]], np.float32), a([1.0], np.float32), None),
                                    {"dtype": "int32", "axis": 1}),
          {"y": np.array([[2147483647, -2147483648, 2, 2147483520]], np.int32)},

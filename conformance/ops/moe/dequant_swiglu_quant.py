@@ -125,7 +125,7 @@ BAD_CALLS = [
             },
         ),
         ValueError,
-        r"dequant_swiglu_quant: argument 'bias' must be None with group_index",
+        r"dequant_swiglu_quant: argument 'bias' must be of shape \[G, 2H\] = \[2, 128\] \(with group_index\)",
     ),
     BadCall(
         "quant_offset_shape",
@@ -318,7 +318,7 @@ BAD_CALLS = [
             },
         ),
         ValueError,
-        r"dequant_swiglu_quant: argument 'bias' must be None with group_index",
+        r"dequant_swiglu_quant: argument 'bias' must be of shape \[G, 2H\] = \[1, 128\] \(with group_index\)",
     ),
     BadCall(
         "weight_scale_nonfinite",

@@ -65,10 +65,11 @@ CASES = [
          lambda: ((_ROWS, np.array([[1], [2]], F32), np.array([[0.5], [0.5]], F32), np.array([[10], [100]], F32),
                    _SCALES, np.array([2, -1, 3, 1], np.int32), np.array([[0, 1], [1, 0]], np.int32)),
                   {"drop_pad_mode": 3}),
-         {"y": np.array([[33.0], [130.5]], F32)},
-         "Mode 3, idx [2, -1, 3, 1]: token 0's slot 1 is dropped -> a zero row, but its bias and weight still apply: "
-         "out0 = 0.5 * (3 + b[e0]) + 0.25 * (0 + b[e1]); out1 = 1 * (4 + b[e1]) + 2 * (2 + b[e0]). With b = [10, "
-         "100] (experts [[0, 1], [1, 0]]), skip1 = [1, 2], skip2 = [0.5, 0.5]: out0 = 1.5 + 0.5*13 + 0.25*100 = 33.0; "
+         {"y": np.array([[8.0], [130.5]], F32)},
+         "Mode 3, idx [2, -1, 3, 1]: token 0's slot 1 is dropped. H = 1, K = 2 runs the all-bias template, which "
+         "skips a dropped slot entirely, bias included (ops-transformer moe_finalize_routing_v2_fp_db_all_bias.h:"
+         "477-494 @ c29bc106): out0 = 0.5 * (3 + b[e0]) + 0; out1 = 1 * (4 + b[e1]) + 2 * (2 + b[e0]). With b = "
+         "[10, 100] (experts [[0, 1], [1, 0]]), skip1 = [1, 2], skip2 = [0.5, 0.5]: out0 = 1.5 + 0.5*13 = 8.0; "
          "out1 = 2.5 + 104 + 2*12 = 130.5."),
     Case("no_scales_k_from_argument",
          lambda: ((_ROWS, None, None, None, None, np.array([2, -1, 3, 1], np.int32), None),

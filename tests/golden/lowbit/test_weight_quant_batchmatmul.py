@@ -42,6 +42,40 @@ def test_int8_output_requant_rounds_half_to_even():
     assert big[0, 0] == 127
 
 
+def test_fp16_antiquant_rounds_twice_in_half():
+    # The Custom kernel antiquantizes in AntiQuantCalType<half> for fp16 x (ops-nn matmul/
+    # weight_quant_batch_matmul_v2/op_kernel/weight_quant_batch_matmul_v2_common.h:83-100 @ e5c3fa93):
+    # Adds(offset) then Muls(scale) in half (anti_quant.h:265-280). w = 1, offset = 2^-11, scale = 1.5:
+    #   half: 1 + 2^-11 is a tie at fp16 spacing 2^-10 -> even 1.0; 1.0 * 1.5 = 1.5.
+    #   fp32 (the old golden, and the bf16 kernel): 1.00048828125 * 1.5 = 1.500732421875 -> fp16
+    #   1.5 + 0.75 ulp -> 1.5009765625.
+    # K = 1 (not a multiple of 32) keeps the MSD kernels out: the Custom kernel runs.
+    x, w = np.array([[1]], F16), np.array([[1]], np.int8)
+    s, o = np.array([1.5], F16), np.array([2.0 ** -11], F16)
+    from w8a8 import ASCEND, variants
+
+    v = variants.select("weight_quant_batchmatmul", x, w, s, o)
+    assert v.name == "custom" and v.decides == {"antiquant_precision": "x_dtype"}
+    assert weight_quant_batchmatmul(x, w, s, o).tolist() == [[1.5]]
+    fixed = ASCEND.replace(variants="fixed")
+    assert weight_quant_batchmatmul(x, w, s, o, numerics=fixed).tolist() == [[1.5009765625]]
+    # bf16 x: fp32 antiquant then one RINT to bf16 (1.500732... -> 1.5 at spacing 2^-7)
+    vb = variants.select("weight_quant_batchmatmul", x.astype(BF16), w, s.astype(BF16), o.astype(BF16))
+    assert vb.decides == {"antiquant_precision": "fp32"}
+
+
+def test_msd_kernel_is_reported_not_modelled():
+    # per-channel, M <= 64, K and N multiples of 32: the Msd template (weight_quant_batch_matmul_v2_tiling_msd.cpp:
+    # 104-158) - a different algorithm the golden does not model (it computes the Custom formula)
+    from w8a8 import variants
+
+    v = variants.select("weight_quant_batchmatmul", np.zeros((64, 64), F16), np.zeros((64, 32), np.int8),
+                        np.ones(32, F16))
+    assert v.name == "msd" and not v.modelled
+    assert variants.select("weight_quant_batchmatmul", np.zeros((65, 64), F16), np.zeros((64, 32), np.int8),
+                           np.ones(32, F16)).name == "custom"
+
+
 def _reference(x, codes_kn, scale_rows, offset_rows=None):
     """(w + o) * s in float64 -> fp32 -> x dtype; then an exact float64 matmul -> fp32 -> x dtype."""
     v = codes_kn.astype(np.float64)

@@ -55,10 +55,15 @@ def test_drop_pad_layouts(mode, idx):
     np.testing.assert_array_equal(out, [[1.75], [0]])
     out = w8a8.moe_finalize_routing(PADDED, SKIP1, SKIP2, None, SC, idx, IDS, drop_pad_mode=mode)
     np.testing.assert_array_equal(out, [[12.75], [21]])
-    # a dropped slot's row reads as 0 but its bias is still added and weighted (the kernel zero-fills
-    # the row buffer, then adds the bias): token 1 = 2 * (0 + 100) + 1 * (0 + 1000) = 1200
+    # With a bias: H = 1, K = 2 runs the all-bias template, which skips a dropped slot entirely, bias
+    # included (ops-transformer moe_finalize_routing_v2_fp_db_all_bias.h:441-472 @ c29bc106: the bias
+    # Add and the scale Muls sit in the branch of a valid row): token 1 = 0. (The old golden added the
+    # bias of the generic cut-H template, token 1 = 2 * 100 + 1 * 1000 = 1200:
+    # test_cut_h_template_applies_the_dropped_slot_bias.)
+    assert w8a8.variants.select("moe_finalize_routing", PADDED, None, None, BIAS, SC, idx, IDS,
+                                drop_pad_mode=mode).name == "all-bias"
     out = w8a8.moe_finalize_routing(PADDED, None, None, BIAS, SC, idx, IDS, drop_pad_mode=mode)
-    np.testing.assert_array_equal(out, [[526.75], [1200]])
+    np.testing.assert_array_equal(out, [[526.75], [0]])
 
 
 def test_no_scales_uses_k():
@@ -144,3 +149,50 @@ def test_modes_agree_after_transposing_the_index(n, k, h, data):
 def test_bad_input(call, exc, arg):
     with pytest.raises(exc, match=f"'{arg}'"):
         call()
+
+
+# ----------------------------------------------------------------------------- kernel variants
+
+def test_fp16_rows_round_after_every_add():
+    # fp16 rows run the Fp* templates with T = half (ops-transformer moe_finalize_routing_v2.cpp @ c29bc106):
+    # every Add / Muls rounds to fp16 (kernel-variants §7). 1 + 2^-11 is a tie at fp16 spacing 2^-10 ->
+    # even 1.0, three times: 1.0. The old golden summed in fp32, 1 + 3 * 2^-11 = 1 + 1.5 * 2^-10, a tie
+    # between 1 + 2^-10 (odd) and 1 + 2^-9 -> 1.001953125.
+    rows = np.array([[1], [2.0 ** -11], [2.0 ** -11], [2.0 ** -11]], np.float16)
+    args = (rows, None, None, None, np.ones((1, 4), np.float16), np.arange(4, dtype=np.int32), None)
+    assert w8a8.variants.select("moe_finalize_routing", *args, drop_pad_mode=2).decides["finalize_precision"] == "io_dtype"
+    np.testing.assert_array_equal(w8a8.moe_finalize_routing(*args, drop_pad_mode=2).astype(F32), [[1.0]])
+    fixed = w8a8.ASCEND.replace(variants="fixed")
+    np.testing.assert_array_equal(w8a8.moe_finalize_routing(*args, drop_pad_mode=2, numerics=fixed).astype(F32),
+                                  [[1.001953125]])
+    # the weight is an fp16 scalar and each product rounds: (1 + 2^-10) * (1 + 2^-10) = 1 + 2^-9 + 2^-20
+    # -> fp16 1 + 2^-9 (the 2^-20 is below half an ulp)
+    one = np.array([[1 + 2.0 ** -10]], np.float16)
+    out = w8a8.moe_finalize_routing(one, None, None, None, one, np.zeros(1, np.int32), None, drop_pad_mode=2)
+    assert out.astype(F32).tolist() == [[1 + 2.0 ** -9]]
+
+
+def test_cut_h_template_applies_the_dropped_slot_bias():
+    # fp32 rows with a bias, K = 3: H = 8192 fits neither the all-bias budget (32 aH + indices > 195584 B)
+    # nor the load-H one (28 aH > 195584 B): the generic cut-H template (moe_finalize_routing_v2_fp_cuth.h:
+    # 397-437) zero-fills a dropped row and still adds its bias: token 0 = 1 * (1 + 100) + 2 * (0 + 1000)
+    # + 3 * (1 + 100) = 2404. At H = 4096 the all-bias template skips the slot: 404.
+    for h, name, want in ((8192, "cut-h", 2404.0), (4096, "all-bias", 404.0)):
+        rows = np.ones((4, h), F32)
+        bias = np.stack([np.full(h, 100, F32), np.full(h, 1000, F32)])
+        args = (rows, None, None, bias, np.array([[1, 2, 3]], F32), np.array([0, -1, 1], np.int32),
+                np.array([[0, 1, 0]], np.int32))
+        assert w8a8.variants.select("moe_finalize_routing", *args, drop_pad_mode=3).name == name
+        out = w8a8.moe_finalize_routing(*args, drop_pad_mode=3)
+        assert set(out[0].tolist()) == {want}
+
+
+def test_v1_bf16_cast_half_away():
+    # finalize_out_round="half_away" (CAST_ROUND, the V1 kernels): 1 + 2^-8 is a bf16 tie (spacing 2^-7)
+    # -> away 1 + 2^-7; RINT (V2) -> even 1.0
+    rows = np.array([[1.0], [2.0 ** -8]], F32).astype(bfloat16)
+    sc = np.array([[1.0, 1.0]], F32)
+    args = (rows, None, None, None, sc, np.array([0, 1], np.int32), None)
+    assert w8a8.moe_finalize_routing(*args, drop_pad_mode=2).astype(F32).tolist() == [[1.0]]
+    away = w8a8.ASCEND.replace(finalize_out_round="half_away")
+    assert w8a8.moe_finalize_routing(*args, drop_pad_mode=2, numerics=away).astype(F32).tolist() == [[1 + 2.0 ** -7]]

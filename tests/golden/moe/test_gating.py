@@ -219,3 +219,33 @@ def test_gating_properties(x, data):
 def test_bad_input(call, exc, arg):
     with pytest.raises(exc, match=f"'{arg}'"):
         call()
+
+
+# ----------------------------------------------------------------------------- kernel variants
+
+# Logits 0 except x[5] = 2^-20 (an fp16 subnormal). In fp32: exp(2^-20) = 1 + 8 * 2^-23, the sum
+# 9 + 8 * 2^-23 (exact), p_j = 0.11111110 for the eight others and p_5 = 0.11111121: expert 5 ranks
+# first. Rounded to fp16 (spacing 2^-14 at 0.111) all nine are the same 0x2F1C, so an fp16 ranking ties
+# and the lower index wins: [0, 1].
+#   E = 8 (k = 2): the perf template (E <= 1024, E % 8 == 0, k <= 8; ops-transformer
+#       moe_gating_top_k_softmax_tiling_perf.cpp:118-124 @ c29bc106) ranks fp32 -> [5, 0];
+#   E = 9: not perf (E % 8 != 0, E >= 8) -> the E-K full-load kernel runs SoftMax<half> / TopK<half> on
+#       fp16 logits (moe_gating_top_k_softmax_e_k_fullload.h:338-358) -> [0, 1].
+def _tiny_lead(e):
+    x = np.zeros((1, e), np.float16)
+    x[0, 5] = np.float16(2.0 ** -20)
+    return x
+
+
+def test_fp16_outside_the_perf_kernel_ranks_fp16_probabilities():
+    y9, i9, _ = w8a8.moe_gating_top_k_softmax(_tiny_lead(9), k=2)
+    assert i9.tolist() == [[0, 1]]
+    assert y9.view(np.uint16).tolist() == [[0x2F1C, 0x2F1C]]
+    _, i8, _ = w8a8.moe_gating_top_k_softmax(_tiny_lead(8), k=2)
+    assert i8.tolist() == [[5, 0]]
+    # the same E = 9 call ranked in fp32 (the perf kernel's way, or the record without variants)
+    _, i9f, _ = w8a8.moe_gating_top_k_softmax(_tiny_lead(9), k=2, numerics=ASCEND.replace(variants="fixed"))
+    assert i9f.tolist() == [[5, 0]]
+    # bf16 and fp32 logits are ranked in fp32 by every template
+    _, ib, _ = w8a8.moe_gating_top_k_softmax(_tiny_lead(9).astype(np.float32), k=2)
+    assert ib.tolist() == [[5, 0]]

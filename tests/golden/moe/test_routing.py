@@ -78,11 +78,15 @@ def test_v2_active_expert_range_drops_outside_ids():
     np.testing.assert_array_equal(eri, [0, -1, -1, 1])
     np.testing.assert_array_equal(ex[:2], [[1, 1], [2, 2]])
     np.testing.assert_array_equal(counts, [0, 2])
+    # row_idx_type 1: the sort kernels write all N*K sorted source ids (ops-transformer
+    # moe_init_routing_v3/op_kernel/moe_v3_sort_one_core.h:52-112 @ c29bc106: key -id for ids >= start,
+    # MIN_FP32 below, descending sort with indices, the whole index list copied out): the active flat
+    # ids 0, 3 (experts 2, 2), then the ids below the range 1, 2 (expert 0), in stable order.
     _, eri1, _, _ = w8a8.moe_init_routing_v2(X, IDX, expert_num=3, active_expert_range=[1, 3], row_idx_type=1)
-    np.testing.assert_array_equal(eri1[:2], [0, 3])            # the rest is unspecified (golden -1)
+    np.testing.assert_array_equal(eri1, [0, 3, 1, 2])
     masks = w8a8.moe_init_routing_v2_valid(X, IDX, expert_num=3, active_expert_range=[1, 3], row_idx_type=1)
     np.testing.assert_array_equal(masks[0][:, 0], [True, True, False, False])
-    np.testing.assert_array_equal(masks[1], [True, True, False, False])
+    np.testing.assert_array_equal(masks[1], [True, True, True, True])
 
 
 def test_v2_active_num_limits_rows_not_indices():
@@ -115,16 +119,25 @@ XQ = np.array([[127, -62.5], [-4, 1]], F32).astype(bfloat16)
 
 
 def test_v2_dynamic_quant_hand():
-    # token 0 [127, -62.5]: scale = 127/127 = 1; codes 127, RINT(-62.5) = -62 (ties to even)
-    # token 1 [-4, 1]: scale = 4/127; codes -127 and 1/(4/127) = 31.75 -> 32
+    # Every shape but the DeepSeek-V3 full-load one runs the gather kernel MoeGatherOutDynamicQuant
+    # (ops-transformer moe_init_routing_v3/op_kernel/moe_v3_gather_dynamic_quant.h:126-138 @ c29bc106):
+    # s = rowmax / 127.0f; t = x / s (Div); fp32 -> fp16 CAST_TRUNC; fp16 -> int8 CAST_ROUND (half away).
+    # token 0 [127, -62.5]: scale = 127/127 = 1; t exact in fp16; codes 127, ROUND(-62.5) = -63 (away)
+    # token 1 [-4, 1]: scale = 4/127; codes -127 and 1/(4/127) = 31.75 (exact in fp16) -> 32
     ex, _, _, es = w8a8.moe_init_routing_v2(XQ, IDX, expert_num=3, quant_mode=1)
     assert ex.dtype == np.int8
-    np.testing.assert_array_equal(ex, [[127, -62], [-127, 32], [127, -62], [-127, 32]])
+    assert w8a8.variants.select("moe_init_routing_v2", XQ, IDX, expert_num=3, quant_mode=1).decides == {
+        "routing_quant_round": "trunc_fp16_half_away"}
+    np.testing.assert_array_equal(ex, [[127, -63], [-127, 32], [127, -63], [-127, 32]])
     np.testing.assert_array_equal(es, [1.0, F32(4) / F32(127), 1.0, F32(4) / F32(127)])
+    # the full-load kernel's rounding (CAST_ODD to fp16 then CAST_RINT = one RNE): RINT(-62.5) = -62
+    fixed = ASCEND.replace(variants="fixed")
+    ex2, _, _, _ = w8a8.moe_init_routing_v2(XQ, IDX, expert_num=3, quant_mode=1, numerics=fixed)
+    np.testing.assert_array_equal(ex2[0], [127, -62])
 
 
 def test_v2_dynamic_quant_trunc_half_away_path():
-    # the column-tiled path: fp32 -> fp16 toward zero, then half away: -62.5 -> -63
+    # the gather kernel: fp32 -> fp16 toward zero, then half away: -62.5 -> -63
     num = ASCEND.replace(routing_quant_round="trunc_fp16_half_away")
     ex, _, _, _ = w8a8.moe_init_routing_v2(XQ, IDX, expert_num=3, quant_mode=1, numerics=num)
     np.testing.assert_array_equal(ex[0], [127, -63])
@@ -281,3 +294,43 @@ def _v2(**kw):
 def test_bad_input(call, exc, arg):
     with pytest.raises(exc, match=f"'{arg}'"):
         call()
+
+
+# ----------------------------------------------------------------------------- kernel variants
+
+def test_gather_sort_perf_kernel_leaves_scatter_entries_unwritten():
+    # quant_mode -1, row_idx_type 1, count type 1, expert_num 256, a range of <= 32 experts, 384 <= N <=
+    # 8192 and k = 8 run MoeSortActualExpert (ops-transformer moe_init_routing_v3_tiling.cpp:500-517,
+    # 556-571 @ c29bc106), which writes only the active entries of the scatter index
+    # (moe_v3_sort_actual_expert.h:270-279); N = 383 runs the one-core sort, which writes all N*K.
+    rng = np.random.default_rng(2)
+    for n, full in ((384, False), (383, True)):
+        ids = rng.integers(0, 256, (n, 8)).astype(np.int32)
+        x = np.zeros((n, 8), bfloat16)
+        kw = dict(expert_num=256, active_expert_range=[0, 32], expert_tokens_num_type=1, row_idx_type=1)
+        v = w8a8.variants.select("moe_init_routing_v2", x, ids, **kw)
+        assert v.key == (1001000 if full else 1201000)
+        _, eri, _, _ = w8a8.moe_init_routing_v2(x, ids, **kw)
+        mask = w8a8.moe_init_routing_v2_valid(x, ids, **kw)[1]
+        active = int(((ids >= 0) & (ids < 32)).sum())
+        assert mask.all() == full and mask.sum() == (n * 8 if full else active)
+        # the golden writes the whole stable permutation either way
+        np.testing.assert_array_equal(np.sort(eri), np.arange(n * 8))
+
+
+def test_full_load_perf_shape_rounds_half_even():
+    # The DeepSeek-V3 decode shape (x [1, 7168] bf16, expert_idx [1, 8], smooth scale [256, 7168], range
+    # [0, 256), key-value counts, quant_mode 1) runs MoeV3FullLoad (tiling key 2000000): fp32 -> fp16
+    # CAST_ODD then fp16 -> int8 CAST_RINT = one RNE (moe_v3_full_load.h:194-200). x = [127, 62.5, ...]
+    # (scale 1): RINT(62.5) = 62; the gather kernel's half away would give 63.
+    x = np.zeros((1, 7168), F32)
+    x[0, :2] = [127, 62.5]
+    x = x.astype(bfloat16)
+    ids = np.arange(8, dtype=np.int32)[None, :]
+    kw = dict(scale=np.ones((256, 7168), F32), expert_num=256, active_expert_range=[0, 256],
+              expert_tokens_num_type=2, expert_tokens_num_flag=True, quant_mode=1)
+    assert w8a8.variants.select("moe_init_routing_v2", x, ids, **kw).label == "moe_init_routing_v2/full-load-perf[2000000]"
+    ex, _, _, _ = w8a8.moe_init_routing_v2(x, ids, **kw)
+    assert ex[0, :2].tolist() == [127, 62]
+    ex2, _, _, _ = w8a8.moe_init_routing_v2(np.concatenate([x, x]), np.concatenate([ids, ids]), **kw)
+    assert ex2[0, :2].tolist() == [127, 63]       # [2, 7168]: the gather kernel

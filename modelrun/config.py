@@ -1,0 +1,152 @@
+"""The model families ``modelrun`` runs, read from a HF ``config.json``.
+
+* ``qwen2`` (``Qwen2ForCausalLM``): GQA attention with q/k/v biases, SwiGLU MLP, RMSNorm, RoPE.
+* ``qwen3`` (``Qwen3ForCausalLM``): as Qwen2 with per-head ``q_norm`` / ``k_norm``, optional
+  ``attention_bias`` on every projection, an explicit ``head_dim``.
+* ``deepseek_v3`` (``DeepseekV3ForCausalLM``, transformers' native implementation): MLA attention
+  (``q_a_proj`` / ``q_b_proj`` or ``q_proj``, ``kv_a_proj_with_mqa`` + ``kv_a_layernorm`` +
+  ``kv_b_proj``, interleaved or half-split RoPE on ``qk_rope_head_dim``), dense MLP for the first
+  ``first_k_dense_replace`` layers, then MoE: routed experts with the grouped top-k sigmoid router
+  (``e_score_correction_bias`` for selection only, ``n_group`` / ``topk_group``, ``norm_topk_prob``,
+  ``routed_scaling_factor``) plus shared experts.
+
+Anything these do not cover is refused with the reason (ValueError naming the config key): RoPE
+scaling, sliding windows, DeepSeek-V4 (hyper-connections, compressed / indexed attention, hash
+routing, sqrt-softplus scores: not implemented here; its checkpoints can be inspected and verified
+module by module, see ``w8a8 inspect --verify``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FAMILIES = {
+    "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3",
+}
+_MODEL_TYPES = {"qwen2": "qwen2", "qwen3": "qwen3", "deepseek_v3": "deepseek_v3"}
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    eps: float
+    rope_theta: float
+    dtype: str
+    tie_embeddings: bool
+    attention_bias: bool = False
+    # DeepSeek-V3 (MLA + MoE)
+    q_lora_rank: int | None = None      # None: a plain q_proj
+    kv_lora_rank: int = 0
+    qk_nope: int = 0                    # qk_nope_head_dim
+    qk_rope: int = 0                    # qk_rope_head_dim (= head_dim, the RoPE width)
+    v_head_dim: int = 0
+    rope_interleave: bool = True        # transformers' apply_rotary_pos_emb_interleave
+    moe_intermediate: int = 0
+    n_experts: int = 0                  # routed experts
+    n_shared: int = 0                   # shared experts (one MLP of n_shared * moe_intermediate)
+    top_k: int = 0                      # num_experts_per_tok
+    n_group: int = 1                    # expert groups of the router ...
+    topk_group: int = 1                 # ... of which this many are kept
+    norm_topk_prob: bool = True         # renormalise the chosen weights
+    routed_scaling_factor: float = 1.0
+    first_dense: int = 0                # first_k_dense_replace: dense MLP layers before the MoE ones
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.family == "deepseek_v3" and layer >= self.first_dense
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope + self.qk_rope
+
+
+def _get(cfg: dict, key: str, kind=int, default=None):
+    value = cfg.get(key, default)
+    if value is None:
+        raise ValueError(f"config.json: {key!r} is required for this architecture; got none")
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"config.json: {key!r} must be a non-negative integer; got {value!r}")
+    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ValueError(f"config.json: {key!r} must be a number; got {value!r}")
+    return kind(value)
+
+
+def family_of(cfg: dict) -> str:
+    """``"qwen2"`` / ``"qwen3"`` / ``"deepseek_v3"``; ValueError naming what came otherwise."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"config.json: must be a JSON object; got {type(cfg).__name__}")
+    archs = cfg.get("architectures") or []
+    for a in archs:
+        if a in FAMILIES:
+            return FAMILIES[a]
+    mt = str(cfg.get("model_type", ""))
+    if mt in _MODEL_TYPES:
+        return _MODEL_TYPES[mt]
+    if mt.startswith("deepseek_v4") or "compress_ratios" in cfg or any("DeepseekV4" in a for a in archs):
+        raise ValueError("config.json: DeepSeek-V4 (model_type deepseek_v4) is not a family modelrun can run "
+                         "end to end: hyper-connections, compressed / indexed attention, hash routing and "
+                         "sqrt-softplus scores are not implemented. Its checkpoints resolve and verify module by "
+                         "module: w8a8 inspect CKPT --verify")
+    raise ValueError(f"config.json: architectures {archs} / model_type {mt!r} is not a family modelrun runs "
+                     f"(supported: {', '.join(sorted(FAMILIES))})")
+
+
+def model_dtype(cfg: dict) -> str:
+    dt = cfg.get("torch_dtype", cfg.get("dtype", "float32"))
+    if dt not in DTYPES:
+        raise ValueError(f"config.json: 'torch_dtype' must be one of {DTYPES}; got {dt!r}")
+    return dt
+
+
+def parse(cfg: dict) -> ModelConfig:
+    """The :class:`ModelConfig` of a loaded ``config.json`` (ValueError for what is not supported)."""
+    family = family_of(cfg)
+    if cfg.get("rope_scaling"):
+        raise ValueError(f"config.json: 'rope_scaling' {cfg['rope_scaling']!r} is not supported by modelrun "
+                         "(only the default RoPE)")
+    if cfg.get("use_sliding_window"):
+        raise ValueError("config.json: 'use_sliding_window' true is not supported by modelrun")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"config.json: 'hidden_act' must be 'silu'; got {cfg.get('hidden_act')!r}")
+    hidden = _get(cfg, "hidden_size")
+    heads = _get(cfg, "num_attention_heads")
+    if heads == 0 or hidden == 0:
+        raise ValueError("config.json: 'hidden_size' and 'num_attention_heads' must be positive")
+    common = dict(family=family, hidden=hidden, layers=_get(cfg, "num_hidden_layers"), heads=heads,
+                  kv_heads=_get(cfg, "num_key_value_heads", default=heads),
+                  intermediate=_get(cfg, "intermediate_size"), vocab=_get(cfg, "vocab_size"),
+                  eps=_get(cfg, "rms_norm_eps", float, 1e-6), rope_theta=_get(cfg, "rope_theta", float, 10000.0),
+                  dtype=model_dtype(cfg), tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), raw=dict(cfg))
+    if common["kv_heads"] == 0 or heads % common["kv_heads"]:
+        raise ValueError(f"config.json: 'num_key_value_heads' must divide num_attention_heads ({heads}); "
+                         f"got {common['kv_heads']}")
+    if family == "qwen2":
+        if hidden % heads:
+            raise ValueError(f"config.json: hidden_size {hidden} must divide into {heads} heads")
+        return ModelConfig(head_dim=hidden // heads, attention_bias=True, **common)
+    if family == "qwen3":
+        head_dim = _get(cfg, "head_dim", default=hidden // heads)
+        return ModelConfig(head_dim=head_dim, attention_bias=bool(cfg.get("attention_bias", False)), **common)
+    n_group = _get(cfg, "n_group", default=1)
+    n_experts = _get(cfg, "n_routed_experts")
+    if n_group == 0 or n_experts % n_group:
+        raise ValueError(f"config.json: 'n_group' must divide n_routed_experts ({n_experts}); got {n_group}")
+    return ModelConfig(
+        head_dim=_get(cfg, "qk_rope_head_dim"), attention_bias=bool(cfg.get("attention_bias", False)),
+        q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=_get(cfg, "kv_lora_rank"),
+        qk_nope=_get(cfg, "qk_nope_head_dim"), qk_rope=_get(cfg, "qk_rope_head_dim"),
+        v_head_dim=_get(cfg, "v_head_dim"), rope_interleave=bool(cfg.get("rope_interleave", True)),
+        moe_intermediate=_get(cfg, "moe_intermediate_size"), n_experts=n_experts,
+        n_shared=_get(cfg, "n_shared_experts", default=0), top_k=_get(cfg, "num_experts_per_tok"),
+        n_group=n_group, topk_group=_get(cfg, "topk_group", default=1),
+        norm_topk_prob=bool(cfg.get("norm_topk_prob", True)),
+        routed_scaling_factor=_get(cfg, "routed_scaling_factor", float, 1.0),
+        first_dense=_get(cfg, "first_k_dense_replace", default=0), **common)

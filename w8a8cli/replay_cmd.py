@@ -1,0 +1,241 @@
+"""``w8a8 replay``: judge a real Ascend run from its msprobe dump, call by call, against the golden.
+
+    w8a8 replay DUMP [--op OP ...] [--call NAME ...] [--chain] [--layer MODULE] [--checkpoint CKPT]
+                     [--inputs DUMP ...] [--platform ascend910_93|ascend910b] [--out DIR] ...
+    w8a8 replay CASE.npz          # a single-op case exported earlier (--export-case); needs no dump
+
+DUMP is an msprobe dump path, a step folder, a rank/proc folder or a dump.json. Every dumped call of
+a supported torch_npu op is mapped to the golden argument by argument and judged: agree-bitwise,
+agree-tolerance, disagree (with the first differing index, the stage and the cause), mistrusted,
+missing-data, stats-consistent / stats-inconsistent, crc-match / crc-mismatch (statistics and md5
+dumps), not-replayable (and why) — next to what msprobe's own criteria would have said. The report
+starts with the first divergence; its single-op case is exported to --case-dir.
+
+Exit status: 0 when every replayable call agrees and every file loaded; 1 when a call differs, or a
+file was refused or missing; 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+HELP = "replay an msprobe dump of a real run through the golden: per-call verdicts, first divergence, repro"
+DESCRIPTION = __doc__
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("dump", metavar="DUMP|CASE.npz", help="msprobe dump path / step / rank folder / dump.json, "
+                                                             "or a case file written by --export-case")
+    parser.add_argument("--op", action="append", metavar="OP",
+                        help="replay only this op (golden or torch_npu name, repeatable)")
+    parser.add_argument("--call", action="append", metavar="NAME",
+                        help="replay only calls whose entry name contains NAME (repeatable)")
+    parser.add_argument("--rank", action="append", type=int, metavar="R", help="only rank R (repeatable)")
+    parser.add_argument("--step", action="append", type=int, metavar="N", help="only step N (repeatable)")
+    parser.add_argument("--chain", action="store_true",
+                        help="also replay chained: inputs produced by an earlier call take the golden's output of "
+                             "that call (the drift of the whole layer); default: isolated only")
+    parser.add_argument("--layer", metavar="MODULE", help="only calls whose construct.json ancestor contains MODULE "
+                                                          "(a mix-level dump); with --chain: replay that layer")
+    parser.add_argument("--platform", default="ascend910_93", choices=("ascend910_93", "ascend910b"),
+                        help="the chip the dump came from (default ascend910_93 = A3 / 910C); the golden applies "
+                             "the kernel variant the platform selects once the variant work lands")
+    parser.add_argument("--numerics", metavar="NAME|JSON",
+                        help="judge against another Numerics record: 'ascend-a2a3' or a JSON of changed fields, "
+                             "e.g. '{\"nan_policy\": \"ieee\"}'")
+    parser.add_argument("--tolerances", metavar="FILE", help="tolerance table (TOML); entries for backend "
+                                                            "'device-dump' apply (default: the packaged table)")
+    parser.add_argument("--exact", action="store_true", help="ignore every tolerance table: bitwise everywhere")
+    parser.add_argument("--no-attribution", action="store_true", help="skip stage/cause attribution")
+    parser.add_argument("--checkpoint", metavar="CKPT",
+                        help="msModelSlim checkpoint: weights the dump lacks (NZ) by module path and shape")
+    parser.add_argument("--inputs", action="append", metavar="DUMP",
+                        help="another dump whose tensors supply inputs by CRC-32 (external inputs of an md5 dump)")
+    parser.add_argument("--export-case", action="append", default=[], metavar="NAME",
+                        help="export call NAME as a single-op case (the first divergence is always exported)")
+    parser.add_argument("--case-dir", metavar="DIR", help="folder for case files (default OUT/cases)")
+    parser.add_argument("--out", default="w8a8-replay", metavar="DIR",
+                        help="folder for results.jsonl, report.md, summary.json, report.html (default ./w8a8-replay)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out: calls already in "
+                                                              "results.jsonl are not judged again")
+    parser.add_argument("--max-calls", type=int, metavar="K", help="judge at most K replayable calls")
+    parser.add_argument("--max-bytes", type=float, default=8.0, metavar="GiB",
+                        help="memory for golden outputs kept for --chain (default 8 GiB)")
+    parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
+
+
+def _numerics(text: str | None):
+    import w8a8
+
+    if text is None:
+        return None
+    if text == w8a8.ASCEND.name:
+        return w8a8.ASCEND
+    try:
+        changes = json.loads(text)
+    except ValueError:
+        raise ValueError(f"--numerics: expected {w8a8.ASCEND.name!r} or a JSON object of Numerics fields; "
+                         f"got {text!r}") from None
+    if not isinstance(changes, dict):
+        raise ValueError(f"--numerics: expected a JSON object of Numerics fields; got {text!r}")
+    try:
+        return w8a8.ASCEND.replace(**changes)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--numerics: {exc}") from None
+
+
+def _fail(msg: str) -> int:
+    print(f"w8a8 replay: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args) -> int:
+    try:
+        numerics = _numerics(args.numerics)
+    except ValueError as exc:
+        return _fail(str(exc))
+    if args.exact and args.tolerances:
+        return _fail("--exact and --tolerances exclude each other")
+    path = Path(args.dump)
+    if path.suffix == ".npz":
+        return _run_case(path, args, numerics)
+    if not path.exists():
+        return _fail(f"DUMP {path}: no such file or folder")
+    from rich.console import Console
+
+    from replay import engine, runner
+    from replay.reports import write_all
+
+    console = Console(stderr=True)
+    try:
+        table = engine.load_tolerances(args.tolerances, args.exact)
+    except (OSError, ValueError) as exc:
+        return _fail(f"--tolerances: {exc}")
+    checkpoint = None
+    if args.checkpoint:
+        from checkpoints.issues import CheckpointError
+        from replay.weights import CheckpointWeights
+
+        try:
+            checkpoint = CheckpointWeights(args.checkpoint)
+        except (CheckpointError, OSError) as exc:
+            return _fail(f"--checkpoint: {exc}")
+    for extra in args.inputs or []:
+        if not Path(extra).exists():
+            return _fail(f"--inputs {extra}: no such file or folder")
+    out = Path(args.out)
+    options = runner.Options(ops=args.op, calls=args.call, layer=args.layer, chain=args.chain, platform=args.platform,
+                             numerics=numerics, tolerances=table, attribute=not args.no_attribution,
+                             checkpoint=checkpoint, inputs=args.inputs or [], max_calls=args.max_calls,
+                             max_bytes=int(args.max_bytes * (1 << 30)), export_case=args.export_case,
+                             case_dir=Path(args.case_dir) if args.case_dir else out / "cases",
+                             ranks=args.rank, steps=args.step)
+    try:
+        dirs = runner.plan(path, options)
+    except FileNotFoundError as exc:
+        return _fail(str(exc))
+    if not dirs:
+        return _fail(f"{path}: no dump folder matches --rank/--step")
+    out.mkdir(parents=True, exist_ok=True)
+    results = engine.ResultsFile(out / "results.jsonl")
+    if results.path.exists() and not args.resume:
+        archived = out / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+        results.path.rename(archived)
+        console.print(f"[dim]earlier results kept as {archived}[/]")
+    stats = _run_with_progress(console, path, options, results, args.resume)
+    records = [r for r in results.records() if r.get("backend") == engine.BACKEND]
+    from replay import golden
+
+    meta = {"dump": str(path), "platform": args.platform, "numerics": golden.declared_numerics(
+                args.platform, numerics).name, "mode": "isolated + chained" if args.chain else "isolated",
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["w8a8"] + sys.argv[1:]),
+            "tolerances": "none (bitwise)" if table is None else table.source,
+            "checkpoint": args.checkpoint or "none",
+            "variant_note": "The golden applies one Numerics record for A2 and A3 today; per-shape kernel "
+                            "variants (issue 13) arrive through replay.golden.run without changes here."}
+    summary, paths = write_all(out, records, meta)
+    _print(console, summary)
+    console.print(f"{stats['entries']} entries in {stats['dumps']} dump folder(s); {stats['written']} results written"
+                  f" ({stats['skipped_done']} already done)")
+    console.print("reports: " + ", ".join(str(p) for p in [results.path, *paths.values()]))
+    if args.json:
+        print(paths["json"].read_text())
+    return summary["exit_status"]
+
+
+def _print(console, summary: dict) -> None:
+    from rich.table import Table
+
+    t = Table(title="w8a8 replay: quant calls")
+    for col in ("#", "call", "verdict", "msprobe", "note"):
+        t.add_column(col, overflow="fold")
+    for dump, rs in summary["timeline"].items():
+        first = summary["first_divergence"].get(dump)
+        for r in rs:
+            style = "bold red" if r is first else ("red" if r["verdict"] in ("disagree", "crc-mismatch",
+                                                                             "stats-inconsistent") else None)
+            t.add_row(str(r["params"]["index"]), r["name"], r["verdict"], (r.get("msprobe") or {}).get("verdict", "-"),
+                      (r.get("note") or r.get("reason") or "")[:120], style=style)
+    console.print(t)
+    if not summary["quant_calls"]:
+        console.print("[yellow]no call of a supported quant op in this dump: nothing to judge[/]")
+    for dump, r in summary["first_divergence"].items():
+        console.print(f"[bold]first divergence[/] {dump}: {r['name']} — {r.get('note')}")
+        if r.get("repro"):
+            console.print(f"  repro: {r['repro']}")
+        if r.get("repro_python"):
+            console.print(r["repro_python"])
+
+
+def _run_with_progress(console, path, options, results, resume) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from replay.runner import replay_dump
+
+    counts: dict[str, int] = {}
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        state = {"task": None}
+
+        def on_dump(dump):
+            state["task"] = progress.add_task(dump.where.label, total=len(dump.entries))
+
+        def on_call(record, entry):
+            if record is not None:
+                counts[record["verdict"]] = counts.get(record["verdict"], 0) + 1
+            progress.update(state["task"], advance=1,
+                            description=" ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "reading")
+
+        return replay_dump(path, options, results, resume=resume, on_call=on_call, on_dump=on_dump,
+                           repro_base=f"w8a8 replay {path}")
+
+
+def _run_case(path: Path, args, numerics) -> int:
+    from replay import engine
+    from replay.case import load_case, python_snippet
+    from replay.runner import Options, replay_case
+
+    if not path.is_file():
+        return _fail(f"CASE {path}: no such file")
+    try:
+        case = load_case(path)
+    except ValueError as exc:
+        return _fail(str(exc))
+    try:
+        table = engine.load_tolerances(args.tolerances, args.exact)
+    except (OSError, ValueError) as exc:
+        return _fail(f"--tolerances: {exc}")
+    if numerics is None and case.meta.get("numerics"):
+        import w8a8
+
+        numerics = w8a8.Numerics.from_dict(case.meta["numerics"])
+    record = replay_case(case, Options(platform=case.meta.get("platform") or args.platform, numerics=numerics,
+                                       tolerances=table, attribute=not args.no_attribution))
+    print(json.dumps({k: record.get(k) for k in ("name", "op", "verdict", "first_mismatch", "attribution", "outputs",
+                                                 "note")}, indent=2, default=str))
+    print(f"{case.entry}: {record['verdict']}", file=sys.stderr)
+    print(python_snippet(path, case.op, case.meta.get("numerics")), file=sys.stderr)
+    return 1 if record["verdict"] in ("disagree", "missing-data") else 0
