@@ -2,7 +2,7 @@
 
 * **Cases** per op (its declaration, :mod:`conformance.declare`): the named cases, the error cases
   (its bad calls), then cases drawn by Hypothesis from the op's main strategy (``profile`` sets how
-  many; ``seed`` makes the draw reproducible) and a quarter as many from each of its other
+  many; ``seed`` makes the draw reproducible) and an eighth as many from each of its other
   strategies.
 * **Isolation**: every backend call runs in a worker process. A worker that dies (segfault,
   device error, ``os._exit``) has its case recorded as ``crashed`` and is replaced; a call that
@@ -30,7 +30,7 @@ from .results import ResultsFile
 
 PROFILE_CASES = {"dev": 8, "ci": 100, "thorough": 1000}
 DEFAULT_PROFILE = "ci"
-EXTRA_STRATEGY_SHARE = 4  # each strategy besides "main" draws n // 4 cases (at least 1)
+EXTRA_STRATEGY_SHARE = 8  # each strategy besides "main" draws n // 8 cases (at least 1)
 
 
 @dataclass
@@ -110,7 +110,7 @@ def draw_cases(spec, n: int, seed: int, strategy: str = "main") -> list[dict]:
 
 def op_cases(spec, n: int, seed: int, *, declared: bool = True) -> list[tuple[dict, str, str | None]]:
     """``(params, kind, name)`` of every case of one op: its named cases and bad calls (``declared``),
-    then ``n`` cases drawn from its main strategy and ``n // 4`` from each of its others."""
+    then ``n`` cases drawn from its main strategy and ``n // 8`` from each of its others."""
     items = []
     if declared:
         items += [({"named": c.key}, "named", c.key) for c in spec.cases]
@@ -252,9 +252,46 @@ def _failed_record(task: Task, status: str, note: str, **extra) -> dict:
             "repro": repro_command(task.backend, task.op, task.params)}
 
 
+class WorkerPool:
+    """The worker processes of a run, started ahead of it: each imports torch and the backends (seconds),
+    which overlaps the planning when a pool is started before :func:`plan` and handed to :func:`run`.
+    Close it (or use it as a context manager) when the run is over."""
+
+    def __init__(self, options: RunOptions, size: int | None = None):
+        import multiprocessing as mp
+
+        self.options = options
+        self.ctx = mp.get_context("spawn")
+        self.workers = [self.new() for _ in range(max(1, size or options.workers))]
+
+    def new(self) -> _Worker:
+        return _Worker(self.ctx, self.options.registrations, self.options.threads_per_worker)
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                w.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for w in self.workers:
+            w.process.join(timeout=2)
+            if w.process.is_alive():
+                w.kill()
+        self.workers = []
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume: bool = False,
-        on_result: Callable[[dict], None] | None = None) -> dict:
-    """Run ``tasks``, appending every result to ``results``. Returns counts of what happened."""
+        on_result: Callable[[dict], None] | None = None, pool: WorkerPool | None = None) -> dict:
+    """Run ``tasks``, appending every result to ``results``. Returns counts of what happened.
+
+    ``pool``: worker processes already started (:class:`WorkerPool`; left open); by default the run
+    starts its own and closes them at the end."""
     results.repair()
     done = results.done_keys() if resume else set()
     todo = deque(t for t in tasks if t.key not in done)
@@ -279,21 +316,22 @@ def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume:
         while todo:
             emit(_execute(asdict(todo.popleft()), opts))
         return stats
-    _run_in_workers(todo, opts, options, emit, stats)
+    if not todo:
+        return stats
+    if pool is not None:
+        _run_in_workers(todo, opts, options, emit, stats, pool)
+        return stats
+    with WorkerPool(options, size=min(options.workers, len(todo))) as own:
+        _run_in_workers(todo, opts, options, emit, stats, own)
     return stats
 
 
-def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: dict) -> None:
-    """The worker pool: keep every worker's pipe filled, record crashes and timeouts of the running case,
-    requeue the cases queued behind it."""
-    import multiprocessing as mp
+def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: dict, pool: WorkerPool) -> None:
+    """Keep every worker's pipe filled, record crashes and timeouts of the running case, requeue the
+    cases queued behind it (a dead or killed worker is replaced in the pool)."""
     from multiprocessing.connection import wait
 
-    if not todo:
-        return
-    ctx = mp.get_context("spawn")
-    n_workers = max(1, min(options.workers, len(todo) or 1))
-    workers = [_Worker(ctx, options.registrations, options.threads_per_worker) for _ in range(n_workers)]
+    workers = pool.workers
 
     def replace(i: int, w: _Worker, status: str | None, note: str) -> None:
         if w.inflight and status:
@@ -301,49 +339,38 @@ def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: d
         todo.extendleft(reversed(w.inflight))  # the cases queued behind it run elsewhere
         w.inflight.clear()
         w.kill()
-        workers[i] = _Worker(ctx, options.registrations, options.threads_per_worker)
+        workers[i] = pool.new()
 
-    try:
-        while todo or any(w.inflight for w in workers):
-            for w in workers:
-                while w.ready and todo and len(w.inflight) < IN_FLIGHT:
-                    if not w.send(todo[0], opts):
-                        break
-                    todo.popleft()
-            ready = wait([w.conn for w in workers], timeout=0.25)
-            arrived = []  # the results of this round, written (and fsynced) together
-            for i, w in enumerate(workers):
-                if w.conn not in ready:
-                    continue
-                try:
-                    kind, payload = w.conn.recv()
-                except (EOFError, OSError):
-                    if not w.ready:
-                        stats["startup_failures"] = stats.get("startup_failures", 0) + 1
-                        if stats["startup_failures"] > 3:
-                            raise RuntimeError("conformance workers die before they start (exit code "
-                                               f"{w.process.exitcode}); run with --workers 0 to see why")
-                    w.process.join(timeout=1)
-                    replace(i, w, "crashed", f"worker process died (exit code {w.process.exitcode}) while running "
-                                             "this case")
-                    continue
-                if kind == "ready":
-                    w.ready = True
-                elif kind == "result":
-                    w.finished()
-                    arrived.append(payload)
-            emit(*arrived)
-            now = time.monotonic()
-            for i, w in enumerate(workers):
-                if w.inflight and now - w.started > options.timeout:
-                    replace(i, w, "timeout", f"no result within {options.timeout:g} s; worker killed")
-    finally:
+    while todo or any(w.inflight for w in workers):
         for w in workers:
+            while w.ready and todo and len(w.inflight) < IN_FLIGHT:
+                if not w.send(todo[0], opts):
+                    break
+                todo.popleft()
+        ready = wait([w.conn for w in workers], timeout=0.25)
+        arrived = []  # the results of this round, written (and fsynced) together
+        for i, w in enumerate(workers):
+            if w.conn not in ready:
+                continue
             try:
-                w.conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-        for w in workers:
-            w.process.join(timeout=2)
-            if w.process.is_alive():
-                w.kill()
+                kind, payload = w.conn.recv()
+            except (EOFError, OSError):
+                if not w.ready:
+                    stats["startup_failures"] = stats.get("startup_failures", 0) + 1
+                    if stats["startup_failures"] > 3:
+                        raise RuntimeError("conformance workers die before they start (exit code "
+                                           f"{w.process.exitcode}); run with --workers 0 to see why")
+                w.process.join(timeout=1)
+                replace(i, w, "crashed", f"worker process died (exit code {w.process.exitcode}) while running "
+                                         "this case")
+                continue
+            if kind == "ready":
+                w.ready = True
+            elif kind == "result":
+                w.finished()
+                arrived.append(payload)
+        emit(*arrived)
+        now = time.monotonic()
+        for i, w in enumerate(workers):
+            if w.inflight and now - w.started > options.timeout:
+                replace(i, w, "timeout", f"no result within {options.timeout:g} s; worker killed")

@@ -164,11 +164,26 @@ def run(args) -> int:
     if args.case:
         return _run_single(args, names)
 
+    from conformance.runner import RunOptions, WorkerPool
+
+    options = RunOptions(workers=args.workers, timeout=args.timeout, attribute=not args.no_attribution,
+                         registrations=registrations, tolerances=_tolerance_path(args))
+    pool = WorkerPool(options) if options.workers > 0 else None  # their startup overlaps the planning
+    try:
+        return _plan_and_run(args, names, options, pool)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _plan_and_run(args, names, options, pool) -> int:
+    import functools
+
     from rich.console import Console
 
     from conformance import reports
     from conformance.results import ResultsFile
-    from conformance.runner import RunOptions, load_plan, plan, save_plan
+    from conformance.runner import load_plan, plan, save_plan
     from conformance.runner import run as run_tasks
 
     console = Console(stderr=True)
@@ -198,11 +213,8 @@ def run(args) -> int:
     console.print(f"w8a8 conformance: {len(tasks)} cases, backends {', '.join(names)}, profile {args.profile}, "
                   f"{args.workers} worker(s)")
     t0 = time.perf_counter()
-    stats = _run_with_progress(console, tasks, results, RunOptions(workers=args.workers, timeout=args.timeout,
-                                                                    attribute=not args.no_attribution,
-                                                                    registrations=registrations,
-                                                                    tolerances=_tolerance_path(args)),
-                               args.resume, run_tasks)
+    stats = _run_with_progress(console, tasks, results, options, args.resume,
+                               functools.partial(run_tasks, pool=pool))
     elapsed = time.perf_counter() - t0
     wanted = {t.key for t in tasks}
     records = [r for r in results.records() if (r["backend"], r["case_id"]) in wanted]
