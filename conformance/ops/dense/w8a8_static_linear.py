@@ -82,6 +82,12 @@ def _nan_at(array, index, value=np.nan):
     return array
 
 
+def _tiny_input_scale(dtype):
+    return lambda: ((np.ones((2, 8), dtype), np.ones((3, 8), np.int8)),
+                    {"input_scale": np.float32([1e-39]), "input_offset": np.float32([0]),
+                     "deq_scale": np.float32([1e-3] * 3), "quant_bias": None})
+
+
 def _overflow_at_150_5():
     qb = np.zeros(19, np.int32)
     qb[5] = 2**31 - 1
@@ -393,36 +399,11 @@ BAD_CALLS = [
         ValueError,
         r"w8a8_static_linear: argument 'x' must be of last dimension K = 8",
     ),
-    BadCall(
-        "input_scale_reciprocal_inf_fp16",
-        lambda: (
-            (np.ones((2, 8), F16), np.ones((3, 8), np.int8)),
-            {
-                "input_scale": np.float32([1e-39]),
-                "input_offset": np.float32([0]),
-                "deq_scale": np.float32([1e-3] * 3),
-                "quant_bias": None,
-            },
-        ),
-        ValueError,
-        r"quantize: argument 'scales' must be finite .* Inf at index \(0,\)",
-        "1 / 1e-39 overflows to Inf in fp16: the quantize step refuses the Inf reciprocal.",
-    ),
-    BadCall(
-        "input_scale_reciprocal_inf_bf16",
-        lambda: (
-            (np.ones((2, 8), BF16), np.ones((3, 8), np.int8)),
-            {
-                "input_scale": np.float32([1e-39]),
-                "input_offset": np.float32([0]),
-                "deq_scale": np.float32([1e-3] * 3),
-                "quant_bias": None,
-            },
-        ),
-        ValueError,
-        r"quantize: argument 'scales' must be finite .* Inf at index \(0,\)",
-        "bf16 keeps fp32's range, but 1 / 1e-39 = 1e39 is beyond it: Inf.",
-    ),
+    *[BadCall(f"input_scale_reciprocal_inf_{name}", _tiny_input_scale(dtype), ValueError,
+              r"quantize: argument 'scales' must be finite .* Inf at index \(0,\)", why)
+      for name, dtype, why in (("fp16", F16, "1 / 1e-39 overflows to Inf in fp16: the quantize step refuses the Inf "
+                                            "reciprocal."),
+                               ("bf16", BF16, "bf16 keeps fp32's range, but 1 / 1e-39 = 1e39 is beyond it: Inf."))],
     BadCall("input_scale_reciprocal_beyond_fp16", lambda: ((np.ones((2, 8), F16), np.ones((3, 8), np.int8)),
                                                            {"input_scale": np.float32([1e-6]),
                                                             "input_offset": np.float32([1e5]),

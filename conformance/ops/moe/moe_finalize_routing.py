@@ -92,6 +92,12 @@ def _valid():
     ), {'drop_pad_mode': 2}
 
 
+def _with_bias(expert_ids):
+    """4 rows of [N = 2, K = 2] with a bias for 3 experts; the expert ids ``expert_ids`` (None: missing)."""
+    return (np.ones((4, 2), F32), None, None, np.ones((3, 2), F32), np.ones((2, 2), F32),
+            np.arange(4, dtype=np.int32), expert_ids), {}
+
+
 BAD_CALLS = [
     BadCall("expanded_src_to_dst_row_range", lambda: ((np.ones((4, 2), F32), None, None, None, np.ones((2, 2), F32),
                               np.array([0, -1, 2, 3], np.int32), None), {}),
@@ -101,35 +107,13 @@ BAD_CALLS = [
             ValueError, r"moe_finalize_routing: argument 'skip1' must be given when skip2 is"),
     BadCall(
         "export_for_source_row_value",
-        lambda: (
-            (
-                np.ones((4, 2), F32),
-                None,
-                None,
-                np.ones((3, 2), F32),
-                np.ones((2, 2), F32),
-                np.arange(4, dtype=np.int32),
-                None,
-            ),
-            {},
-        ),
+        lambda: _with_bias(None),
         ValueError,
         r"moe_finalize_routing: argument 'export_for_source_row' must be the \[N, K\] expert ids when bias is given",
     ),
     BadCall(
         "export_for_source_row_range",
-        lambda: (
-            (
-                np.ones((4, 2), F32),
-                None,
-                None,
-                np.ones((3, 2), F32),
-                np.ones((2, 2), F32),
-                np.arange(4, dtype=np.int32),
-                np.full((2, 2), 3, np.int32),
-            ),
-            {},
-        ),
+        lambda: _with_bias(np.full((2, 2), 3, np.int32)),
         ValueError,
         r"moe_finalize_routing: argument 'export_for_source_row' must be expert ids in \[0, E = 3\)",
     ),
