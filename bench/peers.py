@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cases import BenchCase, dynamic_linear_case
+from conformance.declare import BenchCase
+from conformance.ops.dense.w8a8_dynamic_linear import bench_case as dynamic_linear_case
 
 PEER_SHAPES_QUICK = ((16, 4096, 4096), (512, 4096, 4096), (2048, 2048, 2048))
 PEER_SHAPES_FULL = ((1, 4096, 4096), (64, 4096, 4096)) + PEER_SHAPES_QUICK
@@ -336,12 +337,10 @@ def expected_unverified(r: dict) -> bool:
     return r.get("group") == "peers" and r.get("backend") != "torch-cpu"
 
 
-def _worker(conn, case_refs, timing):
-    from .cases import rebuild
-
+def _worker(conn, cases, timing):
     try:
-        for recipe in case_refs:
-            for rec in run_case(rebuild(recipe), **timing):
+        for case in cases:  # BenchCase objects: plain data and a module-level builder, pickled whole
+            for rec in run_case(case, **timing):
                 conn.send(rec)
     except Exception as exc:  # noqa: BLE001
         conn.send({"backend": "peers", "case": "?", "group": "peers", "status": "error",
@@ -359,7 +358,7 @@ def run_peers(cases: list[BenchCase], *, timing: dict | None = None, on_record=N
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    p = ctx.Process(target=_worker, args=(child, [c.recipe for c in cases], timing or {}), daemon=True)
+    p = ctx.Process(target=_worker, args=(child, list(cases), timing or {}), daemon=True)
     p.start()
     child.close()
     from .runner import collect

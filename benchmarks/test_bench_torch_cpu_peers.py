@@ -47,7 +47,7 @@ def ceilings():
 
 
 def _candidates(m, k, n):
-    from bench.cases import dynamic_linear_case
+    from conformance.ops.dense.w8a8_dynamic_linear import bench_case as dynamic_linear_case
 
     case = dynamic_linear_case(m, k, n)
     args, kwargs = case.build(np.random.default_rng(case_seed(case.name)))

@@ -34,6 +34,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--peers", action="store_true",
                         help="also time torch-cpu's w8a8_dynamic_linear round-robin with its CPU peers (onnxruntime, "
                              "torchao, torch bf16 matmul, the int8 GEMMs alone) in one process (extra 'bench')")
+    parser.add_argument("--list", action="store_true",
+                        help="list the cases (from the op declarations) with their tags and work, then exit")
 
 
 def run(args) -> int:
@@ -41,7 +43,7 @@ def run(args) -> int:
     from rich.console import Console
 
     from bench import peers as bench_peers
-    from bench import report, roofline_cases  # noqa: F401 - registers the 2048^3 and MoE T=256 cases
+    from bench import report
     from bench.cases import all_cases
     from bench.peak import Peaks, measure
     from bench.runner import run as run_bench
@@ -73,6 +75,10 @@ def run(args) -> int:
             print(f"w8a8 bench: no benchmark cases for op(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
                   file=sys.stderr)
             return 2
+    if args.list:
+        for c in cases:
+            print(f"{c.name:56s} {c.work:12.4g} {c.unit:4s} {','.join(c.tags)}" + (f" compute={c.compute}" if c.compute else ""))
+        return 0
     t0 = time.perf_counter()
     peaks = Peaks(0.0, 0.0, "not measured", "not measured", "skipped (--no-peak)", os.cpu_count() or 1) \
         if args.no_peak else measure()

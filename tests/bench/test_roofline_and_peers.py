@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bench import peak, readme_table, report, roofline
-from bench.cases import dynamic_linear_case
-from bench.moe_cases import moe_layer_case
+from conformance.ops.dense.w8a8_dynamic_linear import bench_case as dynamic_linear_case
+from conformance.ops.moe.w8a8_moe import bench_case as moe_layer_case
 from bench.timing import stats
 
 # a Zen 4 like this project's CI machine: 0.92 TOPS int8, 1 MiB L2 per core, 32 MiB LLC, 2 cores
