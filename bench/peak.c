@@ -1,6 +1,14 @@
-/* Compute ceilings of this CPU: independent chains of the widest int8 dot-product instruction and
- * of fp64 FMAs, on N threads. Prints one line per unit: "<unit> <ops per second>".
- * Built and run by bench/peak.py with the system C compiler (-O2 -march=native). */
+/* Ceilings of this CPU, measured by bench/peak.py (built with the system C compiler, -O2 -march=native).
+ *
+ *   peak <threads> [iters]               compute: independent chains of the widest int8 dot-product
+ *                                        instruction and of fp64 FMAs; one line per unit,
+ *                                        "<unit> <ops per second>"
+ *   peak bw <threads> <bytes> <seconds>  memory: every thread reads its own <bytes> buffer (touched by
+ *                                        that thread first) over and over, 64-byte loads summed into
+ *                                        independent accumulators (a STREAM-like read-only kernel: what a
+ *                                        GEMM does with its weights), passes with and without software
+ *                                        prefetch; "bw_read <bytes per second>" of the best of the timed
+ *                                        passes of all threads together */
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <pthread.h>
@@ -10,9 +18,13 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 
 static long ITERS = 20000000;
+#ifndef PF_LONGS
+#define PF_LONGS 512    /* the read kernel's software prefetch distance: 4 KiB */
+#endif
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 static volatile int sink;
 
@@ -97,6 +109,99 @@ static void *amx_worker(void *arg) {
 #define AMX_OPS_PER_ITER (16.0 * 16 * 64 * 2)
 #endif
 
+/* -- memory bandwidth ---------------------------------------------------------------------------- */
+
+typedef struct { size_t bytes; double seconds; pthread_barrier_t *bar; double best; volatile long sum; } bw_arg;
+
+/* one pass over p[0, n): mode 0 one sequential stream, hardware prefetch only; mode 1 four streams at
+ * once (the quarters of the buffer, as a GEMM reads the four 16-column blocks of a weight panel), each
+ * with a software prefetch into L2 PF_LONGS ahead. The best of both is the ceiling: a kernel that
+ * prefetches must not beat it. */
+static long read_pass(const long *p, size_t n, int mode) {
+#if defined(__AVX512F__)
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    if (mode == 1) {
+        size_t q = (n / 4) & ~(size_t)7;
+        const long *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
+        for (; i + 8 <= q; i += 8) {
+            _mm_prefetch((const char *)(p + i + PF_LONGS), _MM_HINT_T1);
+            _mm_prefetch((const char *)(p1 + i + PF_LONGS), _MM_HINT_T1);
+            _mm_prefetch((const char *)(p2 + i + PF_LONGS), _MM_HINT_T1);
+            _mm_prefetch((const char *)(p3 + i + PF_LONGS), _MM_HINT_T1);
+            s0 = _mm512_add_epi64(s0, _mm512_load_si512((const void *)(p + i)));
+            s1 = _mm512_add_epi64(s1, _mm512_load_si512((const void *)(p1 + i)));
+            s2 = _mm512_add_epi64(s2, _mm512_load_si512((const void *)(p2 + i)));
+            s3 = _mm512_add_epi64(s3, _mm512_load_si512((const void *)(p3 + i)));
+        }
+        i = 4 * q;
+    } else {
+        for (; i + 32 <= n; i += 32) {
+            s0 = _mm512_add_epi64(s0, _mm512_load_si512((const void *)(p + i)));
+            s1 = _mm512_add_epi64(s1, _mm512_load_si512((const void *)(p + i + 8)));
+            s2 = _mm512_add_epi64(s2, _mm512_load_si512((const void *)(p + i + 16)));
+            s3 = _mm512_add_epi64(s3, _mm512_load_si512((const void *)(p + i + 24)));
+        }
+    }
+    long s = _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+#else
+    long s = 0, t = 0, u = 0, v = 0;
+    size_t i = 0;
+    (void)mode;
+    for (; i + 4 <= n; i += 4) { s += p[i]; t += p[i + 1]; u += p[i + 2]; v += p[i + 3]; }
+    s += t + u + v;
+#endif
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+
+static void *bw_worker(void *arg) {
+    bw_arg *a = (bw_arg *)arg;
+    size_t n = a->bytes / sizeof(long);
+    size_t bytes = (n * sizeof(long) + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    long *p = aligned_alloc(2u << 20, bytes);
+    if (p == NULL) { a->best = 0; pthread_barrier_wait(a->bar); return NULL; }
+#if defined(MADV_HUGEPAGE) && !defined(NO_HUGE)
+    madvise(p, bytes, MADV_HUGEPAGE);   /* as the packed weights of torch-cpu's kernels (fewer TLB misses) */
+#endif
+    for (size_t i = 0; i < n; i++) p[i] = (long)i;   /* first touch: this thread's pages */
+    long s = read_pass(p, n, 0);                       /* warm (caches / TLB) */
+    pthread_barrier_wait(a->bar);
+    double best = 1e30, t_end = now() + a->seconds;
+    int passes = 0;
+    while (passes < 6 || now() < t_end) {   /* passes alternate between the two modes of read_pass */
+        double t0 = now();
+        s += read_pass(p, n, passes & 1);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+        passes++;
+    }
+    a->sum = s;
+    a->best = best;
+    free(p);
+    return NULL;
+}
+
+static int bw_main(int threads, size_t bytes, double seconds) {
+    pthread_t t[256];
+    bw_arg a[256];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)threads);
+    for (int i = 0; i < threads; i++) {
+        a[i].bytes = bytes; a[i].seconds = seconds; a[i].bar = &bar; a[i].best = 0;
+        pthread_create(&t[i], NULL, bw_worker, &a[i]);
+    }
+    double slowest = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(t[i], NULL);
+        if (a[i].best <= 0) return 3;
+        if (a[i].best > slowest) slowest = a[i].best;
+    }
+    /* every thread's best pass, the slowest of them: all threads were reading at that rate at once */
+    printf("bw_read %.6e\n", (double)(bytes / sizeof(long) * sizeof(long)) * threads / slowest);
+    return 0;
+}
+
 static double run(void *(*fn)(void *), int threads, double ops_per_iter, long iters) {
     pthread_t t[256];
     double t0 = now();
@@ -106,6 +211,14 @@ static double run(void *(*fn)(void *), int threads, double ops_per_iter, long it
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "bw") == 0) {
+        if (argc < 5) return 2;
+        int threads = atoi(argv[2]);
+        long bytes = atol(argv[3]);
+        double seconds = atof(argv[4]);
+        if (threads < 1 || threads > 256 || bytes < 4096 || seconds < 0) return 2;
+        return bw_main(threads, (size_t)bytes, seconds);
+    }
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     if (argc > 2) ITERS = atol(argv[2]);
     if (threads < 1 || threads > 256) return 2;

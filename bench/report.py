@@ -41,7 +41,10 @@ def peak_for(backend: str, peaks, compute: str | None = None) -> tuple[float | N
 
 
 def annotate(records: list[dict], peaks) -> None:
-    """Add throughput, ratio to the fastest backend (per case) and ratio to this machine's peak."""
+    """Add throughput, ratio to the fastest backend (per case), ratio to this machine's compute peak and
+    the roofline (:mod:`bench.roofline`: the limiting resource and the % of its time)."""
+    from .roofline import roofline
+
     best: dict[str, float] = {}
     for r in records:
         tp = throughput(r) if r.get("verified") else None
@@ -52,10 +55,13 @@ def annotate(records: list[dict], peaks) -> None:
         tp = r.get("throughput")
         if tp and r.get("verified"):
             r["ratio_to_fastest"] = tp / best[r["case"]]
+            ceiling, label = peak_for(r["backend"], peaks, r.get("compute"))
             if r.get("unit") == "OPS":
-                ceiling, label = peak_for(r["backend"], peaks, r.get("compute"))
                 r["ratio_to_peak"] = tp / ceiling if ceiling else None
                 r["peak_kind"] = label
+            roof = None if r.get("no_roofline") else roofline(r, peaks, ceiling, label)
+            if roof is not None:
+                r["roofline"] = roof.as_dict()
 
 
 def _fmt_time(s: float) -> str:
@@ -74,24 +80,69 @@ def print_table(records: list[dict], peaks, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    t = Table(title=f"w8a8 bench (median of rounds; peaks: int8 {peaks.int8 / 1e12:.2f} TOPS [{peaks.int8_unit}], "
-                    f"fp64 {peaks.fp64 / 1e9:.0f} GFLOP/s [{peaks.fp64_unit}], {peaks.threads} threads)")
-    for col in ("op", "shape", "backend", "time", "throughput", "vs fastest", "% of peak", "peak mem",
-                "transfers in/out"):
+    t = Table(title=f"w8a8 bench (median of rounds; {ceilings_line(peaks)})")
+    for col in ("op", "shape", "backend", "time", "throughput", "vs fastest", "% of peak", "roofline",
+                "peak mem", "transfers in/out"):
         t.add_column(col, overflow="fold")
-    for r in sorted(records, key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
+    for r in sorted((r for r in records if r.get("group") != "peers"),
+                    key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
         if r.get("status") != "ok":
             t.add_row(r.get("op", "?"), r.get("label", ""), r["backend"], f"[dim]{r.get('status')}[/]",
-                      r.get("note", "")[:60], "", "", "", "")
+                      r.get("note", "")[:60], "", "", "", "", "")
             continue
         if not r.get("verified"):
             t.add_row(r["op"], r["label"], r["backend"], "[yellow]unverified[/]", r.get("verify_note", "")[:60],
-                      "", "", "", "")
+                      "", "", "", "", "")
             continue
         pct = f"{100 * r['ratio_to_peak']:.1f}% {r['peak_kind']}" if r.get("ratio_to_peak") else "-"
         t.add_row(r["op"], r["label"], r["backend"], _fmt_time(r["stats"]["median"]), _fmt_tp(r),
-                  f"{r.get('ratio_to_fastest', 0):.2f}x", pct, f"{r.get('peak_memory_bytes', 0) / 2**20:.0f} MiB",
+                  f"{r.get('ratio_to_fastest', 0):.2f}x", pct, roofline_text(r),
+                  f"{r.get('peak_memory_bytes', 0) / 2**20:.0f} MiB",
                   f"{_fmt_time(r.get('transfer_in_s', 0))} / {_fmt_time(r.get('transfer_out_s', 0))}")
+    console.print(t)
+    peers = [r for r in records if r.get("group") == "peers"]
+    if peers:
+        print_peers(peers, console)
+
+
+def ceilings_line(peaks) -> str:
+    """The ceilings in one line (table titles, HTML)."""
+    line = (f"peaks: int8 {peaks.int8 / 1e12:.2f} TOPS ({peaks.int8_unit}), fp64 {peaks.fp64 / 1e9:.0f} GFLOP/s "
+            f"({peaks.fp64_unit}), {peaks.threads} threads")
+    if getattr(peaks, "bw_dram", 0):
+        line += (f"; read bandwidth: L2 {peaks.bw_l2 / 1e9:.0f} GB/s, in cache (LLC {peaks.llc_bytes >> 20} MiB) "
+                 f"{peaks.bw_llc / 1e9:.0f} GB/s, out of cache {peaks.bw_dram / 1e9:.1f} GB/s")
+    return line
+
+
+def roofline_text(r: dict) -> str:
+    """``"int8-bound at 71% (DRAM bw 58%)"``-style cell, or ``"-"``."""
+    roof = r.get("roofline")
+    if not roof:
+        return "-"
+    text = roof["label"]
+    if roof["level"] != "DRAM":
+        text += f" (DRAM bw {100 * roof['dram_pct']:.0f}%)"
+    return text
+
+
+def print_peers(records: list[dict], console) -> None:
+    """The peers table: every candidate of a case timed round-robin in one process (bench.peers)."""
+    from rich.table import Table
+
+    t = Table(title="w8a8 bench: torch-cpu and its peers, one process, round-robin (median, q1-q3 of rounds)")
+    for col in ("op", "shape", "candidate", "time", "q1-q3", "torch-cpu speedup", "numerics", "roofline"):
+        t.add_column(col, overflow="fold")
+    for r in sorted(records, key=lambda r: (r.get("op", ""), r.get("label", ""), r.get("order", 0))):
+        if r.get("status") != "ok":
+            t.add_row(r.get("op", "?"), r.get("label", ""), r["backend"], f"[dim]{r.get('status')}[/]",
+                      r.get("note", "")[:70], "", "", "")
+            continue
+        st = r["stats"]
+        speed = r.get("torch_cpu_speedup")
+        t.add_row(r["op"], r["label"], r["backend"], _fmt_time(st["median"]),
+                  f"{_fmt_time(st['q1'])} - {_fmt_time(st['q3'])}", f"{speed:.2f}x" if speed else "-",
+                  r.get("numerics", ""), roofline_text(r))
     console.print(t)
 
 
@@ -105,13 +156,16 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
             continue
         st = dict(r["stats"])
         st["data"] = r.get("data", [])
-        name = f"test_{r['op']}[{r['backend']}-{r['label']}]"
+        peers = r.get("group") == "peers"   # the peers run: a name and group of its own (same case, other run)
+        name = f"test_{r['op']}{'_peers' if peers else ''}[{r['backend']}-{r['label']}]"
         benches.append({
-            "group": r["op"], "name": name, "fullname": f"w8a8-bench::{name}",
+            "group": r["op"] + (" (peers)" if peers else ""), "name": name, "fullname": f"w8a8-bench::{name}",
             "params": {"backend": r["backend"], "shape": r["label"]}, "param": f"{r['backend']}-{r['label']}",
             "extra_info": {k: r.get(k) for k in ("work", "unit", "verified", "verify_note", "throughput",
-                                                  "ratio_to_fastest", "ratio_to_peak", "peak_kind",
-                                                  "peak_memory_bytes", "transfer_in_s", "load_s", "transfer_out_s")},
+                                                  "ratio_to_fastest", "ratio_to_peak", "peak_kind", "roofline",
+                                                  "peak_memory_bytes", "transfer_in_s", "load_s", "transfer_out_s",
+                                                  "group", "op", "label", "params", "numerics", "sqnr_db",
+                                                  "torch_cpu_speedup", "notes")},
             "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": meta.get("min_rounds", 3),
                         "max_time": meta.get("max_time", 2.0), "min_time": 0.0, "warmup": True},
             "stats": st})
@@ -120,7 +174,7 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
                              "python_version": platform.python_version(), "system": platform.system(),
                              "release": platform.release(), "cpu": {"count": meta.get("cpus")},
                              "w8a8_peaks": meta.get("peaks")},
-            "commit_info": meta.get("commit_info", {}), "benchmarks": benches,
+            "commit_info": meta.get("commit_info", {}), "benchmarks": benches, "w8a8_command": meta.get("command"),
             "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "version": pytest_benchmark.__version__}
 
@@ -198,15 +252,16 @@ def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str
     from conformance.reports.html import CSS, _e
 
     rows = []
-    for r in sorted(records, key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
+    for r in sorted((r for r in records if r.get("group") != "peers"),
+                    key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
         if r.get("status") == "ok" and r.get("verified"):
             cells = [_fmt_time(r["stats"]["median"]), _fmt_tp(r), f"{r.get('ratio_to_fastest', 0):.2f}x",
-                     f"{100 * (r.get('ratio_to_peak') or 0):.1f}% {r.get('peak_kind', '')}",
+                     f"{100 * (r.get('ratio_to_peak') or 0):.1f}% {r.get('peak_kind', '')}", _e(roofline_text(r)),
                      f"{r.get('peak_memory_bytes', 0) / 2**20:.0f} MiB"]
             cls = "good"
         else:
             cells = [_e(r.get("status") if r.get("status") != "ok" else "unverified"),
-                     _e(r.get("verify_note") or r.get("note") or ""), "", "", ""]
+                     _e(r.get("verify_note") or r.get("note") or ""), "", "", "", ""]
             cls = "bad" if r.get("status") in ("error", "crashed") or r.get("status") == "ok" else "na"
         rows.append(f"<tr><td><code>{_e(r.get('op'))}</code></td><td>{_e(r.get('label'))}</td><td>{_e(r['backend'])}</td>"
                     + "".join(f"<td class='{cls}'>{c}</td>" for c in cells) + "</tr>")
@@ -217,14 +272,36 @@ def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str
     return "\n".join([
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>w8a8 bench</title>",
         f"<style>{CSS}</style></head><body><h1>w8a8 bench</h1>",
-        f"<p>{_e(meta.get('command', ''))} — {_e(meta.get('machine', ''))}; peaks: int8 "
-        f"{peaks.int8 / 1e12:.2f} TOPS ({_e(peaks.int8_unit)}), fp64 {peaks.fp64 / 1e9:.0f} GFLOP/s "
-        f"({_e(peaks.fp64_unit)}), {_e(peaks.method)}</p>",
+        f"<p>{_e(meta.get('command', ''))} — {_e(meta.get('machine', ''))}; {_e(ceilings_line(peaks))}; "
+        f"{_e(peaks.method)}</p>",
         "<table class='matrix' id='bench'><thead><tr><th>op</th><th>shape</th><th>backend</th><th>time</th>"
-        "<th>throughput</th><th>vs fastest</th><th>% of peak</th><th>peak memory</th></tr></thead><tbody>",
-        *rows, "</tbody></table>",
+        "<th>throughput</th><th>vs fastest</th><th>% of peak</th><th>roofline</th><th>peak memory</th></tr></thead>"
+        "<tbody>", *rows, "</tbody></table>", _peers_html(records),
         f"<h2>Throughput against M</h2><img class='plot' alt='throughput vs M' src='data:image/png;base64,{tvm}'>",
         "<h2>Scaling study</h2><table class='matrix'><thead><tr><th>backend</th><th>op</th><th>axis</th>"
         f"<th>fitted exponent</th><th>fixed</th></tr></thead><tbody>{fit_rows}</tbody></table>",
         f"<img class='plot' alt='scaling' src='data:image/png;base64,{sc}'>" if sc else "<p>no scaling data (full run)</p>",
         "</body></html>"])
+
+
+def _peers_html(records: list[dict]) -> str:
+    from conformance.reports.html import _e
+
+    peers = sorted((r for r in records if r.get("group") == "peers"),
+                   key=lambda r: (r.get("op", ""), r.get("label", ""), r.get("order", 0)))
+    if not peers:
+        return ""
+    rows = []
+    for r in peers:
+        if r.get("status") != "ok":
+            rows.append(f"<tr><td><code>{_e(r.get('op'))}</code></td><td>{_e(r.get('label'))}</td>"
+                        f"<td>{_e(r['backend'])}</td><td class='na' colspan='5'>{_e(r.get('note', ''))}</td></tr>")
+            continue
+        st, speed = r["stats"], r.get("torch_cpu_speedup")
+        cells = [_fmt_time(st["median"]), f"{_fmt_time(st['q1'])} - {_fmt_time(st['q3'])}",
+                 f"{speed:.2f}x" if speed else "-", _e(r.get("numerics", "")), _e(roofline_text(r))]
+        rows.append(f"<tr><td><code>{_e(r['op'])}</code></td><td>{_e(r['label'])}</td><td>{_e(r['backend'])}</td>"
+                    + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return ("<h2>torch-cpu and its peers (one process, round-robin)</h2><table class='matrix' id='peers'><thead><tr>"
+            "<th>op</th><th>shape</th><th>candidate</th><th>time</th><th>q1-q3</th><th>torch-cpu speedup</th>"
+            "<th>numerics</th><th>roofline</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")

@@ -45,24 +45,18 @@ def load_outputs(path: Path) -> dict:
     return out
 
 
-def _worker(conn, backend: str, registrations: dict, case_refs: list, full: bool, tmp: str, timing: dict):
+def _worker(conn, backend: str, registrations: dict, cases: list, tmp: str, timing: dict):
     import backends
     from backends.base import Unsupported
 
     from conformance.registry import get
-    from .cases import all_cases, rebuild
     from .timing import time_call
 
     for name, target in registrations.items():
         backends.register(name, target)
     b = backends.get(backend)
-    by_name = None
-    for cname, recipe in case_refs:
-        if recipe is not None:
-            case = rebuild(recipe)
-        else:
-            by_name = by_name or {c.name: c for c in all_cases(full)}
-            case = by_name[cname]
+    for case in cases:  # BenchCase objects: plain data and a module-level builder, pickled whole
+        cname = case.name
         rec = {"backend": backend, "case": cname, "op": case.op, "label": case.label, "params": case.params,
                "work": case.work, "unit": case.unit, "tags": list(case.tags),
                "compute": case.compute}
@@ -85,9 +79,12 @@ def _worker(conn, backend: str, registrations: dict, case_refs: list, full: bool
     conn.send(None)
 
 
-def run(backend_names: list[str], cases: list, *, full: bool, registrations: dict | None = None,
+def run(backend_names: list[str], cases: list, *, full: bool = False, registrations: dict | None = None,
         timing: dict | None = None, on_record=None, workdir: str | None = None) -> list[dict]:
-    """Time ``cases`` on each backend (one process per backend) and verify them; return records."""
+    """Time ``cases`` on each backend (one process per backend) and verify them; return records.
+
+    ``full`` is accepted for callers that still pass it: the cases travel whole, so the worker no
+    longer rebuilds them from the declarations."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -95,24 +92,32 @@ def run(backend_names: list[str], cases: list, *, full: bool, registrations: dic
     records: list[dict] = []
     for backend in backend_names:
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=_worker, args=(child, backend, registrations or {}, [(c.name, c.recipe) for c in cases], full,
-                                              tmp, timing or {}), daemon=True)
+        p = ctx.Process(target=_worker, args=(child, backend, registrations or {}, list(cases), tmp, timing or {}),
+                        daemon=True)
         p.start()
         child.close()
-        while True:
-            try:
-                rec = parent.recv()
-            except EOFError:
-                records.append({"backend": backend, "case": "?", "status": "crashed",
-                                "note": f"the benchmark process died (exit code {p.exitcode})"})
-                break
-            if rec is None:
-                break
-            records.append(rec)
-            if on_record:
-                on_record(rec)
-        p.join(timeout=10)
+        records += collect(parent, p, {"backend": backend, "case": "?"}, on_record)
     verify(records, cases)
+    return records
+
+
+def collect(conn, process, crashed: dict, on_record=None) -> list[dict]:
+    """The records a worker ``process`` sends on ``conn`` until its ``None``; if it dies first, a record
+    ``crashed`` + status / note saying so ends the list."""
+    records = []
+    while True:
+        try:
+            rec = conn.recv()
+        except EOFError:
+            records.append(dict(crashed, status="crashed",
+                                note=f"the benchmark process died (exit code {process.exitcode})"))
+            break
+        if rec is None:
+            break
+        records.append(rec)
+        if on_record:
+            on_record(rec)
+    process.join(timeout=10)
     return records
 
 

@@ -118,14 +118,26 @@ def time_call(prepared, *, warmup: int = 1, min_rounds: int = 3, max_rounds: int
             "result": result}
 
 
-def round_robin(candidates: dict) -> tuple:
+SETTLE_S = 0.01
+"""A pause before each candidate of a round (outside its timing) in which the thread pools of the one
+before go idle. OpenMP (torch) and onnxruntime workers spin for a while after a parallel region; the
+candidate timed next shares the cores with them. Measured here (2 cores, K = N = 4096, M = 512, seven
+candidates in turn): torch-cpu 24-26 ms right after torchao's eager kernels, 20.6 ms after a 10 ms
+pause, equal to its own GEMM alone (20.7 ms); onnxruntime 31 -> 25 ms."""
+
+
+def round_robin(candidates: dict, settle: float = 0.0) -> tuple:
     """``(one_round, times)``: ``one_round()`` calls every candidate once, in order, appending each
     call's seconds to ``times[name]``. Interleaving the candidates round after round keeps a shared
-    machine's drift out of their ratios (pass ``one_round`` to ``benchmark.pedantic``)."""
+    machine's drift out of their ratios (pass ``one_round`` to ``benchmark.pedantic``). ``settle``:
+    seconds to sleep before each candidate, untimed (:data:`SETTLE_S` when candidates bring their own
+    thread pools)."""
     times: dict[str, list[float]] = {name: [] for name in candidates}
 
     def one_round() -> None:
         for name, fn in candidates.items():
+            if settle:
+                time.sleep(settle)
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)

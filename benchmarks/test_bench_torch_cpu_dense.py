@@ -13,7 +13,10 @@ minute on two cores, plus a second for the golden's bit-exactness check).
 * ``torchao int8 dynamic (eager)``: ``Int8DynamicActivationInt8WeightConfig`` on a bf16
   ``nn.Linear`` of the same weight, eager mode (target: torch-cpu >= 2x its speed). Skipped, with the
   reason, where torchao is missing or does not work with this torch.
-* ``torch._int_mm`` alone on the same shape: the GEMM floor of torch-cpu's path.
+* ``torch._int_mm`` alone on the same shape: the GEMM floor of torch-cpu's ``int_mm`` path. (On an
+  AVX-512 VNNI CPU without AMX the default is the ``vnni`` path, whose quantization, GEMM and epilogue
+  are one kernel; ``benchmarks/test_bench_torch_cpu_peers.py`` times it against its own GEMM alone,
+  ``_int_mm``, onnxruntime and the rest, round-robin.)
 
 The timed runs are sequential (pytest-benchmark); ``test_interleaved_ratios`` also runs the
 candidates round-robin and records the ratios of medians in its ``extra_info``, which is the number
@@ -21,8 +24,9 @@ to trust on a shared, noisy machine. The module's summary line prints both sets 
 
 Reading the torchao ratio: on an AVX-512 VNNI CPU without AMX (the 2-core Zen 4 this was written
 on) ``torch._int_mm`` alone takes ~19.5 ms at 2048^3 and torchao's eager path 37-44 ms on idle
-cores, so 2x torchao would need the whole Linear to cost no more than its bare GEMM; on a busy
-machine torchao's many 2-thread elementwise kernels slow down far more (220 ms) than torch-cpu's.
+cores, so 2x torchao needs the whole Linear to cost about its bare GEMM — what the fused ``vnni``
+kernel does; on a busy machine torchao's many 2-thread elementwise kernels slow down far more (220 ms)
+than torch-cpu's.
 """
 
 from __future__ import annotations

@@ -12,9 +12,15 @@ that shape (:func:`backends.torch_cpu.gemm.int_matmul`: ``torch._int_mm`` on the
   GEMM1 -> SwiGLU + requant -> GEMM2 chains, finalize), timed through ``backend.prepare(...).run`` (the
   weights prepared once at load: prepacked / transposed, scales rounded to bf16). Bit-identical to the
   golden (checked once per configuration, outside the timing).
-* ``test_torch_cpu_w8a8_moe_int_mm``: the same with the per-expert GEMMs forced to ``torch._int_mm``
-  (``W8A8_TORCH_CPU_MOE_GEMM=int_mm``): what fbgemm's prepacked kernel (the default on AVX512-VNNI CPUs,
-  :mod:`backends.torch_cpu.moe_experts`) buys.
+* ``test_torch_cpu_w8a8_moe_int_mm`` / ``_fbgemm``: the same with the per-expert GEMMs forced to
+  ``torch._int_mm`` / fbgemm's prepacked kernel (``W8A8_TORCH_CPU_MOE_GEMM``) and the chain in torch: what
+  the default (``vnni``: the whole per-expert chain in torch-cpu's own kernel, on AVX512-VNNI CPUs,
+  :mod:`backends.torch_cpu.moe_layer`) buys.
+* the roofline: the layer must stream every touched expert's weights once (``bench.roofline``); the
+  summary gives each time as a % of the time that takes at the measured out-of-cache read bandwidth
+  (target issue 18: >= 70 % at 6 rows per expert). The bandwidth of a VM's memory changes from minute
+  to minute with its neighbours, so ``test_interleaved_ratio`` probes it (``bench.peak.dram_bandwidth``)
+  in every round, between the layer and the dense GEMM, and reports the median of the per-round ratios.
 * ``test_dense_int8_gemm_equal_flops``: ``[T*6, 4096] x [4096, 6144]`` through torch-cpu's dense GEMM.
 * ``test_interleaved_ratio``: the layer and the dense GEMM round-robin; the ratio of the medians (the
   number to trust on a shared, noisy machine) goes into ``extra_info`` and the summary.
@@ -129,12 +135,38 @@ def _bench_layer(benchmark, layer, prepared, load_s, resolved, name):
     benchmark.extra_info.update({f"profile_{k}_ms": round(v * 1e3, 2) for k, v in phases.items()})
 
 
-# int_mm first: its loaded copy is freed before the module fixture of the default path loads (FULL: 6 GB each)
+# int_mm / fbgemm first: their loaded copies are freed before the module fixture of the default path loads
+# (FULL: 6 GB each)
 def test_torch_cpu_w8a8_moe_int_mm(benchmark, layer):
     prepared, load_s, resolved = _prepare(layer, "int_mm")
     _bench_layer(benchmark, layer, prepared, load_s, resolved, "int_mm")
     del prepared
     gc.collect()
+
+
+def test_torch_cpu_w8a8_moe_fbgemm(benchmark, layer):
+    from backends.torch_cpu import moe_experts
+
+    if not moe_experts.fbgemm_usable()[0]:
+        pytest.skip(moe_experts.fbgemm_usable()[1])
+    prepared, load_s, resolved = _prepare(layer, "fbgemm")
+    _bench_layer(benchmark, layer, prepared, load_s, resolved, "fbgemm")
+    del prepared
+    gc.collect()
+
+
+@pytest.fixture(scope="module")
+def dram_bandwidth():
+    from bench.peak import measure, measure_bandwidth
+
+    _EXTRA["int8_peak"] = measure(bandwidth=False).int8   # the compute side of the roofline
+    return measure_bandwidth(seconds=0.5)["bw_dram"]
+
+
+def _weight_bytes(e: int, t: int) -> float:
+    from bench.roofline import touched_experts
+
+    return touched_experts(t, e, TOP_K) * 3 * H * I
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +177,9 @@ def moe_default(layer):
     gc.collect()
 
 
-def test_torch_cpu_w8a8_moe(benchmark, layer, moe_default):
+def test_torch_cpu_w8a8_moe(benchmark, layer, moe_default, dram_bandwidth):
     _bench_layer(benchmark, layer, *moe_default, "auto")
+    _EXTRA["bw_dram"] = dram_bandwidth
 
 
 @pytest.fixture(scope="module")
@@ -168,17 +201,26 @@ def test_dense_int8_gemm_equal_flops(benchmark, layer, dense_gemm):
 
 
 def test_interleaved_ratio(benchmark, layer, moe_default, dense_gemm):
-    """Round-robin medians (more robust to a shared machine's drift than the sequential runs)."""
-    candidates = {"moe": moe_default[0].run, "dense": dense_gemm}
+    """Round-robin medians (more robust to a shared machine's drift than the sequential runs), with the
+    memory bandwidth probed in every round (the roofline of that round)."""
+    from bench.peak import dram_bandwidth
+
+    bandwidth: list[float] = []
+    candidates = {"moe": moe_default[0].run, "bandwidth": lambda: bandwidth.append(dram_bandwidth()),
+                  "dense": dense_gemm}
     one_round, times = round_robin(candidates)
 
     benchmark.group = f"torch-cpu-moe-E{layer['e']}-T{layer['t']}-interleaved"
     benchmark.pedantic(one_round, **ROUNDS)
+    times.pop("bandwidth")
     med = {name: float(np.median(v[1:] if len(v) > 1 else v)) for name, v in times.items()}  # drop the warm-up
     ratio = med["dense"] / med["moe"]
-    _EXTRA[(layer["e"], layer["t"], "interleaved")] = (med, ratio)
+    roof = [_weight_bytes(layer["e"], layer["t"]) / bw / t for bw, t in zip(bandwidth, times["moe"]) if bw]
+    _EXTRA[(layer["e"], layer["t"], "interleaved")] = (med, ratio, roof)
     benchmark.extra_info.update({f"median_{k}_ms": round(v * 1e3, 2) for k, v in med.items()})
     benchmark.extra_info["moe_rate_vs_dense"] = round(ratio, 3)
+    if roof:
+        benchmark.extra_info["pct_of_bandwidth_roofline_per_round"] = [round(100 * r, 1) for r in roof]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -197,11 +239,21 @@ def _write_summary(rep):
         rep.write_line(f"E={e} T={t} ({t * TOP_K / e:.0f} rows/expert); dense int8 GEMM [{t * TOP_K}x{H}]x[{H}x{3 * I}]"
                        + (f" {dense * 1e3:.1f} ms ({gop / dense:.0f} GOP/s)" if dense else "")
                        + (f"; golden w8a8_moe {golden:.1f} s (once)" if golden else ""))
-        for name in ("auto", "int_mm"):
+        bw, peak = _EXTRA.get("bw_dram"), _EXTRA.get("int8_peak")
+        need, limit = 0.0, ""
+        if bw and peak:   # the limiting resource: streaming the weights once, or the int8 work
+            t_bw, t_ops = _weight_bytes(e, t) / bw, gop * 1e9 / peak
+            need, limit = max(t_bw, t_ops), ("bandwidth" if t_bw >= t_ops else "int8")
+            rep.write_line(f"    roofline: {_weight_bytes(e, t) / 1e9:.2f} GB of expert weights streamed once at the "
+                           f"measured {bw / 1e9:.1f} GB/s out of cache = {t_bw * 1e3:.1f} ms; {gop:.1f} GOP at "
+                           f"{peak / 1e12:.2f} TOPS int8 = {t_ops * 1e3:.1f} ms: {limit}-bound")
+        for name in ("auto", "fbgemm", "int_mm"):
             moe = _MEDIANS.get((e, t, name))
             if moe is None:
                 continue
             line = f"    w8a8_moe, GEMMs {_EXTRA.get((e, t, f'path_{name}'))}: {moe * 1e3:.1f} ms ({gop / moe:.0f} useful GOP/s)"
+            if need:
+                line += f", {limit}-bound at {100 * need / moe:.0f}% of the roofline"
             if dense:
                 line += f" -> {dense / moe:.2f}x the dense rate (target >= 0.7)"
             if golden:
@@ -219,6 +271,10 @@ def _write_summary(rep):
                     f"{k} {v * 1e3:.1f} ms ({100 * v / busy:.0f}%)" for k, v in inner.items()))
         inter = _EXTRA.get((e, t, "interleaved"))
         if inter:
-            med, ratio = inter
+            med, ratio, roof = inter
             rep.write_line(f"    interleaved medians: w8a8_moe {med['moe'] * 1e3:.1f} ms, dense {med['dense'] * 1e3:.1f} ms"
                            f" -> {ratio:.2f}x the dense rate (target >= 0.7)")
+            if roof and limit != "int8":
+                rep.write_line(f"    bandwidth roofline, per round (bandwidth probed in each): median "
+                               f"{100 * float(np.median(roof)):.0f}% (range {100 * min(roof):.0f}-{100 * max(roof):.0f}%; "
+                               f"target >= 70%)")

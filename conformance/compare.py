@@ -6,7 +6,8 @@ Kinds of output (declared per op in the registry):
   **tie-aware off-by-one**: a code that differs by exactly 1 where the float64 pre-rounding value
   of the golden lies within ``tie_eps`` of a .5 tie (and nowhere else).
 * ``"float"`` — compared in **ULP of the output dtype** through ordered integer keys
-  (:mod:`w8a8.ulp`: bf16, fp16, fp32, fp64, fp8); NaN must match NaN.
+  (:mod:`w8a8.ulp`: bf16, fp16, fp32, fp64, fp8); NaN must match NaN. Element types without an
+  ULP scale (complex, fp4, ...: what a layout op moves) are compared bitwise.
 * ``"scale"`` — float scales: bitwise by default (equal numerics give equal bits), or within a
   stated ULP budget.
 
@@ -192,11 +193,26 @@ def compare(name: str, kind: str, reference: np.ndarray, actual: np.ndarray, *,
         return Comparison(name, kind, PASS, n=0, note="empty output")
     if kind == "int" or reference.dtype.kind in "iub":
         comp = _compare_int(name, reference, actual, tolerance, pre_round)
+    elif _dt.name(reference.dtype) not in ULP_DTYPES:  # complex, fp4, ...: no ULP scale; compared as bytes
+        comp = _compare_int(name, _raw(reference), _raw(actual), Tolerance(), None)
+        comp.kind = kind
     else:
         comp = _compare_float(name, kind, reference, actual, tolerance)
     if comp.verdict == MISTRUSTED and not mistrust_degenerate:
         comp.verdict, comp.note = PASS, comp.note + " (padding by specification: trusted)"
     return comp
+
+
+ULP_DTYPES = ("bfloat16", "float16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+"""Float dtypes with an ULP distance (:mod:`w8a8.ulp`); any other element type is compared bitwise."""
+
+
+def _raw(x: np.ndarray) -> np.ndarray:
+    """The bytes of each element as an unsigned integer (1, 2, 4 or 8 bytes; wider ones per 8-byte word)."""
+    size = x.dtype.itemsize
+    if size in (1, 2, 4, 8):
+        return np.ascontiguousarray(x).view(f"u{size}")
+    return np.ascontiguousarray(x).view(np.uint64).reshape(x.shape + (size // 8,))
 
 
 def _identical(comp: Comparison, ref: np.ndarray) -> Comparison:

@@ -44,7 +44,7 @@ class _PlantedBase(Backend):
 
     def _row_quant(self, xf: np.ndarray, qmax: int) -> tuple[np.ndarray, np.ndarray]:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            m = np.abs(xf).max(axis=-1, keepdims=True)
+            m = np.abs(xf).max(axis=-1, keepdims=True, initial=np.float32(0))  # an empty row: amax 0
             inv = np.float32(qmax) / m
             q = self._round(xf * inv)
             scale = np.float32(1) / inv
@@ -58,7 +58,7 @@ class _PlantedBase(Backend):
         return self._int8_rows(a.x)
 
     def _int8_rows(self, x):
-        xf = x.astype(np.float32).reshape(-1, x.shape[-1])
+        xf = x.astype(np.float32).reshape(int(np.prod(x.shape[:-1])), x.shape[-1])  # H = 0 too
         q, s = self._row_quant(xf, 127)
         return q.reshape(x.shape), s.reshape(x.shape[:-1])
 
@@ -119,7 +119,7 @@ class DivideScaleBackend(_PlantedBase):
 
     def _row_quant(self, xf, qmax):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            m = np.abs(xf).max(axis=-1, keepdims=True)
+            m = np.abs(xf).max(axis=-1, keepdims=True, initial=np.float32(0))
             scale = m / np.float32(qmax)
             q = np.rint(xf / scale)
         q = np.where(np.isnan(q), 0, np.clip(q, -qmax, qmax))

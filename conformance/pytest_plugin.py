@@ -4,6 +4,9 @@
     pytest --pyargs conformance.suite --backend my_pkg.kernels:MyBackend --conformance-op quant_matmul
     pytest ... --hypothesis-profile thorough                      # dev / ci / thorough
 
+Per op it runs its drawn cases (one test per strategy of the declaration), its named cases and its
+error cases (:mod:`conformance.suite`).
+
 Options: ``--backend NAME`` (repeatable; default: every available backend except the golden),
 ``--conformance-op OP`` (repeatable; default: every op). Hypothesis profiles ``dev``, ``ci``,
 ``thorough`` are registered on import. A failing case is shrunk by Hypothesis; its message carries
@@ -58,9 +61,16 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("conformance_backend", selected_backends(metafunc.config))
     if "conformance_op" in metafunc.fixturenames:
         metafunc.parametrize("conformance_op", selected_ops(metafunc.config))
-    if "conformance_named_case" in metafunc.fixturenames:
-        from . import corpus
+    if "conformance_drawn" in metafunc.fixturenames:  # (op, strategy): every strategy of every op
+        from .registry import get
+
+        pairs = [(op, s) for op in selected_ops(metafunc.config) for s in get(op).all_strategies()]
+        metafunc.parametrize("conformance_drawn", pairs, ids=[op if s == "main" else f"{op}:{s}" for op, s in pairs])
+    if "conformance_named_case" in metafunc.fixturenames or "conformance_error_case" in metafunc.fixturenames:
+        from .registry import bad_calls, named_cases
 
         ops = set(selected_ops(metafunc.config))
-        keys = [c.key for c in corpus.cases() if c.op in ops]
-        metafunc.parametrize("conformance_named_case", keys)
+        if "conformance_named_case" in metafunc.fixturenames:
+            metafunc.parametrize("conformance_named_case", [c.key for c in named_cases() if c.op in ops])
+        if "conformance_error_case" in metafunc.fixturenames:
+            metafunc.parametrize("conformance_error_case", [b.key for b in bad_calls() if b.op in ops])

@@ -1,80 +1,52 @@
-"""The op registry: per op, how to draw valid inputs, how to judge each output, which stages exist.
+"""The registry of op declarations (:mod:`conformance.declare`), discovered from ``conformance/ops``.
 
-An :class:`OpSpec` holds
+Every module under the :mod:`conformance.ops` package (``ops/<family>/<op>.py``) is imported once,
+in sorted module-path order, and registers its op by calling :func:`conformance.declare.declare`;
+modules whose name starts with ``_`` (``_common.py``: a family's shared helpers) declare nothing.
+:func:`specs` lists the declarations in the golden's op order (:func:`golden_op_names`), then any
+declared op the golden does not have (a test checks there is none).
 
-* ``params`` — a Hypothesis strategy of a JSON-able parameter dict (shapes, dtypes, options, the
-  value distribution and a ``seed``); shapes and options are drawn first, so they shrink;
-* ``build(params) -> (args, kwargs)`` — the concrete NumPy inputs, deterministic from the dict;
-* ``outputs`` — the name and kind (``"int"``, ``"float"``, ``"scale"``) of each returned array, in
-  return order;
-* ``stages`` — for attribution, the pipeline's intermediate results in order, each computed on
-  any backend from the *golden's* upstream values, so the first stage that diverges is the one
-  that is wrong (not merely fed wrong inputs);
-* ``numerics_fields`` — the :class:`w8a8.Numerics` fields the op depends on (what attribution varies);
-* ``pre_round`` — for int outputs, the golden's float64 value before rounding (tie-aware compare);
-* ``mask`` — where outputs are specified (rows beyond a group_list total are not).
-
-Op families register themselves from :mod:`conformance.ops` (dense, moe, lowbit).
+Named cases and bad calls are addressed as ``"<op>/<name>"`` (:func:`named_case`, :func:`bad_call`).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+import pkgutil
 
-import numpy as np
+from .declare import BadCall, Case, OpDecl, OpSpec, Output, Stage  # noqa: F401 - re-exported
 
-
-@dataclass(frozen=True)
-class Output:
-    name: str
-    kind: str  # "int" | "float" | "scale"
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One intermediate result: ``fn(backend, args, kwargs, upstream) -> array`` where ``upstream``
-    holds the golden's values of the earlier stages."""
-
-    name: str
-    kind: str
-    fn: Callable[..., np.ndarray]
-
-
-@dataclass
-class OpSpec:
-    name: str
-    family: str
-    params: Callable[[], Any]
-    build: Callable[[dict], tuple[tuple, dict]]
-    outputs: tuple[Output, ...]
-    numerics_fields: tuple[str, ...] = ()
-    stages: tuple[Stage, ...] = ()
-    pre_round: Callable[[tuple, dict, Any], dict[str, np.ndarray]] | None = None
-    mask: Callable[[tuple, dict], dict[str, np.ndarray]] | None = None
-    description: str = ""
-    dtypes_of: Callable[[dict], dict] = field(default=lambda params: {})
-    mistrust_degenerate: bool = True  # False for pure data movement (see conformance.compare.compare)
-
-    def as_outputs(self, result) -> dict[str, np.ndarray]:
-        """Name the arrays an op returned (a single array or a tuple, in ``outputs`` order)."""
-        values = result if isinstance(result, (tuple, list)) else (result,)
-        if len(values) != len(self.outputs):
-            raise ValueError(f"{self.name}: expected {len(self.outputs)} output(s) "
-                             f"({', '.join(o.name for o in self.outputs)}), got {len(values)}")
-        return {o.name: (None if v is None else np.asarray(v)) for o, v in zip(self.outputs, values)}
-
-
-_REGISTRY: dict[str, OpSpec] = {}
-_FAMILIES = ("conformance.ops.dense", "conformance.ops.moe", "conformance.ops.lowbit")
+_REGISTRY: dict[str, OpDecl] = {}
 _loaded = False
 
 
-def register(spec: OpSpec) -> OpSpec:
-    _REGISTRY[spec.name] = spec
-    return spec
+def golden_op_names() -> tuple[str, ...]:
+    """The golden's ops (:func:`w8a8.registry.ops`), in its order: the one place conformance reads op
+    names from."""
+    import w8a8  # noqa: F401 - importing the golden registers its ops
+    from w8a8 import registry
+
+    return tuple(op.name for op in registry.ops())
+
+
+def register(decl: OpDecl) -> OpDecl:
+    """Record a checked declaration (called by :func:`conformance.declare.declare`)."""
+    if decl.name in _REGISTRY and _REGISTRY[decl.name] is not decl:
+        raise ValueError(f"op {decl.name!r} is declared twice ({_REGISTRY[decl.name].family} and {decl.family})")
+    _REGISTRY[decl.name] = decl
+    return decl
+
+
+def declaration_modules() -> list[str]:
+    """Every declaration module under :mod:`conformance.ops`, sorted (the discovery order)."""
+    from . import ops
+
+    found = []
+    for info in pkgutil.walk_packages(ops.__path__, ops.__name__ + "."):
+        leaf = info.name.rsplit(".", 1)[-1]
+        if not info.ispkg and not leaf.startswith("_"):
+            found.append(info.name)
+    return sorted(found)
 
 
 def _load() -> None:
@@ -82,22 +54,53 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    for module in _FAMILIES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+    for module in declaration_modules():
+        importlib.import_module(module)
 
 
-def specs() -> dict[str, OpSpec]:
-    """Every registered op (loading the op families on first use)."""
+def specs() -> dict[str, OpDecl]:
+    """Every declared op, in the golden's op order (loading the declarations on first use)."""
     _load()
-    return dict(_REGISTRY)
+    order = {name: i for i, name in enumerate(golden_op_names())}
+    return dict(sorted(_REGISTRY.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def get(name: str) -> OpSpec:
+declarations = specs
+
+
+def get(name: str) -> OpDecl:
     all_specs = specs()
     if name not in all_specs:
         raise KeyError(f"no conformance spec for op {name!r}; known: {', '.join(sorted(all_specs))}")
     return all_specs[name]
+
+
+def named_cases(op: str | None = None) -> list[Case]:
+    """The named cases of ``op`` (or of every op), in declaration order."""
+    return [c for d in specs().values() if op is None or d.name == op for c in d.cases]
+
+
+def bad_calls(op: str | None = None) -> list[BadCall]:
+    """The declared error inputs of ``op`` (or of every op), in declaration order."""
+    return [b for d in specs().values() if op is None or d.name == op for b in d.bad_calls]
+
+
+def _lookup(key: str, what: str, items) -> Case | BadCall:
+    op, sep, name = key.partition("/")
+    if not sep:
+        raise KeyError(f"a {what} key is '<op>/<name>'; got {key!r}")
+    listed = items(op) if op in specs() else []
+    for item in listed:
+        if item.name == name:
+            return item
+    raise KeyError(f"no {what} {key!r}; {op!r} has: {', '.join(i.name for i in listed) or 'none'}")
+
+
+def named_case(key: str) -> Case:
+    """The named case ``"<op>/<name>"``."""
+    return _lookup(key, "named case", named_cases)
+
+
+def bad_call(key: str) -> BadCall:
+    """The bad call ``"<op>/<name>"``."""
+    return _lookup(key, "bad call", bad_calls)

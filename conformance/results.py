@@ -66,11 +66,16 @@ class ResultsFile:
         return {(r["backend"], r["case_id"]) for r in self.records() if "status" in r}
 
     def append(self, record: dict) -> None:
-        record = {"schema": SCHEMA, **record}
-        line = json.dumps(record, sort_keys=False, default=_default) + "\n"
+        self.append_many([record])
+
+    def append_many(self, records: list[dict]) -> None:
+        """Append whole lines, then flush and fsync once (the records that arrived together)."""
+        if not records:
+            return
+        text = "".join(json.dumps({"schema": SCHEMA, **r}, sort_keys=False, default=_default) + "\n" for r in records)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
 

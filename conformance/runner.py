@@ -1,7 +1,9 @@
 """The runner: backends x ops x cases, in worker processes, streamed to a JSON Lines file.
 
-* **Cases** per op: the named corpus cases, then cases drawn by Hypothesis from the op's
-  parameter strategy (``profile`` sets how many; ``seed`` makes the draw reproducible).
+* **Cases** per op (its declaration, :mod:`conformance.declare`): the named cases, the error cases
+  (its bad calls), then cases drawn by Hypothesis from the op's main strategy (``profile`` sets how
+  many; ``seed`` makes the draw reproducible) and an eighth as many from each of its other
+  strategies.
 * **Isolation**: every backend call runs in a worker process. A worker that dies (segfault,
   device error, ``os._exit``) has its case recorded as ``crashed`` and is replaced; a call that
   overruns ``timeout`` seconds has its worker killed and its case recorded as ``timeout``.
@@ -9,7 +11,8 @@
   with ``resume`` the cases already in the file are skipped, so a killed run continues where it
   stopped without redoing or corrupting anything.
 * **Parallel**: ``workers`` processes (each pinned to one BLAS/OpenMP thread so they don't
-  oversubscribe the cores); ``workers=0`` runs in-process (no isolation; for tests and debugging).
+  oversubscribe the cores), each with the next case already queued (``IN_FLIGHT``); ``workers=0``
+  runs in-process (no isolation; for tests and debugging).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .results import ResultsFile
 
 PROFILE_CASES = {"dev": 8, "ci": 100, "thorough": 1000}
 DEFAULT_PROFILE = "ci"
+EXTRA_STRATEGY_SHARE = 8  # each strategy besides "main" draws n // 8 cases (at least 1)
 
 
 @dataclass
@@ -74,8 +78,9 @@ def load_plan(path) -> tuple[list[Task], dict]:
     return [Task(**t) for t in data["tasks"]], data.get("meta", {})
 
 
-def draw_cases(spec, n: int, seed: int) -> list[dict]:
-    """``n`` parameter dicts drawn from the op's strategy for ``seed`` (deduplicated).
+def draw_cases(spec, n: int, seed: int, strategy: str = "main") -> list[dict]:
+    """``n`` parameter dicts drawn from the op's strategy (``"main"``, or another one it declares) for
+    ``seed`` (deduplicated).
 
     The draw is Hypothesis's: reproducible for a seed in practice, but Hypothesis does not promise
     bit-identical draws across processes and versions — which is why a run saves its plan
@@ -89,7 +94,7 @@ def draw_cases(spec, n: int, seed: int) -> list[dict]:
     @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @hseed(seed)
-    @given(spec.params())
+    @given(spec.all_strategies()[strategy]())
     def collect(params):
         drawn.append(params)
 
@@ -103,12 +108,24 @@ def draw_cases(spec, n: int, seed: int) -> list[dict]:
     return unique[:n]
 
 
+def op_cases(spec, n: int, seed: int, *, declared: bool = True) -> list[tuple[dict, str, str | None]]:
+    """``(params, kind, name)`` of every case of one op: its named cases and bad calls (``declared``),
+    then ``n`` cases drawn from its main strategy and ``n // 8`` from each of its others."""
+    items = []
+    if declared:
+        items += [({"named": c.key}, "named", c.key) for c in spec.cases]
+        items += [({"error": b.key}, "error", b.key) for b in spec.bad_calls]
+    for strategy in spec.all_strategies():
+        count = n if strategy == "main" else max(1, n // EXTRA_STRATEGY_SHARE)
+        items += [(p, "drawn", None) for p in draw_cases(spec, count, seed, strategy)]
+    return items
+
+
 def plan(backend_names: list[str], ops: list[str] | None = None, *, profile: str = DEFAULT_PROFILE, seed: int = 0,
-         case: dict | None = None, include_corpus: bool = True) -> tuple[list[Task], dict[str, list[str]]]:
+         case: dict | None = None, include_declared: bool = True) -> tuple[list[Task], dict[str, list[str]]]:
     """The tasks of a run, and per backend the ops it does not implement (reported, not run)."""
     import backends
 
-    from . import corpus
     from .registry import specs
 
     all_specs = specs()
@@ -122,11 +139,10 @@ def plan(backend_names: list[str], ops: list[str] | None = None, *, profile: str
     case_lists: dict[str, list[tuple[dict, str, str | None]]] = {}
     for op in wanted:
         if case is not None:
-            case_lists[op] = [(case, "corpus" if "corpus" in case else "drawn", case.get("corpus"))]
+            kind = next((k for k in ("named", "error") if k in case), "drawn")
+            case_lists[op] = [(case, kind, case.get(kind))]
             continue
-        items = [({"corpus": c.key}, "corpus", c.key) for c in corpus.cases(op)] if include_corpus else []
-        items += [(p, "drawn", None) for p in draw_cases(all_specs[op], n, seed)]
-        case_lists[op] = items
+        case_lists[op] = op_cases(all_specs[op], n, seed, declared=include_declared)
     for name in backend_names:
         implemented = set(backends.get(name).ops())
         skipped[name] = [op for op in wanted if op not in implemented]
@@ -158,10 +174,8 @@ def _execute(task: dict, options: dict) -> dict:
         return run_case(get(task["op"]), task["params"], backend, tolerance=tol,
                         attribute_failures=options["attribute"], kind=task["kind"], name=task["name"])
     except Exception as exc:  # noqa: BLE001 - a case that cannot even be built is an error result
-        return {"op": task["op"], "backend": task["backend"], "case_id": case_id(task["op"], task["params"]),
-                "params": task["params"], "kind": task["kind"], "name": task["name"], "status": "error",
-                "note": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:],
-                "repro": repro_command(task["backend"], task["op"], task["params"])}
+        return _failed_record(Task(**task), "error", f"{type(exc).__name__}: {exc}",
+                              traceback=traceback.format_exc()[-4000:])
 
 
 def _worker_main(conn, registrations: dict[str, str], threads: int) -> None:
@@ -189,20 +203,39 @@ def _worker_main(conn, registrations: dict[str, str], threads: int) -> None:
         conn.send(("result", _execute(task, options)))
 
 
+IN_FLIGHT = 2
+"""Cases queued per worker: the next one is already in its pipe when one finishes, so a worker never
+waits for the parent (which may be slow to be scheduled on a busy machine) between two cases."""
+
+
 class _Worker:
+    """A worker process and the cases sent to it, oldest first (the first is the one running)."""
+
     def __init__(self, ctx, registrations, threads):
         parent, child = ctx.Pipe()
         self.conn = parent
         self.process = ctx.Process(target=_worker_main, args=(child, registrations, threads), daemon=True)
         self.process.start()
         child.close()
-        self.task: Task | None = None
-        self.started = 0.0
+        self.inflight: deque[Task] = deque()
+        self.started = 0.0  # when the running case began
         self.ready = False
 
-    def send(self, task: Task, options: dict) -> None:
-        self.task, self.started = task, time.monotonic()
-        self.conn.send((asdict(task), options))
+    def send(self, task: Task, options: dict) -> bool:
+        """Queue ``task``; False if the worker is gone (its death is then read from its pipe)."""
+        try:
+            self.conn.send((asdict(task), options))
+        except (BrokenPipeError, OSError):
+            return False
+        if not self.inflight:
+            self.started = time.monotonic()
+        self.inflight.append(task)
+        return True
+
+    def finished(self) -> None:
+        """The running case reported its result; the next one (if any) starts now."""
+        self.inflight.popleft()
+        self.started = time.monotonic()
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -211,24 +244,68 @@ class _Worker:
         self.conn.close()
 
 
-def _failed_record(task: Task, status: str, note: str) -> dict:
+def _failed_record(task: Task, status: str, note: str, **extra) -> dict:
+    """The record of a case that produced no judgement: it could not be built (``error``), its worker
+    died (``crashed``) or overran (``timeout``)."""
     return {"op": task.op, "backend": task.backend, "case_id": task.case_id, "params": task.params, "kind": task.kind,
-            "name": task.name, "status": status, "note": note, "repro": repro_command(task.backend, task.op, task.params)}
+            "name": task.name, "status": status, "note": note, **extra,
+            "repro": repro_command(task.backend, task.op, task.params)}
+
+
+class WorkerPool:
+    """The worker processes of a run, started ahead of it: each imports torch and the backends (seconds),
+    which overlaps the planning when a pool is started before :func:`plan` and handed to :func:`run`.
+    Close it (or use it as a context manager) when the run is over."""
+
+    def __init__(self, options: RunOptions, size: int | None = None):
+        import multiprocessing as mp
+
+        self.options = options
+        self.ctx = mp.get_context("spawn")
+        self.workers = [self.new() for _ in range(max(1, size or options.workers))]
+
+    def new(self) -> _Worker:
+        return _Worker(self.ctx, self.options.registrations, self.options.threads_per_worker)
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                w.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for w in self.workers:
+            w.process.join(timeout=2)
+            if w.process.is_alive():
+                w.kill()
+        self.workers = []
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume: bool = False,
-        on_result: Callable[[dict], None] | None = None) -> dict:
-    """Run ``tasks``, appending every result to ``results``. Returns counts of what happened."""
+        on_result: Callable[[dict], None] | None = None, pool: WorkerPool | None = None) -> dict:
+    """Run ``tasks``, appending every result to ``results``. Returns counts of what happened.
+
+    ``pool``: worker processes already started (:class:`WorkerPool`; left open); by default the run
+    starts its own and closes them at the end."""
     results.repair()
     done = results.done_keys() if resume else set()
     todo = deque(t for t in tasks if t.key not in done)
     stats = {"skipped_done": len(tasks) - len(todo), "ran": 0}
     opts = {"tolerance": asdict(options.tolerance), "attribute": options.attribute, "tolerances": options.tolerances}
+    if options.tolerances:  # a table naming an undeclared op or output is a usage error, before any case runs
+        from .tolerances import ToleranceTable
 
-    def emit(record: dict) -> None:
-        results.append(record)
-        stats["ran"] += 1
-        if on_result:
+        ToleranceTable.load(options.tolerances)
+
+    def emit(*records: dict) -> None:
+        results.append_many(list(records))
+        stats["ran"] += len(records)
+        for record in records if on_result else ():
             on_result(record)
 
     if options.workers <= 0:
@@ -239,61 +316,61 @@ def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume:
         while todo:
             emit(_execute(asdict(todo.popleft()), opts))
         return stats
-
-    import multiprocessing as mp
-    from multiprocessing.connection import wait
-
-    ctx = mp.get_context("spawn")
-    n_workers = max(1, min(options.workers, len(todo) or 1))
-    workers = [_Worker(ctx, options.registrations, options.threads_per_worker) for _ in range(n_workers)] if todo else []
-    try:
-        while todo or any(w.task for w in workers):
-            for w in workers:
-                if w.ready and w.task is None and todo:
-                    w.send(todo.popleft(), opts)
-            ready = wait([w.conn for w in workers], timeout=0.25)
-            for w in list(workers):
-                if w.conn in ready:
-                    try:
-                        kind, payload = w.conn.recv()
-                    except (EOFError, OSError):
-                        if w.task is None and not w.ready:
-                            stats["startup_failures"] = stats.get("startup_failures", 0) + 1
-                            if stats["startup_failures"] > 3:
-                                raise RuntimeError("conformance workers die before they start (exit code "
-                                                   f"{w.process.exitcode}); run with --workers 0 to see why")
-                        if w.task is not None:
-                            code = w.process.exitcode
-                            w.process.join(timeout=1)
-                            code = w.process.exitcode if code is None else code
-                            emit(_failed_record(w.task, "crashed", f"worker process died (exit code {code}) "
-                                                                   "while running this case"))
-                        workers[workers.index(w)] = _replace(w, ctx, options)
-                        continue
-                    if kind == "ready":
-                        w.ready = True
-                    elif kind == "result":
-                        w.task = None
-                        emit(payload)
-            now = time.monotonic()
-            for w in list(workers):
-                if w.task is not None and now - w.started > options.timeout:
-                    emit(_failed_record(w.task, "timeout", f"no result within {options.timeout:g} s; worker killed"))
-                    workers[workers.index(w)] = _replace(w, ctx, options)
-    finally:
-        for w in workers:
-            try:
-                w.conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-        for w in workers:
-            w.process.join(timeout=2)
-            if w.process.is_alive():
-                w.kill()
+    if not todo:
+        return stats
+    if pool is not None:
+        _run_in_workers(todo, opts, options, emit, stats, pool)
+        return stats
+    with WorkerPool(options, size=min(options.workers, len(todo))) as own:
+        _run_in_workers(todo, opts, options, emit, stats, own)
     return stats
 
 
-def _replace(w: _Worker, ctx, options: RunOptions) -> _Worker:
-    w.task = None
-    w.kill()
-    return _Worker(ctx, options.registrations, options.threads_per_worker)
+def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: dict, pool: WorkerPool) -> None:
+    """Keep every worker's pipe filled, record crashes and timeouts of the running case, requeue the
+    cases queued behind it (a dead or killed worker is replaced in the pool)."""
+    from multiprocessing.connection import wait
+
+    workers = pool.workers
+
+    def replace(i: int, w: _Worker, status: str | None, note: str) -> None:
+        if w.inflight and status:
+            emit(_failed_record(w.inflight.popleft(), status, note))
+        todo.extendleft(reversed(w.inflight))  # the cases queued behind it run elsewhere
+        w.inflight.clear()
+        w.kill()
+        workers[i] = pool.new()
+
+    while todo or any(w.inflight for w in workers):
+        for w in workers:
+            while w.ready and todo and len(w.inflight) < IN_FLIGHT:
+                if not w.send(todo[0], opts):
+                    break
+                todo.popleft()
+        ready = wait([w.conn for w in workers], timeout=0.25)
+        arrived = []  # the results of this round, written (and fsynced) together
+        for i, w in enumerate(workers):
+            if w.conn not in ready:
+                continue
+            try:
+                kind, payload = w.conn.recv()
+            except (EOFError, OSError):
+                if not w.ready:
+                    stats["startup_failures"] = stats.get("startup_failures", 0) + 1
+                    if stats["startup_failures"] > 3:
+                        raise RuntimeError("conformance workers die before they start (exit code "
+                                           f"{w.process.exitcode}); run with --workers 0 to see why")
+                w.process.join(timeout=1)
+                replace(i, w, "crashed", f"worker process died (exit code {w.process.exitcode}) while running "
+                                         "this case")
+                continue
+            if kind == "ready":
+                w.ready = True
+            elif kind == "result":
+                w.finished()
+                arrived.append(payload)
+        emit(*arrived)
+        now = time.monotonic()
+        for i, w in enumerate(workers):
+            if w.inflight and now - w.started > options.timeout:
+                replace(i, w, "timeout", f"no result within {options.timeout:g} s; worker killed")

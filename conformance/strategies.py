@@ -56,3 +56,10 @@ def lead_shape(max_rows: int = 48):
     """Leading (token) dims of an activation: [] | [M] | [B, M]."""
     return st.one_of(st.tuples(size(max_rows, big=())).map(list),
                      st.tuples(st.integers(1, 3), size(16, big=())).map(list))
+
+
+def bit_dist():
+    """A bit-level float distribution (:data:`conformance.values.BIT_DISTRIBUTIONS`) or plain gaussian."""
+    from .values import BIT_DISTRIBUTIONS
+
+    return st.sampled_from(("gaussian",) + BIT_DISTRIBUTIONS)

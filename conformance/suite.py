@@ -1,9 +1,18 @@
 """The conformance suite as pytest tests (see :mod:`conformance.pytest_plugin` for the options).
 
-Every op x backend: Hypothesis draws the op's parameters, the case runs on the backend and on the
-golden (under the backend's declared numerics), and every output must agree bit for bit (or within
-the tolerance table, when one applies). Every named corpus case must also match its documented
-values on the backend.
+Every op x backend, from the op's declaration (:mod:`conformance.declare`):
+
+* **drawn** (``test_backend_agrees_with_golden``, one test per op and strategy): Hypothesis draws the
+  op's parameters, the case runs on the backend and on the golden (under the backend's declared
+  numerics), and every output must agree bit for bit (or within the tolerance table, when one
+  applies);
+* **named** (``test_named_case``): each named case must match its documented values on the golden
+  and on the backend;
+* **error** (``test_error_case``): each bad call must raise the declared exception with a message
+  matching the declared pattern, on the golden and on the backend.
+
+A backend's own test file runs the same checks with :func:`check_drawn`, :func:`check_named` and
+:func:`check_error`, usually with ``strict=True`` (see :mod:`conformance.evaluate`).
 """
 
 from __future__ import annotations
@@ -25,6 +34,38 @@ def _format(record: dict) -> str:
     return "\n".join(lines)
 
 
+def _check(backend, op: str, params: dict, *, strict: bool, why: str = "") -> dict:
+    from .evaluate import BAD_STATUSES, run_case
+    from .registry import get
+
+    record = run_case(get(op), params, backend, strict=strict)
+    if record["status"] == "unsupported":
+        pytest.skip(record.get("note", "unsupported"))
+    assert record["status"] not in BAD_STATUSES, _format(record) + (f"\n  why: {why}" if why else "")
+    return record
+
+
+def check_drawn(backend, op: str, params: dict, *, strict: bool = False) -> dict:
+    """Run one drawn case of ``op`` on ``backend``; fail the test unless it agrees with the golden."""
+    return _check(backend, op, params, strict=strict)
+
+
+def check_named(backend, key: str, *, strict: bool = False) -> dict:
+    """Run the named case ``"<op>/<name>"``: golden and backend must give its documented values."""
+    from .registry import named_case
+
+    case = named_case(key)
+    return _check(backend, case.op, {"named": key}, strict=strict, why=case.why)
+
+
+def check_error(backend, key: str, *, strict: bool = False) -> dict:
+    """Run the bad call ``"<op>/<name>"``: golden and backend must raise the declared error."""
+    from .registry import bad_call
+
+    bad = bad_call(key)
+    return _check(backend, bad.op, {"error": key}, strict=strict, why=bad.why)
+
+
 def _backend(name: str):
     import backends
 
@@ -35,37 +76,37 @@ def _backend(name: str):
     return b
 
 
+def _implemented(backend, op: str) -> None:
+    if op not in backend.ops():
+        pytest.skip(f"{backend.name} does not implement {op}")
+
+
 @pytest.mark.conformance
-def test_backend_agrees_with_golden(conformance_backend, conformance_op):
+def test_backend_agrees_with_golden(conformance_backend, conformance_drawn):
     from hypothesis import given
 
-    from .evaluate import BAD_STATUSES, run_case
     from .registry import get
 
+    op, strategy = conformance_drawn
     backend = _backend(conformance_backend)
-    spec = get(conformance_op)
-    if conformance_op not in backend.ops():
-        pytest.skip(f"{backend.name} does not implement {conformance_op}")
+    _implemented(backend, op)
 
-    @given(spec.params())
+    @given(get(op).all_strategies()[strategy]())
     def check(params):
-        record = run_case(spec, params, backend)
-        assert record["status"] not in BAD_STATUSES, _format(record)
+        check_drawn(backend, op, params)
 
     check()
 
 
 @pytest.mark.conformance
 def test_named_case(conformance_backend, conformance_named_case):
-    from . import corpus
-    from .evaluate import BAD_STATUSES, run_case
-    from .registry import get
-
     backend = _backend(conformance_backend)
-    named = corpus.get(conformance_named_case)
-    if named.op not in backend.ops():
-        pytest.skip(f"{backend.name} does not implement {named.op}")
-    record = run_case(get(named.op), {"corpus": named.key}, backend)
-    if record["status"] == "unsupported":
-        pytest.skip(record.get("note", "unsupported"))
-    assert record["status"] not in BAD_STATUSES, _format(record) + "\n  why: " + named.why
+    _implemented(backend, conformance_named_case.split("/")[0])
+    check_named(backend, conformance_named_case)
+
+
+@pytest.mark.conformance
+def test_error_case(conformance_backend, conformance_error_case):
+    backend = _backend(conformance_backend)
+    _implemented(backend, conformance_error_case.split("/")[0])
+    check_error(backend, conformance_error_case)

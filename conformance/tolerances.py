@@ -25,6 +25,10 @@ A TOML file of ``[[entry]]`` tables::
 Lookup order for (backend, op, output, dtype): the backend's own entry, then ``backend = "*"``;
 ``dtype = "*"`` matches any dtype. No entry means bitwise. The packaged table
 (``conformance/data/tolerances.toml``) is what ``w8a8 conformance`` reads by default.
+
+The keys derive from the op declarations: a table read from a file is validated against them
+(:meth:`ToleranceTable.validate`), so an entry naming an op or an output that no declaration has is
+an error that names the entry — not a tolerance silently never looked up.
 """
 
 from __future__ import annotations
@@ -116,17 +120,39 @@ class ToleranceTable:
         return e.tolerance() if e else Tolerance()
 
     # -- files --------------------------------------------------------------------------------
+    def validate(self, declarations: dict | None = None) -> "ToleranceTable":
+        """Check every entry's (op, output) against the op declarations (default: the registry's).
+
+        Raises ValueError naming each entry whose op is not declared, or whose output is not one of
+        that op's outputs. Returns the table.
+        """
+        if declarations is None:
+            from .registry import specs
+
+            declarations = specs()
+        problems = []
+        for e in self.entries():
+            decl = declarations.get(e.op)
+            if decl is None:
+                problems.append(f"entry {e.key()} names op {e.op!r}, which no declaration has")
+            elif e.output not in decl.output_names():
+                problems.append(f"entry {e.key()} names output {e.output!r} of {e.op}, whose outputs are "
+                                f"{', '.join(decl.output_names())}")
+        if problems:
+            raise ValueError(f"tolerance table {self.source}: " + "; ".join(problems))
+        return self
+
     @classmethod
-    def load(cls, path: str | Path) -> "ToleranceTable":
+    def load(cls, path: str | Path, *, validate: bool = True) -> "ToleranceTable":
         path = Path(path)
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"tolerance table {path}: not valid TOML: {exc}") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(data, source=str(path), validate=validate)
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "(dict)") -> "ToleranceTable":
+    def from_dict(cls, data: dict, source: str = "(dict)", *, validate: bool = False) -> "ToleranceTable":
         known = {f.name for f in dataclasses.fields(Entry)} - {"extra"}
         entries = []
         for i, raw in enumerate(data.get("entry", [])):
@@ -135,7 +161,8 @@ class ToleranceTable:
                 raise ValueError(f"tolerance table {source}: entry {i} lacks {', '.join(missing)}")
             entries.append(Entry(**{k: v for k, v in raw.items() if k in known},
                                  extra={k: v for k, v in raw.items() if k not in known}))
-        return cls(entries, data.get("meta", {}), source)
+        table = cls(entries, data.get("meta", {}), source)
+        return table.validate() if validate else table
 
     def to_toml(self) -> str:
         import tomli_w
@@ -150,7 +177,7 @@ class ToleranceTable:
         ref = resources.files("conformance") / "data" / "tolerances.toml"
         if not ref.is_file():
             return cls(source="(none packaged)")
-        return cls.from_dict(tomllib.loads(ref.read_text(encoding="utf-8")), source=str(ref))
+        return cls.from_dict(tomllib.loads(ref.read_text(encoding="utf-8")), source=str(ref), validate=True)
 
 
 def packaged_path() -> Path:

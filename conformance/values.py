@@ -19,6 +19,19 @@ Float distributions (``float_tensor``):
 * ``extremes`` — magnitudes near the dtype's largest finite value.
 * ``subnormal`` — magnitudes in the dtype's subnormal range.
 * ``nan_inf`` — Gaussian with NaN / +-Inf injected: inputs the golden refuses by default.
+
+Bit-level float distributions (``BIT_DISTRIBUTIONS``; the ``bits`` strategies of the declarations
+draw them, the main strategies do not):
+
+* ``bit_patterns`` — random finite bit patterns of the dtype: subnormals, huge values, signed zeros.
+* ``fp32_subnormal`` — N(0, 1) * 1e-39: fp32 subnormals and the smallest normals (bf16 keeps them,
+  fp16 flushes them to zero).
+* ``one_nonzero`` — all zeros but one element in {0, -0, 1.5, -3}.
+* ``half_integers`` — k / 2 for k in [-254, 254], times one power of two in [2^-6, 2^5]: integers and
+  exact .5 ties in every float dtype.
+
+Integers: ``int8_tensor`` (named distributions) and ``int_tensor`` (any integer dtype, full range
+or small values). Literal arrays of documented cases: ``literal``.
 """
 
 from __future__ import annotations
@@ -31,6 +44,9 @@ FINITE_DISTRIBUTIONS = tuple(d for d in FLOAT_DISTRIBUTIONS if d != "nan_inf")
 """The distributions that produce finite inputs (what every op accepts)."""
 COMMON_DISTRIBUTIONS = ("gaussian", "outlier_channels", "heavy_tailed", "zero_rows", "single_huge", "ties")
 """Finite and away from the dtype's edges: for ops whose intermediates would overflow otherwise."""
+
+BIT_DISTRIBUTIONS = ("bit_patterns", "fp32_subnormal", "one_nonzero", "half_integers")
+"""Distributions aimed at bit-level paths (see the module docstring); finite, every dtype."""
 
 INT8_DISTRIBUTIONS = ("uniform", "small", "extreme_neg", "extreme_pos", "sparse")
 
@@ -49,6 +65,8 @@ def float_tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype, dist: 
     """A float array of ``shape`` and ``dtype`` (bf16 / fp16 / fp32) drawn from ``dist``."""
     dtype = np.dtype(dtype)
     shape = tuple(int(s) for s in shape)
+    if dist in BIT_DISTRIBUTIONS:
+        return _bit_level(rng, shape, dtype, dist)
     size = int(np.prod(shape)) if shape else 1
     info = _finfo(dtype)
     magnitude = 10.0 ** rng.uniform(-3, 3)
@@ -97,6 +115,28 @@ def float_tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype, dist: 
     return x32.astype(dtype)
 
 
+def _bit_level(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, dist: str) -> np.ndarray:
+    """The ``BIT_DISTRIBUTIONS`` (see the module docstring): finite values of ``dtype``."""
+    if dist == "bit_patterns":
+        width = {1: np.uint8, 2: np.uint16, 4: np.uint32}[dtype.itemsize]
+        raw = rng.integers(0, np.iinfo(width).max, shape, dtype=np.uint64, endpoint=True).astype(width)
+        out = raw.view(dtype)
+        with np.errstate(invalid="ignore"):
+            out[~np.isfinite(out.astype(np.float32))] = 0
+        return out
+    if dist == "fp32_subnormal":
+        v = rng.standard_normal(shape) * 1e-39
+    elif dist == "one_nonzero":
+        v = np.zeros(shape)
+        if v.size:
+            v.reshape(-1)[rng.integers(0, v.size)] = rng.choice([0.0, -0.0, 1.5, -3.0])
+    else:  # half_integers
+        v = (rng.integers(-254, 255, shape) / 2.0) * 2.0 ** int(rng.integers(-6, 6))
+    with np.errstate(over="ignore"):
+        out = v.astype(np.float32).astype(dtype)
+    return np.where(np.isfinite(out.astype(np.float32)), out, 0).astype(dtype)
+
+
 def _ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """Rows on exact .5 ties of ``x * 127 / amax`` (see the module docstring)."""
     if not shape or shape[-1] == 0:
@@ -136,3 +176,18 @@ def positive_scales(rng: np.random.Generator, shape: tuple[int, ...], dtype=np.f
     v = np.exp(rng.uniform(np.log(low), np.log(high), size=shape)).astype(np.float32)
     return v.astype(dtype)
 
+
+
+def int_tensor(rng: np.random.Generator, shape: tuple[int, ...], dtype, *, full: bool = True) -> np.ndarray:
+    """An integer array of ``dtype``: its whole range (``full``), or values in [-20, 20] clipped to it."""
+    info = np.iinfo(dtype)
+    lo, hi = (info.min, info.max) if full else (max(info.min, -20), min(info.max, 20))
+    return rng.integers(lo, hi, tuple(int(s) for s in shape), endpoint=True).astype(dtype)
+
+
+def literal(values, dtype) -> np.ndarray:
+    """A documented case's array: ``values`` (exactly representable) as ``dtype``; floats go through
+    float32, so a bf16 / fp16 literal is the rounding of its fp32 value."""
+    if np.dtype(dtype).kind in "fV":
+        return np.asarray(values, dtype=np.float64).astype(np.float32).astype(dtype)
+    return np.asarray(values, dtype=dtype)

@@ -107,6 +107,20 @@ def _tolerance_path(args) -> str | None:
     return str(path) if path.is_file() else None
 
 
+def _tolerance_problem(args) -> str | None:
+    """Why the tolerance table cannot be used (unreadable, or an entry naming an undeclared op or output)."""
+    path = _tolerance_path(args)
+    if not path:
+        return None
+    from conformance.tolerances import ToleranceTable
+
+    try:
+        ToleranceTable.load(path)
+    except (ValueError, OSError) as exc:
+        return str(exc)
+    return None
+
+
 def _run_single(args, names: list[str]) -> int:
     import backends
 
@@ -142,17 +156,34 @@ def run(args) -> int:
             print(f"{name:28s} [{spec.family}] {spec.description}")
         return 0
     names, registrations, problem = _select_backends(args.backend)
+    if not problem:
+        problem = _tolerance_problem(args)
     if problem:
         print(f"w8a8 conformance: {problem}", file=sys.stderr)
         return 2
     if args.case:
         return _run_single(args, names)
 
+    from conformance.runner import RunOptions, WorkerPool
+
+    options = RunOptions(workers=args.workers, timeout=args.timeout, attribute=not args.no_attribution,
+                         registrations=registrations, tolerances=_tolerance_path(args))
+    pool = WorkerPool(options) if options.workers > 0 else None  # their startup overlaps the planning
+    try:
+        return _plan_and_run(args, names, options, pool)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _plan_and_run(args, names, options, pool) -> int:
+    import functools
+
     from rich.console import Console
 
     from conformance import reports
     from conformance.results import ResultsFile
-    from conformance.runner import RunOptions, load_plan, plan, save_plan
+    from conformance.runner import load_plan, plan, save_plan
     from conformance.runner import run as run_tasks
 
     console = Console(stderr=True)
@@ -178,15 +209,12 @@ def run(args) -> int:
         save_plan(plan_path, tasks, {"not_implemented": skipped, "profile": args.profile, "seed": args.seed})
     if "numpy" in names and len(names) == 1 and not args.backend:
         console.print("[yellow]no backend other than the golden is available: running the golden against itself "
-                      "(a self-check of the corpus expectations)[/]")
+                      "(a self-check of the named cases and error contract)[/]")
     console.print(f"w8a8 conformance: {len(tasks)} cases, backends {', '.join(names)}, profile {args.profile}, "
                   f"{args.workers} worker(s)")
     t0 = time.perf_counter()
-    stats = _run_with_progress(console, tasks, results, RunOptions(workers=args.workers, timeout=args.timeout,
-                                                                    attribute=not args.no_attribution,
-                                                                    registrations=registrations,
-                                                                    tolerances=_tolerance_path(args)),
-                               args.resume, run_tasks)
+    stats = _run_with_progress(console, tasks, results, options, args.resume,
+                               functools.partial(run_tasks, pool=pool))
     elapsed = time.perf_counter() - t0
     wanted = {t.key for t in tasks}
     records = [r for r in results.records() if (r["backend"], r["case_id"]) in wanted]

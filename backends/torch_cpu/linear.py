@@ -8,6 +8,12 @@ golden's ``dynamic_linear_args`` / ``static_linear_args`` (:mod:`backends.torch_
 and bias in the model's dtype, the static reciprocal and offset, each refused with the golden's
 message where it became Inf); the load here lays out the ``[K, N]`` weight for the int8 GEMM (and its
 qlinear prepack on AMX machines).
+
+On the ``"vnni"`` GEMM path (:mod:`.runtime`) the load also packs the weight for the fused kernel
+(:mod:`.packed`: quantization, exact int32 GEMM and fp32 epilogue in one pass over each row block) and
+probes it against the reference path on extreme rows; a Linear whose probe differs, or whose exact
+accumulator could leave the int32 range (static: ``K * 128 * max|w| + max|quant_bias|`` past
+``2^31 - 1``), keeps the reference path (``layer.note`` says why). Both paths give the same bits.
 """
 
 from __future__ import annotations
@@ -20,8 +26,32 @@ import torch
 
 from .arith import I32_MAX, absmax
 from .gemm import Int8Weight
-from .qmatmul import quant_matmul
+from .qmatmul import effective_scale, quant_matmul
 from .quant import dynamic_quant, quantize
+
+
+@dataclass
+class Fused:
+    """A Linear's weight and epilogue parameters as the fused VNNI kernel takes them (:func:`.packed.run`):
+    the packed weight, the compensation (an int32 bias folded in), the fp32 ``deq [N]`` and float bias,
+    and for the static path the fp32 reciprocal / offset ``[K]``."""
+
+    weight: object          # packed.PackedWeight
+    comp: torch.Tensor
+    deq: torch.Tensor
+    fbias: torch.Tensor | None = None
+    recip: torch.Tensor | None = None
+    offset: torch.Tensor | None = None
+
+
+def _fused(make, probe) -> tuple[Fused | None, str]:
+    """``(Fused, "")`` if it packs and its probe passes, else ``(None, why)``."""
+    try:
+        fused = make()
+        why = probe(fused)
+    except (RuntimeError, ValueError) as exc:
+        return None, f"vnni: {type(exc).__name__}: {exc}"
+    return (fused, "") if not why else (None, why)
 
 
 @dataclass
@@ -32,12 +62,27 @@ class DynamicLinear:
     scale: torch.Tensor  # the quant_matmul scale: bf16 for a bf16 model (rounded!), fp32 for fp16
     bias: torch.Tensor | None  # in the model dtype
     dtype: torch.dtype
+    fused: Fused | None = None  # the "vnni" path where it packed and passed its probe
+    note: str = ""              # why not, where the "vnni" path was asked for
 
 
 def load_dynamic(x_dtype: torch.dtype, weight: torch.Tensor, weight_scale: torch.Tensor, bias, path: str) -> DynamicLinear:
     """SGLang's load: ``W = weight.T``; ``weight_scale`` (bf16 for a bf16 model, fp32 for fp16) and
-    ``bias`` (model dtype) as loaded and checked by :func:`w8a8.linear.dynamic_linear_args`."""
-    return DynamicLinear(Int8Weight.load(weight.mT, path), weight_scale, bias, x_dtype)
+    ``bias`` (model dtype) as loaded and checked by :func:`w8a8.linear.dynamic_linear_args`. On the
+    ``"vnni"`` path also packed for the fused kernel and probed (module docstring)."""
+    layer = DynamicLinear(Int8Weight.load(weight.mT, path), weight_scale, bias, x_dtype)
+    if path == "vnni":
+        from . import packed
+
+        def make():
+            pw = packed.PackedWeight.pack(weight)
+            deq, _ = effective_scale(weight_scale, x_dtype, True)
+            fbias = None if bias is None else bias.to(torch.float32)
+            return Fused(pw, pw.comp, deq.contiguous(), fbias)
+
+        layer.fused, layer.note = _fused(make, lambda f: packed.probe_dynamic(f.weight, weight, f.deq, f.fbias,
+                                                                              x_dtype, x_dtype))
+    return layer
 
 
 _BLOCK_BYTES = 4 << 20  # fp32 temporaries per row block: a few MB, cache-resident
@@ -77,11 +122,14 @@ def _blockwise(x: torch.Tensor, layer, bias_absmax: int, forward) -> torch.Tenso
 
 def w8a8_dynamic_linear(x: torch.Tensor, layer: DynamicLinear) -> torch.Tensor:
     """Per-token dynamic int8 ``x``, then ``quant_matmul(x_q, W, s_w, pertoken_scale=s_tok, bias=b)``
-    (row block by row block, see :func:`_blocks`). The scale formula is the one of the kernel the tiling
-    picks for the whole activation ``[prod(x.shape[:-1]), K]`` (not for a block)."""
+    (row block by row block, see :func:`_blocks`; fused in one kernel on the "vnni" path). The scale formula
+    is the one of the kernel the tiling picks for the whole activation ``[prod(x.shape[:-1]), K]`` (not
+    for a block)."""
     from .kernel_variants import dynamic_quant as variant
 
     scale_out = variant((math.prod(x.shape[:-1]), x.shape[-1]), x.dtype).scale_out
+    if layer.fused is not None:
+        return _run_fused(x, layer, scale_out)
 
     def forward(rows):
         x_q, x_scale = dynamic_quant(rows, scale_out=scale_out)
@@ -102,23 +150,67 @@ class StaticLinear:
     bias: torch.Tensor | None  # [N] int32 quant_bias, or a float bias in the model dtype
     dtype: torch.dtype
     bias_absmax: int = 0  # max |quant_bias|
+    fused: Fused | None = None
+    note: str = ""
 
 
 def load_static(x_dtype: torch.dtype, weight: torch.Tensor, recip: torch.Tensor, offset: torch.Tensor,
                 deq_scale: torch.Tensor, bias, path: str) -> StaticLinear:
     """SGLang's load: ``W = weight.T``; the reciprocal and offset ``[K]`` in the model dtype, ``deq_scale`` and
     the matmul bias (int32 ``quant_bias`` or a float bias in the model dtype), as loaded and checked by
-    :func:`w8a8.linear.static_linear_args`."""
-    qb_max = absmax(bias) if bias is not None and bias.dtype == torch.int32 else 0
-    return StaticLinear(Int8Weight.load(weight.mT, path), recip, offset, deq_scale, bias, x_dtype, qb_max)
+    :func:`w8a8.linear.static_linear_args`. On the ``"vnni"`` path also packed and probed where the
+    exact accumulator plus ``quant_bias`` fits int32 (module docstring)."""
+    int_bias = bias is not None and bias.dtype == torch.int32
+    qb_max = absmax(bias) if int_bias else 0
+    layer = StaticLinear(Int8Weight.load(weight.mT, path), recip, offset, deq_scale, bias, x_dtype, qb_max)
+    if path == "vnni":
+        from . import packed
+
+        if not packed.acc_fits(weight.shape[1], 128, layer.weight.absmax, qb_max):
+            layer.note = "vnni: K * 128 * max|w| + max|quant_bias| may leave int32 (the reference path raises)"
+            return layer
+
+        def make():
+            pw = packed.PackedWeight.pack(weight)
+            deq, _ = effective_scale(deq_scale, x_dtype, False)
+            deq = deq.expand(pw.n).contiguous()
+            fbias = None if bias is None or int_bias else bias.to(torch.float32)
+            return Fused(pw, pw.comp_with(bias if int_bias else None), deq, fbias, recip.to(torch.float32),
+                         offset.to(torch.float32))
+
+        def probe(f):
+            return packed.probe_static(f.weight, weight, f.recip, f.offset, f.deq, bias if int_bias else None,
+                                       f.fbias, x_dtype, x_dtype)
+
+        layer.fused, layer.note = _fused(make, probe)
+    return layer
 
 
 def w8a8_static_linear(x: torch.Tensor, layer: StaticLinear) -> torch.Tensor:
     """``x_q = quantize(x, r, o, int8, div_mode=False)``, then ``quant_matmul(x_q, W, deq, bias=...)``
-    (row block by row block, see :func:`_blocks`)."""
+    (row block by row block, see :func:`_blocks`; fused in one kernel on the "vnni" path)."""
+    if layer.fused is not None:
+        return _run_fused(x, layer, None)
+
     def forward(rows):
         x_q = quantize(rows, layer.recip, layer.offset, dtype="int8", div_mode=False)
         return quant_matmul(x_q, layer.weight, layer.deq_scale, bias=layer.bias, output_dtype=layer.dtype)
 
     int_bias = layer.bias is not None and layer.bias.dtype == torch.int32
     return _blockwise(x, layer, layer.bias_absmax if int_bias else 0, forward)
+
+
+def _run_fused(x: torch.Tensor, layer, scale_out: str | None) -> torch.Tensor:
+    """The fused kernel on ``x.reshape(-1, K)`` (:func:`.packed.run`), into ``[..., N]``: the dynamic path
+    with the per-token scale formula ``scale_out`` (the kernel variant's), or the static path (None)."""
+    from . import packed
+
+    f = layer.fused
+    k, n = layer.weight.shape
+    x2 = x.reshape(-1, k)
+    if scale_out is not None:
+        y = packed.run(packed.dynamic_kind(x.dtype, scale_out), x2, f.weight, layer.dtype, deq=f.deq, fbias=f.fbias)
+    else:
+        y = packed.run(packed.IN_STATIC[x.dtype], x2, f.weight, layer.dtype, deq=f.deq, comp=f.comp, fbias=f.fbias,
+                       recip=f.recip, offset=f.offset)
+    return y.reshape(*x.shape[:-1], n)

@@ -25,9 +25,15 @@ column-major); 12 rows 0.72 vs 1.67; 48 rows 2.17 vs 3.01; 200 rows 8.7 vs 14.6.
 6-48 rows per expert the fbgemm kernel streams the weights at ~29 GB/s against ~11 GB/s. Prepacking costs
 ~80 ms per ``[4096, 4096]`` expert, once, at load.
 
-``W8A8_TORCH_CPU_MOE_GEMM`` = ``auto`` (default: fbgemm where proven exact, else int_mm) / ``int_mm`` /
-``fbgemm`` (refused with a ValueError where fbgemm is not usable). Outputs that need the int32
-accumulator itself (``int32`` / int8-requant outputs, an int32 bias) always use ``int_mm``.
+* ``"vnni"`` — the experts packed for torch-cpu's own VNNI kernel (:class:`.packed.PackedExperts`): the same
+  exact ``u8 x s8`` sums with the ``128 * column sum`` compensation, in int32 (so it also gives the int32
+  accumulator), and the kernel the fused W8A8 MoE layer runs its whole per-expert chain in
+  (:mod:`.moe_layer`). Taken where the kernels build and pass their self-test and a load-time probe of
+  expert 0 (the saturating operands above) equals ``_int_mm``.
+
+``W8A8_TORCH_CPU_MOE_GEMM`` = ``auto`` (default: vnni where usable, else fbgemm where proven exact, else
+int_mm) / ``int_mm`` / ``fbgemm`` / ``vnni`` (refused with a ValueError where not usable). Outputs that need
+the int32 accumulator itself (``int32`` / int8-requant outputs, an int32 bias) use ``int_mm`` or ``vnni``.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import torch
 from .gemm import _mm, int_matmul
 from .runtime import cpu_flags, gemm_threads
 
-MOE_GEMM_PATHS = ("auto", "int_mm", "fbgemm")
+MOE_GEMM_PATHS = ("auto", "int_mm", "fbgemm", "vnni")
 _W_ABSMAX = 128   # |int8|: K * 128 * 128 < 2^31 for every K < 65536, so _int_mm never overflows here
 
 
@@ -64,12 +70,21 @@ def fbgemm_usable() -> tuple[bool, str]:
 
 
 def resolve_path(requested: str | None = None) -> str:
-    """``"int_mm"`` or ``"fbgemm"`` for ``requested`` (default: ``$W8A8_TORCH_CPU_MOE_GEMM`` or ``auto``)."""
+    """``"int_mm"``, ``"fbgemm"`` or ``"vnni"`` for ``requested`` (default: ``$W8A8_TORCH_CPU_MOE_GEMM`` or
+    ``auto``)."""
     requested = requested or os.environ.get("W8A8_TORCH_CPU_MOE_GEMM", "auto")
     if requested not in MOE_GEMM_PATHS:
         raise ValueError(f"torch-cpu: W8A8_TORCH_CPU_MOE_GEMM must be one of {MOE_GEMM_PATHS}; got {requested!r}")
     if requested == "int_mm":
         return requested
+    if requested in ("vnni", "auto"):
+        from .packed import available
+
+        ok, why = available()
+        if ok:
+            return "vnni"
+        if requested == "vnni":
+            raise ValueError(f"torch-cpu: the vnni MoE GEMM path is not usable here: {why}")
     ok, why = fbgemm_usable()
     if requested == "fbgemm" and not ok:
         raise ValueError(f"torch-cpu: the fbgemm MoE GEMM path is not usable here: {why}")
@@ -110,13 +125,18 @@ def _fbgemm_f32(x: torch.Tensor, packed) -> torch.Tensor:
     return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(x.to(torch.float32), 1.0, 128, packed)
 
 
-def _probe(w_nk: torch.Tensor, packed) -> bool:
-    """fbgemm equals ``_int_mm`` on operands that saturate an int16 pair sum (255 * 127 * 2 > 32767)."""
+def _probe_rows(w_nk: torch.Tensor) -> torch.Tensor:
+    """int8 rows that saturate an int16 pair sum (255 * 127 * 2 > 32767) and drive channel 0 to its extremes."""
     k = w_nk.shape[1]
     rows = [torch.full((k,), 127, dtype=torch.int8), torch.full((k,), -128, dtype=torch.int8),
             torch.where(w_nk[0] < 0, -128, 127).to(torch.int8),   # drives channel 0 to its largest sum
             torch.where(w_nk[0] < 0, 127, -128).to(torch.int8)]
-    x = torch.stack(rows)
+    return torch.stack(rows)
+
+
+def _probe(w_nk: torch.Tensor, packed) -> bool:
+    """fbgemm equals ``_int_mm`` on :func:`_probe_rows`."""
+    x = _probe_rows(w_nk)
     return torch.equal(_fbgemm_f32(x, packed), torch._int_mm(x, w_nk.t().contiguous()).to(torch.float32))
 
 
@@ -125,7 +145,8 @@ class ExpertGemm:
     """An int8 expert weight stack loaded for the per-expert GEMM (see the module docstring).
 
     ``kn``: int8 ``[E, K, N]`` row-major per expert (the ``int_mm`` path); ``packed``: fbgemm's packed
-    weights, one per expert (the ``fbgemm`` path); ``note``: why the path is what it is."""
+    weights, one per expert (the ``fbgemm`` path); ``vnni``: the :class:`.packed.PackedExperts` (the
+    ``vnni`` path); ``note``: why the path is what it is."""
 
     path: str
     k: int
@@ -133,6 +154,7 @@ class ExpertGemm:
     kn: torch.Tensor | None = None
     packed: list = field(default_factory=list)
     note: str = ""
+    vnni: object = None   # packed.PackedExperts (the "vnni" path)
 
     @classmethod
     def load(cls, w: torch.Tensor, *, layout: str, path: str = "auto") -> "ExpertGemm":
@@ -141,8 +163,13 @@ class ExpertGemm:
         e, n, k = enk.shape
         path = resolve_path(None if path == "auto" else path)
         note = ""
-        if path == "fbgemm" and (e == 0 or n == 0 or k == 0):
-            path, note = "int_mm", "fbgemm: empty dimensions"
+        if path in ("fbgemm", "vnni") and (e == 0 or n == 0 or k == 0):
+            path, note = "int_mm", f"{path}: empty dimensions"
+        if path == "vnni":
+            experts, note = _vnni_load(enk)
+            if experts is not None:
+                return cls(path="vnni", k=k, n=n, vnni=experts)
+            path = "int_mm"
         if path == "fbgemm":
             try:
                 packed = [_pack(enk[g]) for g in range(e)]
@@ -158,6 +185,8 @@ class ExpertGemm:
 
     @property
     def experts(self) -> int:
+        if self.vnni is not None:
+            return self.vnni.e
         return self.kn.shape[0] if self.kn is not None else len(self.packed)
 
     def f32(self, g: int, x: torch.Tensor, *, threads: bool = True) -> torch.Tensor:
@@ -166,15 +195,49 @@ class ExpertGemm:
         global (for worker threads that each run experts single-threaded)."""
         if self.path == "int_mm":
             return self.i32(g, x, threads=threads).to(torch.float32)
+        if self.path == "vnni":
+            return _vnni_run(self, g, x, torch.float32, threads)
         if not threads:
             return _fbgemm_f32(x, self.packed[g])
         with gemm_threads():
             return _fbgemm_f32(x, self.packed[g])
 
     def i32(self, g: int, x: torch.Tensor, op: str = "grouped_matmul", *, threads: bool = True) -> torch.Tensor:
-        """The int32 accumulator ``x @ W[g]`` (the ``int_mm`` path only); ``threads`` as :meth:`f32`."""
+        """The int32 accumulator ``x @ W[g]`` (the ``int_mm`` and ``vnni`` paths); ``threads`` as :meth:`f32`."""
+        if self.path == "vnni":
+            return _vnni_run(self, g, x, torch.int32, threads)
         if threads:
             return int_matmul(x, self.kn[g], op=op, b_absmax=_W_ABSMAX)
         if 0 in x.shape or self.n == 0:
             return torch.zeros(x.shape[0], self.n, dtype=torch.int32)
         return _mm(x, self.kn[g])   # one piece: K * 128 * 128 < 2^31
+
+
+def _vnni_load(enk: torch.Tensor):
+    """``(PackedExperts, "")``, or ``(None, why)`` where packing fails or the probe of expert 0 differs."""
+    from . import packed
+
+    try:
+        experts = packed.PackedExperts.pack(enk)
+        w0 = enk[0].contiguous()
+        x = _probe_rows(w0)
+        got = packed.run(packed.IN_CODES, x, experts.expert(0), torch.int32)
+        exact = torch.equal(got, torch._int_mm(x, w0.t().contiguous()))
+    except (RuntimeError, ValueError) as exc:
+        return None, f"vnni failed at load ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]})"
+    return (experts, "") if exact else (None, "vnni: the load-time probe differed from torch._int_mm")
+
+
+_ONES: dict = {}
+
+
+def _vnni_run(w: ExpertGemm, g: int, x: torch.Tensor, out: torch.dtype, threads: bool) -> torch.Tensor:
+    """Expert ``g``'s exact ``x @ W[g]``: int32, or ``fp32(acc)`` (the epilogue ``fp32(acc) * 1.0``)."""
+    from . import packed
+
+    if 0 in x.shape:
+        return torch.zeros(x.shape[0], w.n, dtype=out)
+    ones = _ONES.get(w.n)
+    if ones is None:
+        ones = _ONES.setdefault(w.n, torch.ones(w.n, dtype=torch.float32))
+    return packed.run(packed.IN_CODES, x, w.vnni.expert(g), out, deq=ones, n_threads=None if threads else 1)

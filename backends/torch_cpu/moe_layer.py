@@ -12,6 +12,16 @@ single-threaded (:func:`_run_experts` says why). The dispatch quantizes each tok
 codes (the golden quantizes the ``T * k`` gathered copies: the same bits). Each intermediate is rounded
 exactly where the golden's op boundary rounds it (GMM1 to bf16, the requant to int8, GMM2 to bf16).
 
+**The fused chain** (the ``vnni`` MoE GEMM path, :mod:`.moe_experts`): the whole per-expert chain above
+runs in one C kernel call for all experts (``w8a8_moe_experts`` in ``csrc/w8a8_cpu.c``: the experts taken
+dynamically by the kernel's threads, each expert's rows gathered from the token codes, GEMM1 with the
+bf16 rounding, the clamped SwiGLU with float64 ``exp`` rounded once to fp32, the per-row requant, GEMM2
+and the bf16 rows written to their token-major slots), the same operations in the same order as the
+torch chain (:func:`_expert_chain`). It is used only after a load-time probe (:func:`_probe_chain`:
+extreme rows through the first and last expert) equals the torch chain bit for bit. Where the kernel
+sees a non-finite intermediate it stops being trusted for that call: the torch chain reruns the
+experts and raises the golden's error at its stage.
+
 **Load** (:func:`load`, untimed): the experts' int8 weights loaded for the per-expert GEMM
 (:class:`.moe_experts.ExpertGemm`: prepacked for fbgemm where that kernel is proven exact, else
 transposed to row-major ``[K, N]`` for ``torch._int_mm``), the checkpoint scales rounded to bf16 as
@@ -110,6 +120,8 @@ class MoeLayer:
     shared: tuple | None = None    # (gate, up, down) DynamicLinear, or None
     deferred: tuple | None = None  # (stage, exception): the first argument-only error after the checks
     raw: dict = field(default_factory=dict)   # checkpoint tensors for the golden's messages (error paths)
+    fused: bool = False            # the whole expert chain in the C kernel (probed at load)
+    note: str = ""                 # why not, where the vnni GEMMs are in use
 
     @property
     def e(self) -> int:
@@ -189,6 +201,10 @@ def load(a, transfer, gemm_path: str) -> tuple[tuple, MoeLayer]:
                      renormalize=kwargs["renormalize"], gating=kwargs["gating"],
                      swiglu_limit=None if limit is None else float(limit), shared=shared, deferred=stages.failed,
                      raw={"w2_view": w2_view, "shared": kwargs["shared"]})
+    if layer.w13.path == "vnni" and layer.w2.path == "vnni":
+        layer.s13f, layer.s2f = layer.s13f.contiguous(), layer.s2f.contiguous()
+        layer.note = _probe_chain(layer)
+        layer.fused = not layer.note
     return (x, x_scale, shared_input, ids, weights, logits, bias), layer
 
 
@@ -314,8 +330,7 @@ def _expert_chain(c: _Expert, runs, threads: bool, sink: dict | None):
     layer, i, clock = c.layer, c.layer.i, _Clock(sink)
     bad_g, bad_scale, bad_o = _FirstBad(), _FirstBad(), _FirstBad()
     # the golden's dequant_swiglu_quant without group_index: the legacy kernel's quantization
-    dsq = kernel_variants.dequant_swiglu_quant(x_dtype=_BF16, tokens=c.x_e.shape[0], groups=None, quant_mode=1,
-                                               quant_scale=None, bias=None, scalar=False)
+    dsq = _dsq_record(c.x_e.shape[0])
     for ex, start, stop in runs:
         acc = layer.w13.f32(ex, c.x_e[start:stop], threads=threads)
         clock.lap("gemm1")
@@ -440,6 +455,79 @@ def _first(records: list) -> _FirstBad:
     return min(found, key=lambda r: r.start) if found else _FirstBad()
 
 
+_REQUANT_SCALE = {"amax_div": 0, "amax_mul_rcp": 1}     # the C kernel's flags for the requant's variant
+_REQUANT_CODES = {"div_scale": 0, "mul_rcp": 1}
+
+
+def _dsq_record(tokens: int):
+    """The record of the chain's dequant_swiglu_quant (no group_index): its requant formulas."""
+    return kernel_variants.dequant_swiglu_quant(x_dtype=_BF16, tokens=tokens, groups=None, quant_mode=1,
+                                                quant_scale=None, bias=None, scalar=False)
+
+
+def _requant_flags(tokens: int) -> tuple[int, int] | None:
+    """The C kernel's flags for the requant of ``tokens`` dispatched rows, or None for a formula it lacks."""
+    dsq = _dsq_record(tokens)
+    if dsq.scale_out not in _REQUANT_SCALE or dsq.quant_codes not in _REQUANT_CODES:
+        return None
+    return _REQUANT_SCALE[dsq.scale_out], _REQUANT_CODES[dsq.quant_codes]
+
+
+def _fused_chain(layer: MoeLayer, q_tok, s_tok, tokens, order, runs, o_tok) -> int:
+    """The experts' chains in the C kernel (module docstring): 0, 1 where an intermediate was not finite, -1
+    where the requant's variant is one the kernel lacks (nothing computed: the torch chain runs)."""
+    from . import native
+
+    lib = native.library()
+    e13, e2 = layer.w13.vnni, layer.w2.vnni
+    runs_t = torch.tensor(runs, dtype=torch.int64).reshape(-1, 3)
+    limit = layer.swiglu_limit
+    flags = _requant_flags(tokens.numel())   # the requant's formulas, as the torch chain takes them
+    if flags is None:
+        return -1
+    rc = lib.w8a8_moe_experts(q_tok.data_ptr(), s_tok.data_ptr(), tokens.data_ptr(), order.data_ptr(),
+                              runs_t.data_ptr(), runs_t.shape[0], e13.k, e2.k, e13.data.data_ptr(),
+                              e13.comp.data_ptr(), layer.s13f.data_ptr(), e2.data.data_ptr(), e2.comp.data_ptr(),
+                              layer.s2f.data_ptr(), limit is not None, 0.0 if limit is None else limit,
+                              *flags, o_tok.data_ptr(), claim_threads()["torch_threads"])
+    if rc < 0:
+        raise RuntimeError(f"torch-cpu: w8a8_moe_experts failed ({rc})")
+    return rc
+
+
+def _probe_chain(layer: MoeLayer) -> str:
+    """``""`` if the fused chain equals the torch chain on probe rows through the first and the last expert
+    (random codes, codes of +-127 and 0, tiny and zero token scales), else why not."""
+    h, e = layer.w13.k, layer.e
+    gen = torch.Generator().manual_seed(18)
+    t = 8
+    q = torch.randint(-127, 128, (t, h), dtype=torch.int8, generator=gen)
+    q[1], q[2], q[3] = 127, -127, 0
+    q[4] = torch.where(torch.arange(h) % 2 == 0, 127, -127).to(torch.int8)
+    s = torch.rand(t, generator=gen) * 0.05 + 1e-4
+    s[5], s[6] = 0.0, 1e-30
+    experts = [0] if e == 1 else [0, e - 1]
+    tokens = torch.arange(t).repeat(len(experts))
+    order = torch.arange(tokens.numel())
+    runs = [(ex, j * t, (j + 1) * t) for j, ex in enumerate(experts)]
+    got = torch.empty(tokens.numel(), h, dtype=_BF16)
+    try:
+        rc = _fused_chain(layer, q, s, tokens, order, runs, got)
+    except RuntimeError as exc:
+        return f"vnni chain: {exc}"
+    if rc < 0:
+        return "vnni chain: the requant's kernel variant is not one the C kernel computes"
+    want = torch.empty_like(got)
+    c = _Expert(layer=layer, x_e=q.index_select(0, tokens), s_e=s.index_select(0, tokens), order=order, o_tok=want,
+                nan1=True, bound2=layer.i * 127 * _W_ABSMAX)
+    bad = _expert_chain(c, runs, True, None)
+    if rc != (1 if any(r.rows is not None for r in bad) else 0):
+        return "vnni chain: the load-time probe's finiteness report differed from the torch chain"
+    if rc == 0 and not torch.equal(got.view(torch.int16), want.view(torch.int16)):
+        return "vnni chain: the load-time probe differed from the torch chain"
+    return ""
+
+
 def forward(x, x_scale, shared_input, ids, weights, logits, bias, *, layer: MoeLayer):
     """The layer (see the module docstring): bf16 ``[T, H]``."""
     sink = PROFILE
@@ -463,19 +551,29 @@ def forward(x, x_scale, shared_input, ids, weights, logits, bias, *, layer: MoeL
         q_tok, s_tok = dynamic_quant_rows(x.to(F32), rec.routing_quant_round)
     else:
         q_tok, s_tok = x, x_scale
-    x_e = q_tok.index_select(0, tokens)
-    s_e = s_tok.index_select(0, tokens)
     ends = np.cumsum(counts).tolist()
     runs = [(ex, end - count, end) for ex, (count, end) in enumerate(zip(counts, ends)) if count]
-    bound1 = acc_bound(x_e, _W_ABSMAX)
-    c = _Expert(layer=layer, x_e=x_e, s_e=s_e, order=order, o_tok=torch.empty(m, h, dtype=_BF16),
-                nan1=may_nan(bound1, layer.s13_absmax, s_e), bound2=layer.i * 127 * _W_ABSMAX)  # codes in +-127
-    clock.lap("dispatch")
-    records = _run_experts(c, runs, sink)
+    o_tok = torch.empty(m, h, dtype=_BF16)
+    records = None
+    fused = layer.fused and s_tok.dtype == F32
+    if fused:
+        q_tok, s_tok = q_tok.contiguous(), s_tok.contiguous()
+        clock.lap("dispatch")
+        if _fused_chain(layer, q_tok, s_tok, tokens, order, runs, o_tok) == 0:
+            records = [(_FirstBad(), _FirstBad(), _FirstBad())]
+    if records is None:   # the torch chain (also where the fused one saw a non-finite intermediate)
+        x_e = q_tok.index_select(0, tokens)
+        s_e = s_tok.index_select(0, tokens)
+        bound1 = acc_bound(x_e, _W_ABSMAX)
+        c = _Expert(layer=layer, x_e=x_e, s_e=s_e, order=order, o_tok=o_tok,
+                    nan1=may_nan(bound1, layer.s13_absmax, s_e), bound2=layer.i * 127 * _W_ABSMAX)  # codes in +-127
+        if not fused:
+            clock.lap("dispatch")
+        records = _run_experts(c, runs, sink)
     clock.lap("experts")
     weights_bf16 = to_float(weights.to(F32), _BF16)   # SGLang: topk_weights.to(hidden.dtype)
     _raise_data_errors(layer, *(_first([r[n] for r in records]) for n in range(3)), weights_bf16, ids, m, h)
-    routed = _finalize(c.o_tok, weights_bf16, t, k, h)
+    routed = _finalize(o_tok, weights_bf16, t, k, h)
     clock.lap("finalize")
     y = _add_shared(layer, routed, shared_input)
     clock.lap("shared")

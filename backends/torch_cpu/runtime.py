@@ -11,10 +11,17 @@ depends on the instruction set.
   It returns ``fp32(acc)`` (not the int32 accumulator), so it can only feed float epilogues.
 * ``"int_mm"`` — ``torch._int_mm`` (oneDNN ``gemm_api``, AVX-512 VNNI): the exact int32 accumulator,
   0.8-1.5 TOPS, no prepack.
+* ``"vnni"`` — torch-cpu's own fused kernels (:mod:`.native`, :mod:`.packed`): the Linear paths'
+  quantization, an exact u8 x s8 ``vpdpbusd`` GEMM on weights prepacked at load and the fp32 epilogue
+  in one pass over each row block. Built at first use with the system C compiler; used only after a
+  self-test and a per-weight load-time probe equal the reference path bit for bit. The int8 GEMM ops
+  (``quant_matmul``, ``int_matmul``) stay on ``torch._int_mm``.
 
-``auto`` picks ``"qlinear"`` only where the CPU reports AMX-INT8 (``amx_int8`` in ``/proc/cpuinfo``
-and ``torch.cpu._is_amx_tile_supported()``), and ``"int_mm"`` everywhere else. ``W8A8_TORCH_CPU_GEMM``
-(``auto`` / ``int_mm`` / ``qlinear``) overrides the default of :class:`~backends.torch_cpu.TorchCpuBackend`.
+``auto`` picks ``"qlinear"`` where the CPU reports AMX-INT8 (``amx_int8`` in ``/proc/cpuinfo``
+and ``torch.cpu._is_amx_tile_supported()``), else ``"vnni"`` where those kernels build and pass their
+self-test (AVX-512 VNNI and a C compiler: :func:`vnni_status` says why not), else ``"int_mm"``.
+``W8A8_TORCH_CPU_GEMM`` (``auto`` / ``int_mm`` / ``qlinear`` / ``vnni``) overrides the default of
+:class:`~backends.torch_cpu.TorchCpuBackend`.
 
 **Thread policy** (spec §9), two parts, both measured on this 2-core Zen 4 shared with other jobs:
 
@@ -46,7 +53,7 @@ import importlib
 import os
 from functools import lru_cache
 
-GEMM_PATHS = ("auto", "int_mm", "qlinear")
+GEMM_PATHS = ("auto", "int_mm", "qlinear", "vnni")
 INSTALL_HINT = "pip install 'w8a8[torch]'"
 MIN_TORCH = (2, 2)  # torch._int_mm on the CPU
 
@@ -115,13 +122,28 @@ def has_qlinear() -> bool:
         and torch.backends.mkldnn.is_available()
 
 
+def vnni_status() -> tuple[bool, str]:
+    """Whether torch-cpu's fused VNNI kernels are usable here: ``(True, "")`` or ``(False, why)``."""
+    from .packed import available  # the kernels' module sits above this one (imported on use)
+
+    return available()
+
+
 def resolve_gemm_path(requested: str | None = None) -> str:
-    """``"int_mm"`` or ``"qlinear"`` for ``requested`` (default: ``$W8A8_TORCH_CPU_GEMM`` or ``auto``)."""
+    """``"int_mm"``, ``"qlinear"`` or ``"vnni"`` for ``requested`` (default: ``$W8A8_TORCH_CPU_GEMM`` or
+    ``auto``)."""
     requested = requested or os.environ.get("W8A8_TORCH_CPU_GEMM", "auto")
     if requested not in GEMM_PATHS:
         raise ValueError(f"torch-cpu: argument 'gemm' must be one of {GEMM_PATHS}; got {requested!r}")
     if requested == "auto":
-        return "qlinear" if has_amx_int8() and has_qlinear() else "int_mm"
+        if has_amx_int8() and has_qlinear():
+            return "qlinear"
+        return "vnni" if vnni_status()[0] else "int_mm"
+    if requested == "vnni":
+        ok, why = vnni_status()
+        if not ok:
+            raise ValueError(f"torch-cpu: gemm='vnni' is not usable here: {why}")
+        return requested
     if requested == "qlinear" and not has_qlinear():
         raise ValueError("torch-cpu: gemm='qlinear' needs torch.ops.onednn.qlinear_pointwise (a torch "
                          "build with oneDNN); this torch has none")

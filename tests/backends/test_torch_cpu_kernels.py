@@ -280,7 +280,7 @@ def test_gemm_path_env_override():
                {"W8A8_TORCH_CPU_GEMM": "int_mm"})
     assert out == "int_mm"
     with pytest.raises(ValueError, match="'gemm'"):
-        runtime.resolve_gemm_path("vnni")
+        runtime.resolve_gemm_path("amx4")
 
 
 @pytest.mark.parametrize("policy", ["cap_blas", "keep"])

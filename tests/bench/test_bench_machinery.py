@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from bench import report
-from bench.cases import all_cases, dynamic_linear_case, quant_matmul_case
+from bench.cases import all_cases
+from conformance.ops.dense.quant_matmul import bench_case as quant_matmul_case
+from conformance.ops.dense.w8a8_dynamic_linear import bench_case as dynamic_linear_case
 from bench.peak import measure
 from bench.runner import run
 from bench.timing import PeakMemory, stats, time_call
@@ -54,6 +56,20 @@ def test_peaks_are_measured_on_this_cpu_and_physically_possible():
         assert p.fp64 < 32 * 6e9, p.fp64
     if p.int8_unit == "int8_vnni_avx512":
         assert p.int8 < 256 * 6e9, p.int8  # 2 x 64 int8 MACs per cycle at most
+
+
+def test_cases_come_from_the_declarations_and_pickle_whole():
+    # every declared bench case is an op of the registry and travels to a worker process by pickle
+    import pickle
+
+    from conformance.registry import specs
+
+    declared = specs()
+    for c in all_cases(False):
+        assert c.op in declared and c.name == f"{c.op}[{c.label}]"
+        back = pickle.loads(pickle.dumps(c))
+        assert back.name == c.name and back.params == c.params and back.work == c.work and back.tags == c.tags
+        assert getattr(back.inputs, "func", back.inputs) is getattr(c.inputs, "func", c.inputs)  # the same builder
 
 
 def test_dsv4_cases_cover_decode_and_prefill():

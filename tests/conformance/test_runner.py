@@ -25,11 +25,17 @@ def test_draw_is_deterministic_for_a_seed_and_differs_across_seeds():
     assert a == b and a != c and len(a) == 12
 
 
-def test_plan_covers_corpus_and_drawn_cases_per_implemented_op():
+def test_plan_covers_named_error_and_drawn_cases_per_implemented_op():
+    # dev profile: 8 drawn cases from each op's main strategy, 8 // 8 = 1 from its "bits" strategy
     tasks, skipped = plan(["numpy"], ["dynamic_quant", "quant_matmul"], profile="dev", seed=0)
     kinds = Counter((t.op, t.kind) for t in tasks)
-    assert kinds[("dynamic_quant", "corpus")] >= 5 and kinds[("dynamic_quant", "drawn")] == 8
-    assert kinds[("quant_matmul", "drawn")] == 8 and skipped == {"numpy": []}
+    dq = registry.get("dynamic_quant")
+    assert kinds[("dynamic_quant", "named")] == len(dq.cases) >= 5
+    assert kinds[("dynamic_quant", "error")] == len(dq.bad_calls) >= 20
+    assert kinds[("dynamic_quant", "drawn")] == 8 + 1 and kinds[("quant_matmul", "drawn")] == 8 + 1
+    assert skipped == {"numpy": []}
+    named = [t for t in tasks if t.kind == "named"][0]
+    assert named.params == {"named": named.name} and named.name.startswith(named.op + "/")
 
 
 def test_torn_last_line_is_cut_before_appending(tmp_path):

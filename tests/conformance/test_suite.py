@@ -1,4 +1,31 @@
-"""The shipped conformance suite, run against every available backend (here: torch-cpu, or the golden
-itself when torch is absent): ``python -m pytest tests/conformance/test_suite.py --backend NAME``."""
+"""The shipped conformance suite (``pytest --pyargs conformance.suite --backend NAME``) as a third party
+runs it: through the pytest plugin, in its own pytest process, with drawn, named and error cases per op.
+(The suite against torch-cpu, strictly, is tests/backends/test_torch_cpu_conformance.py.)"""
 
-from conformance.suite import test_backend_agrees_with_golden, test_named_case  # noqa: F401
+import re
+import subprocess
+import sys
+
+
+def _suite(*args):
+    return subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "-p", "no:cacheprovider",
+                           "--hypothesis-profile", "dev", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_the_suite_runs_drawn_named_and_error_cases_through_the_plugin():
+    out = _suite("--backend", "numpy", "--conformance-op", "trans_quant_param", "--conformance-op", "nz_to_nd", "-v")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    passed = re.findall(r"::(\w+)\[([^\]]+)\] PASSED", out.stdout)
+    kinds = {(test, param.split("-", 1)[1].split("/")[0].split(":")[0]) for test, param in passed}
+    for op in ("trans_quant_param", "nz_to_nd"):
+        assert {("test_backend_agrees_with_golden", op), ("test_named_case", op), ("test_error_case", op)} <= kinds
+    assert ("test_backend_agrees_with_golden", "trans_quant_param") in kinds
+    assert any(p.endswith("trans_quant_param:bits") for _, p in passed)   # one test per strategy
+
+
+def test_a_planted_bug_fails_the_suite_with_its_attribution():
+    out = _suite("--backend", "conformance.planted:TiesAwayBackend", "--conformance-op", "dynamic_quant",
+                 "-k", "named_case and ties_half_even]")
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert "dynamic_quant/ties_half_even" in out.stdout and "backend differs from the documented y" in out.stdout
+    assert "likely cause: tie rounding" in out.stdout

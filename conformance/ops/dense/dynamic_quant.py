@@ -1,0 +1,120 @@
+"""``dynamic_quant`` (npu_dynamic_quant): per-token symmetric int8 / int4 quantization, optional smooth
+scales (one row, or one per group of rows)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...declare import BenchCase, Case, OpDecl, Stage, declare, outputs
+from ...values import float_tensor, literal as a, rng_for
+from .. import _dsv4
+from ._common import (BF16, F16, QUANT_FIELDS, bf16_normal, dynamic_quant_bits_params, dynamic_quant_build,
+                      dynamic_quant_params, quantizer_bad_calls, smoothed)
+
+OP = "dynamic_quant"
+
+
+def _pre_round(args, kwargs, numerics):
+    xf = smoothed(args, kwargs)
+    qmax = 7.0 if kwargs.get("dst_type") == "int4" else 127.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pre = xf * qmax / np.abs(xf).max(axis=-1, keepdims=True)
+    return {"y": pre.reshape(args[0].shape)}
+
+
+def _rows(h, dtype):
+    return lambda: ((float_tensor(rng_for(h), (3, h), dtype, "outlier_channels"),), {})
+
+
+CASES = [
+    Case("doc_example_1",
+         lambda: ((a([[0.7261, 0.3726, 0.9126], [0.9023, 0.9990, 0.1279], [0.8628, 0.6240, 0.9028]], F16),), {}),
+         {"y": np.array([[101, 52, 127], [115, 127, 16], [121, 88, 127]], np.int8)},
+         "Device output printed in the torch_npu npu_dynamic_quant doc (op-plugin docs/context/"
+         "torch_npu-npu_dynamic_quant.md, example 1). Row 0: 127/0.9126 = 139.16..; 0.7261 * that = 101.04 -> 101."),
+    Case("doc_example_2_smooth",
+         lambda: ((a([[0.6680, 0.9492, 0.0845], [0.1924, 0.5278, 0.1484], [0.6631, 0.9497, 0.0957]], F16),),
+                  {"smooth_scales": a([0.8042, 0.0884, 0.8901], F16)}),
+         {"y": np.array([[127, 20, 18], [127, 38, 108], [127, 20, 20]], np.int8)},
+         "Device output of the doc's smooth_scales example: x is multiplied by smooth in fp32 before the row max "
+         "(row 0: 0.668*0.8042 = 0.537 is the max, so it maps to 127)."),
+    Case("ties_half_even",
+         lambda: ((a([[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5]], BF16),), {}),
+         {"y": np.array([[127, 0, 2, 2, 0, -2, -2, 4]], np.int8), "scale": np.array([1.0], np.float32)},
+         "amax = 127, so inv = 127/127 = 1.0 exactly and every x*inv is the exact tie k+0.5: half-to-even "
+         "(CAST_RINT) gives 0.5->0, 1.5->2, 2.5->2, 3.5->4 and their negatives; half-away would give 1, 2, 3, 4. "
+         "scale = 1/inv = 1.0."),
+    Case("ties_half_even_near_amax",
+         lambda: ((a([[127.0, 2.5, 3.5, -2.5, 0.5, -126.5]], BF16),), {}),
+         {"y": np.array([[127, 2, 4, -2, 0, -126]], np.int8), "scale": np.array([1.0], np.float32)},
+         "amax 127 -> inv = 127/127 = 1.0 exactly, so the codes are rint(x): 2.5 -> 2, 3.5 -> 4, -2.5 -> -2, "
+         "0.5 -> 0 and -126.5 -> -126 (ties to even); the scale is 1/1.0 = 1.0 (0x3F800000)."),
+    Case("reciprocal_vs_divide",
+         lambda: ((a([[2.25, 1.125]], BF16),), {}),
+         {"y": np.array([[127, 64]], np.int8)},
+         "inv = 127/2.25 = 56.444443f; 1.125*inv = 63.5f exactly, a tie that rounds to even 64. The divide form "
+         "1.125/(2.25/127) = 63.499996f rounds to 63: this pins the kernel's multiply-by-reciprocal order."),
+    Case("all_zero_row",
+         lambda: ((a([[0.0] * 8, [1.0, -2.0, 0, 0, 0, 0, 0, 0.5]], F16),), {}),
+         {"y": np.array([[0] * 8, [64, -127, 0, 0, 0, 0, 0, 32]], np.int8),
+          "scale": np.array([0.0, 2.0 / 127], np.float32)},
+         "Row 0: amax = 0, inv = 127/0 = inf, 0*inf = NaN; the golden writes code 0 (the device's NaN->int is not "
+         "confirmed) and scale 1/inf = 0. Row 1: inv = 63.5f; 1*63.5 = 63.5 -> 64 (even), 0.5*63.5 = 31.75 -> 32; "
+         "scale = 1/63.5f = 0.015748031f (= 2/127 in fp32)."),
+    Case("zero_and_subnormal_rows",
+         lambda: ((a([[0.0, -0.0, 0.0], [1e-39, -1e-39, 0.0]], BF16),), {}),
+         {"y": np.array([[0, 0, 0], [127, -127, 0]], np.int8),
+          "scale": np.array([0, 0x162C], np.uint32).view(np.float32)},
+         "Row 0 is all zero: inv = 127/0 = inf, 0*inf = NaN -> code 0, scale 0. Row 1 has amax 1e-39 (an fp32 "
+         "subnormal; bf16 rounds it to 0x000B0000 = 720896 * 2^-149): 127/amax overflows to inf, so the nonzero codes "
+         "saturate to +-127 and the zero stays 0 (NaN code). H = 3 runs the double-buffer kernel (tiling key 2), "
+         "whose scale is amax * fp32(1/127) (ops-nn dynamic_quant_db.h:319): 720896 * 2^-149 * 0.0078740157.. = "
+         "5676.35 * 2^-149, the fp32 subnormal 5676 * 2^-149 = 0x162C (the basic kernels' 1 / inf would give 0)."),
+    Case("int4_packing",
+         lambda: ((a([[7, -7, 1, -1, 2, -2, 3, -3]], F16),), {"dst_type": "int4"}),
+         {"y": np.array([[np.uint32(0xD3E2F197).view(np.int32)]], np.int32)},
+         "int4: qmax = 7 and amax = 7, so inv = 1 and the codes are the values. Packed LSB first into one int32: "
+         "nibbles 7, 9(-7), 1, F(-1), 2, E(-2), 3, D(-3) from bit 0 up = 0xD3E2F197."),
+    Case("int4_packing_negative_word",
+         lambda: ((a([[1, -1, 2, -2, 3, -3, 4, -7]], F16),), {"dst_type": "int4"}),
+         {"y": np.array([[0x94D3E2F1 - (1 << 32)]], np.int32), "scale": np.array([1.0], np.float32)},
+         "amax 7 -> inv = 1, codes = x: 1, -1, 2, -2, 3, -3, 4, -7 -> nibbles 1 F 2 E 3 D 4 9 from bit 0 up -> "
+         "word 0x94D3E2F1, as int32 0x94D3E2F1 - 2^32; scale 1/1 = 1."),
+    Case("groups_select_smooth_rows",
+         lambda: ((np.full((3, 8), 2.0, F16),),
+                  {"smooth_scales": np.array([[4.0] + [1.0] * 7, [100.0] * 8, [0.5] * 8], F16),
+                   "group_index": np.array([1, 1, 3], np.int32)}),
+         {"y": np.array([[127] + [32] * 7, [127] * 8, [127] * 8], np.int8)},
+         "group_index = [1, 1, 3]: row 0 -> group 0, group 1 empty, rows 1-2 -> group 2. Row 0 smooths to "
+         "[8, 2, ..., 2]: codes 127 and 2*127/8 = 31.75 -> 32; rows 1-2 are constant 1.0 rows: all 127."),
+    Case("smooth_near_fp16_max",
+         lambda: ((np.full((2, 8), 60000.0, F16),), {"smooth_scales": np.full(8, 1.0, F16)}),
+         why="60000 * 1.0 stays finite in fp32: no refusal; every row is constant, so every code is 127."),
+    Case("empty_rows", lambda: ((np.zeros((0, 8), BF16),), {}), why="Zero tokens: empty y [0, 8] and scale [0]."),
+    Case("empty_hidden", lambda: ((np.zeros((3, 0), BF16),), {}),
+         why="H = 0: empty rows; amax of nothing is the reduction identity the golden defines (scale 1/inf = 0)."),
+    Case("empty_int4", lambda: ((np.zeros((2, 0, 8), F16),), {"dst_type": "int4"}),
+         why="A 3-D x with zero tokens in the middle dim, int4 output: y [2, 0, 1] int32."),
+] + [Case(f"rows_of_{h}_{np.dtype(dt).name}", _rows(h, dt),
+          why=f"H = {h}: vector tails (1, 7, 17), and rows beyond one 1024-element tile (1025, 4097, 5000).")
+     for h in (1, 7, 17, 1025, 4097, 5000) for dt in (BF16, F16)]
+
+
+
+def _bench_inputs(p, rng):
+    return (bf16_normal(rng, (p["m"], p["h"])),), {}
+
+
+def bench_case(m: int, h: int = _dsv4.H, tags=()) -> BenchCase:
+    return BenchCase(OP, f"M{m}xH{h}", {"m": m, "h": h}, _bench_inputs, work=m * h, unit="elem", tags=tags)
+
+
+declare(OpDecl(
+    name=OP, family="dense", params=dynamic_quant_params, build=dynamic_quant_build,
+    strategies={"bits": dynamic_quant_bits_params},
+    outputs=outputs(("y", "int"), ("scale", "scale")), numerics_fields=QUANT_FIELDS,
+    stages=(Stage("scale", "scale", lambda b, a, k, up: b.dynamic_quant(*a, **k)[1]),
+            Stage("codes", "int", lambda b, a, k, up: b.dynamic_quant(*a, **k)[0])),
+    pre_round=_pre_round, cases=CASES, bad_calls=quantizer_bad_calls(OP),
+    bench=lambda full: [bench_case(m, tags=_dsv4.tags(m, "scaling:M")) for m in _dsv4.token_counts(full)],
+    description="per-token symmetric int8/int4 quantization (npu_dynamic_quant)"))
