@@ -30,7 +30,11 @@ a loader without an implementation, or a registered method named like a public o
    (:meth:`Backend.accepts_numerics`), else :class:`Unsupported` — the one refusal for every backend;
 5. the golden's check ``<op>_args(...)`` runs on the call (:meth:`Backend.checked_args`): its
    ``ValueError`` / ``TypeError`` propagate, so every backend refuses what the golden refuses, with
-   the golden's message;
+   the golden's message (NaN / Inf inputs under ``nan_policy="raise"`` included: a library that
+   computes through them never sees them);
+5b. :meth:`Backend.declines` on the checked Args: a reason (a call outside what the kernel takes: a
+   dtype, a layout, a size) is :class:`Unsupported` with that reason. Conformance's planner asks the
+   same method, so such cases are not drawn at all (``capabilities``: :mod:`backends.capabilities`);
 6. the loader runs (untimed, ``Prepared.load_s``); what it converts with :meth:`Backend.transfer` is
    the host-to-device transfer (``Prepared.transfer_in_s``). Without a loader the implementation
    gets the Args with every array converted by :meth:`Backend.to_device`;
@@ -39,9 +43,10 @@ a loader without an implementation, or a registered method named like a public o
 8. :meth:`Prepared.finish` converts every device array of the result back with
    :meth:`Backend.from_device`.
 
-A subclass declares ``name``, ``numerics``, optionally ``available()``, ``to_device`` /
-``from_device`` / ``synchronize`` / ``supports``, and raises :class:`Unsupported` from a loader or
-an implementation for a call it cannot make (a dtype combination, a layout).
+A subclass declares ``name``, ``numerics``, optionally ``available()``, ``capabilities`` (or its own
+``declines``), ``to_device`` / ``from_device`` / ``synchronize`` / ``supports``, and raises
+:class:`Unsupported` from a loader or an implementation only for what ``declines`` cannot know
+before loading (a data-dependent limit).
 """
 
 from __future__ import annotations
@@ -163,6 +168,8 @@ class Backend:
     device: str = "cpu"
     numerics: Numerics = ASCEND
     compute: str = "int8"  # what its GEMMs run on: "int8" (int8 units) or "fp32" (float BLAS); bench's peak
+    capabilities = None    # a backends.capabilities.Capabilities: what the kernels take (read by declines)
+    in_default_runs = True  # False: run only when named (`--backend`): a library judged here, bugs and all
 
     _implementations: dict[str, str] = {}   # op -> the name of its registered method (implements)
     _loaders: dict[str, str] = {}           # op -> the name of its registered method (loads)
@@ -188,12 +195,37 @@ class Backend:
         """
         return op in self.ops()
 
+    def declines(self, op: str, a) -> str | None:
+        """Why this backend does not take the call ``a`` (the golden's checked ``<Op>Args`` of ``op``), or
+        None to accept it.
+
+        Called by :meth:`prepare` right after the golden's check (a reason becomes :class:`Unsupported`),
+        and by conformance's planner so that only accepted cases are drawn. The default reads
+        :attr:`capabilities` (a :class:`backends.capabilities.Capabilities`) and accepts everything
+        without one. Override it for a rule the declarative form cannot say; never raise from it.
+        """
+        caps = self.capabilities
+        return None if caps is None else caps.declines(op, a)
+
+    @property
+    def spec(self) -> str:
+        """The exact ``--backend`` spec this instance was created from (``backends.get``): a registered
+        name, ``"package.module:Class"`` or ``"path/to/file.py:Class"`` — what a repro line must print
+        to make the same backend again. Defaults to :attr:`name`."""
+        return self.__dict__.get("_spec") or self.name
+
+    @spec.setter
+    def spec(self, value: str) -> None:
+        self.__dict__["_spec"] = value
+
     def info(self) -> dict:
         ok, reason = self.available()
-        return {"name": self.name, "available": ok, "reason": reason, "device": self.device,
+        caps = self.capabilities
+        return {"name": self.name, "spec": self.spec, "available": ok, "reason": reason, "device": self.device,
                 "description": self.description, "numerics": self.numerics.as_dict(),
                 "numerics_differences": {k: list(v) for k, v in ASCEND.differences(self.numerics).items()},
-                "ops": list(self.ops())}
+                "ops": list(self.ops()), "capabilities": {} if caps is None else caps.describe(self.ops()),
+                "in_default_runs": self.in_default_runs}
 
     # -- the boundary -------------------------------------------------------------------------
     def to_device(self, array: np.ndarray):
@@ -227,6 +259,9 @@ class Backend:
         self._require_available()
         numerics = self._numerics_for(kwargs.pop("numerics", None))
         checked = self.checked_args(golden, args, kwargs, numerics)
+        reason = self.declines(op, checked)
+        if reason:
+            raise Unsupported(f"backend '{self.name}' declines {op}: {reason}")
         loaded, transfer_s, load_s = self._load(op, checked, numerics)
 
         def run():

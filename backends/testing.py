@@ -140,3 +140,29 @@ class ArrayFactory:
         import ml_dtypes
 
         return self.rng.standard_normal(shape).astype(np.float32).astype(ml_dtypes.bfloat16)
+
+
+ADVERSARIAL_KINDS = ("gauss", "outlier", "ties", "zeros", "subnormal")
+
+
+def adversarial_rows(rng: np.random.Generator, m: int, k: int, kind: str, dtype, *, tie_amax: float = 127.0
+                     ) -> np.ndarray:
+    """Rows ``[m, k]`` of ``dtype`` of one :data:`ADVERSARIAL_KINDS`: ``gauss`` (a random magnitude), ``outlier``
+    (every fifth channel x100), ``ties`` (column 0 = ``tie_amax``, the others j + 0.5: with a unit scale every
+    element is an exact .5 tie), ``zeros`` (every other row all zero), ``subnormal`` (bf16 subnormals)."""
+    if kind == "ties":
+        x = rng.integers(-127, 127, (m, k)).astype(np.float32) + np.float32(0.5)
+        x[:, 0] = tie_amax
+    elif kind == "zeros":
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        x[::2] = 0
+    elif kind == "subnormal":
+        x = rng.integers(-50, 50, (m, k)).astype(np.float32) * np.float32(2.0 ** -133)
+    elif kind == "outlier":
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        x[:, :: max(k // 5, 1)] *= 100
+    elif kind == "gauss":
+        x = rng.standard_normal((m, k)).astype(np.float32) * np.float32(np.exp(rng.uniform(-3, 3)))
+    else:
+        raise ValueError(f"adversarial_rows: argument 'kind' must be one of {ADVERSARIAL_KINDS}; got {kind!r}")
+    return x.astype(dtype)

@@ -301,7 +301,7 @@ def record(spec, params: dict, backend, case: CaseSpec, verdict: Verdict, durati
     """The result record of a case (what the results file, the reports and the runner read)."""
     rec = {"op": spec.name, "backend": backend.name, "case_id": case_id(spec.name, params), "params": params,
            "kind": case.kind, "name": case.name, "numerics": backend.numerics.name,
-           "repro": repro_command(backend.name, spec.name, params), "status": verdict.status}
+           "repro": repro_command(getattr(backend, "spec", backend.name), spec.name, params), "status": verdict.status}
     if verdict.note:
         rec["note"] = verdict.note
     if verdict.comparisons:

@@ -8,7 +8,9 @@ dependence), so conformance holds it to the golden run under *that* record, bit 
 loader: the operands are converted once, outside the timed call.
 
 The base class does the rest: the golden's argument checks (this file has none, and raises the
-golden's errors with the golden's messages), the numerics refusal, the device boundary, timing.
+golden's errors with the golden's messages — NaN / Inf inputs included, so the kernel never sees
+them), the numerics refusal, the capabilities (what the kernel takes: int8 codes only), the device
+boundary, timing.
 
     PYTHONPATH=examples w8a8 conformance --backend third_party_backend:AmaxScaleBackend \\
         --op dynamic_quant --op int_matmul --out /tmp/amax-scale
@@ -19,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 import w8a8
-from backends import Backend, Unsupported, implements, loads
+from backends import Accepts, Backend, Capabilities, implements, loads
 from w8a8.dynamic_quant import smoothed_rows
 from w8a8.intgemm import check_int32
 
@@ -32,13 +34,16 @@ class AmaxScaleBackend(Backend):
     device = "cpu"
     compute = "fp32"
     numerics = w8a8.ASCEND.replace(name="amax-scale", variants="fixed", scale_out="amax_mul_rcp")
+    capabilities = Capabilities({   # what the kernels take: calls outside are declined (and not drawn)
+        "dynamic_quant": Accepts(values={"dst_name": ("int8",)}),       # no int4 packing
+        "int_matmul": Accepts(require=(("K * max|a| * max|b| < 2^53 (an exact float64 sum)",
+                                        lambda a: a.k * _absmax(a.a) * _absmax(a.b) < _F64_EXACT),)),
+    })
 
     @implements("dynamic_quant")
     def _dynamic_quant(self, a, *, numerics):
         """``a``: :class:`w8a8.dynamic_quant.DynamicQuantArgs`, checked by the golden (its arrays are NumPy:
         ``to_device`` is the identity here); ``numerics``: the record of the call (this backend's)."""
-        if a.dst_name != "int8":
-            raise Unsupported(f"{self.name}: int8 codes only (no int4 packing)")
         x = smoothed_rows(a, numerics)     # fp32 [S, H], * smooth_scales: the golden's own data check
         amax = np.abs(x).max(axis=-1, keepdims=True, initial=0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -50,10 +55,7 @@ class AmaxScaleBackend(Backend):
 
     @loads("int_matmul")
     def _load_int_matmul(self, a):
-        """Load time (untimed): both operands to float64 once; refuse what float64 cannot sum exactly."""
-        bound = a.k * _absmax(a.a) * _absmax(a.b)
-        if bound >= _F64_EXACT:
-            raise Unsupported(f"{self.name}: int_matmul with K * max|a| * max|b| = {bound} >= 2^53")
+        """Load time (untimed): both operands to float64 once."""
         return a.a.astype(np.float64), a.b.astype(np.float64), a.op
 
     @implements("int_matmul")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from . import _check
@@ -28,7 +29,8 @@ from . import dtypes as _dt
 from .int4 import pack_int4
 from .numerics import ASCEND, Numerics
 from .registry import golden_op
-from .rounding import to_int
+from .rounding import round_to_integral as _round_to_integral
+from .rounding import to_float, to_int
 from .variants import calls as _variants
 
 __all__ = ["dynamic_quant", "dynamic_quant_asymmetric"]
@@ -40,6 +42,8 @@ _X_DTYPES = (_dt.float16, _dt.bfloat16)
 
 def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: str = "reciprocal",
                   round_mode: str = "half_even", nan_code: int = 0, saturate: bool = True,
+                  divisor: float | None = None, qmin: int | None = None, scale_dtype=None,
+                  scale_floor: str = "none", floor_dtype=None, code_dtype=None, per_tensor: bool = False,
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric per-row quantization of fp32 rows (the shared core of every dynamic quantizer).
 
@@ -49,48 +53,111 @@ def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: s
     qmax : 127 for int8, 7 for int4.
     codes, scale, round_mode : the :class:`~w8a8.numerics.Numerics` choices
         (``quant_codes``, ``scale_out``, ``round_mode``).
-    nan_code : code written where ``x * inv`` is NaN (an all-zero row: ``0 * inf``).
-    saturate : clamp codes to ``[-qmax, qmax]`` (codes of finite input are in range anyway:
-        ``|x * inv| <= amax * (qmax / amax)`` is within an ulp of qmax); False wraps like a
+    nan_code : code written where ``t`` is NaN (an all-zero row: ``0 * inf``).
+    saturate : clamp codes to ``[qmin, qmax]`` (codes of finite input are in range anyway:
+        ``|x * inv| <= amax * (D / amax)`` is within an ulp of D); False wraps like a
         two's-complement cast and writes 0 for Inf.
+    divisor : ``D`` (default ``qmax``; ``Numerics.scale_divisor="half_range"``: 127.5 / 7.5).
+    qmin : the lowest code (default ``-qmax``; ``Numerics.code_range="full"``: -128 / -8).
+    scale_dtype : None (fp32) or the dtype ``s`` is rounded to at once (``Numerics.scale_dtype="input"``).
+    scale_floor : ``Numerics.scale_floor``; ``floor_dtype`` the dtype whose constants it reads.
+    code_dtype : None (fp32) or the dtype ``inv`` / ``r`` and ``t`` are rounded to before ``rint``
+        (``Numerics.code_arith="input"``).
+    per_tensor : one amax over every row (``Numerics.dynamic_granularity="per_tensor"``); the scale
+        is that value for every row.
 
     Returns
     -------
-    (codes int8 ``[..., H]``, scale float32 ``[...]``). In fp32 throughout:
+    (codes int8 ``[..., H]``, scale float32 ``[...]``). In fp32 throughout, in this order:
 
-    * ``m = max_j |x_j|``
-    * ``codes == "mul_inv"``: ``inv = qmax / m``; ``q = round(x * inv)``
-    * ``codes == "div_scale"``: ``q = round(x / s)`` with ``s`` below
-    * ``codes == "mul_rcp"``: ``q = round(x * fp32(1 / s))`` with ``s`` below
-    * ``scale == "reciprocal"``: ``s = 1 / inv``; ``"amax_mul_rcp"``: ``s = m * fp32(1 / qmax)``;
-      ``"amax_div"``: ``s = m / qmax``
+    * ``m = max_j |x_j|`` (per row, or over the whole array with ``per_tensor``)
+    * ``inv = D / m``
+    * ``scale == "reciprocal"``: ``s = 1 / inv``; ``"amax_mul_rcp"``: ``s = m * fp32(1/D)``;
+      ``"amax_div"``: ``s = m / D``
+    * ``s = fp32(scale_dtype(s))``; then the floor (:func:`scale_floor_of`)
+    * ``codes == "mul_inv"``: ``t = x * inv``; ``"div_scale"``: ``t = x / s``;
+      ``"mul_rcp"``: ``r = fp32(1 / s)``, ``t = x * r`` (``inv`` and ``r`` rounded to ``code_dtype``)
+    * ``t = code_dtype(t)``; ``q = clamp(round(t), qmin, qmax)``
 
-    An all-zero row has ``m = 0``: ``inv = inf``, ``s = 0`` and every code is ``nan_code``.
+    An all-zero row has ``m = 0``: ``inv = inf``, ``s = 0`` (without a floor) and every code is
+    ``nan_code``.
     """
     xf = np.asarray(xf, dtype=np.float32)
-    q32 = np.float32(qmax)
+    d32 = np.float32(qmax if divisor is None else divisor)
+    lo = -qmax if qmin is None else qmin
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        m = np.max(np.abs(xf), axis=-1, keepdims=True) if xf.shape[-1] else np.zeros(xf.shape[:-1] + (1,), np.float32)
-        inv = q32 / m
+        if not xf.shape[-1]:
+            m = np.zeros(xf.shape[:-1] + (1,), np.float32)
+        elif per_tensor:
+            m = np.broadcast_to(np.max(np.abs(xf)) if xf.size else np.float32(0), xf.shape[:-1] + (1,))
+        else:
+            m = np.max(np.abs(xf), axis=-1, keepdims=True)
+        m = np.asarray(m, np.float32)
+        inv = d32 / m
         if scale == "reciprocal":
             s = np.float32(1) / inv
         elif scale == "amax_mul_rcp":
-            s = m * (np.float32(1) / q32)
+            s = m * (np.float32(1) / d32)
         elif scale == "amax_div":
-            s = m / q32
+            s = m / d32
         else:
             raise ValueError(f"quantize_rows: argument 'scale' must be 'reciprocal', 'amax_mul_rcp' or 'amax_div'; got {scale!r}")
+        s = _in_dtype(s, scale_dtype)
+        s = scale_floor_of(s, scale_floor, floor_dtype)
         if codes == "mul_inv":
-            t = xf * inv
+            t = xf * _in_dtype(inv, code_dtype)
         elif codes == "div_scale":
             t = xf / s
         elif codes == "mul_rcp":
-            t = xf * (np.float32(1) / s)
+            t = xf * _in_dtype(np.float32(1) / s, code_dtype)
         else:
             raise ValueError(f"quantize_rows: argument 'codes' must be 'mul_inv', 'div_scale' or 'mul_rcp'; "
                              f"got {codes!r}")
-    y = to_int(t, _dt.int8, mode=round_mode, saturate=saturate, lo=-qmax, hi=qmax, nan_value=nan_code)
-    return y, s[..., 0].astype(np.float32)
+        t = _in_dtype(t, code_dtype)
+    y = to_int(t, _dt.int8, mode=round_mode, saturate=saturate, lo=lo, hi=qmax, nan_value=nan_code)
+    return y, np.ascontiguousarray(s[..., 0], dtype=np.float32)
+
+
+def _in_dtype(v: np.ndarray, dtype) -> np.ndarray:
+    """``fp32(dtype(v))`` (RNE), or ``v`` itself for ``dtype`` None / float32."""
+    if dtype is None or np.dtype(dtype) == np.float32:
+        return v
+    return to_float(np.asarray(v, np.float32), dtype).astype(np.float32)
+
+
+def _finfo(dtype):
+    return ml_dtypes.finfo(dtype) if dtype is not None and np.dtype(dtype) == _dt.bfloat16 else \
+        np.finfo(np.float32 if dtype is None else dtype)
+
+
+def scale_floor_of(s: np.ndarray, floor: str, dtype) -> np.ndarray:
+    """``s`` after :attr:`~w8a8.numerics.Numerics.scale_floor` (fp32 values; ``dtype`` = x's dtype):
+
+    ``"none"``: ``s``; ``"max_f32_eps"``: ``max(s, dtype(2^-23))``; ``"max_dtype_tiny"``:
+    ``max(s, finfo(dtype).smallest_normal)``; ``"zero_to_dtype_eps"``: ``finfo(dtype).eps where s == 0``.
+    NaN scales stay NaN (``np.maximum`` propagates them, as ``torch.clamp`` does)."""
+    if floor == "none":
+        return s
+    if floor == "max_f32_eps":
+        return np.maximum(s, _in_dtype(np.float32(2.0 ** -23), dtype))
+    if floor == "max_dtype_tiny":
+        return np.maximum(s, np.float32(_finfo(dtype).smallest_normal))
+    if floor == "zero_to_dtype_eps":
+        return np.where(s == 0, np.float32(_finfo(dtype).eps), s).astype(np.float32)
+    raise ValueError(f"scale_floor_of: argument 'floor' must be one of {Numerics.choices()['scale_floor']}; got {floor!r}")
+
+
+def row_options(n: Numerics, dtype, qmax: int) -> dict:
+    """The keyword arguments of :func:`quantize_rows` for the symmetric fields of ``n`` (``dtype`` = x's
+    dtype, ``qmax`` 127 / 7): ``codes``, ``scale``, ``round_mode``, ``saturate``, ``divisor``,
+    ``qmin``, ``scale_dtype``, ``scale_floor``, ``floor_dtype``, ``code_dtype``, ``per_tensor``."""
+    return {"codes": n.quant_codes, "scale": n.scale_out, "round_mode": n.round_mode, "saturate": n.saturate,
+            "divisor": qmax + 0.5 if n.scale_divisor == "half_range" else qmax,
+            "qmin": -(qmax + 1) if n.code_range == "full" else -qmax,
+            "scale_dtype": dtype if n.scale_dtype == "input" else None,
+            "scale_floor": n.scale_floor, "floor_dtype": dtype,
+            "code_dtype": dtype if n.code_arith == "input" else None,
+            "per_tensor": n.dynamic_granularity == "per_tensor"}
 
 
 def _rows_to_groups(op: str, group_index: np.ndarray, rows: int) -> np.ndarray:
@@ -287,8 +354,7 @@ def dynamic_quant_from_args(a: DynamicQuantArgs, numerics: Numerics = ASCEND) ->
     xf = smoothed_rows(a, numerics)
     n = _variants.dynamic_quant(a, numerics).numerics(numerics)
     nan_code = 0 if n.zero_row == "zero" else -(a.qmax + 1)
-    y, scale = quantize_rows(xf, a.qmax, codes=n.quant_codes, scale=n.scale_out, round_mode=n.round_mode,
-                             nan_code=nan_code, saturate=n.saturate)
+    y, scale = quantize_rows(xf, a.qmax, nan_code=nan_code, **row_options(n, a.x.dtype, a.qmax))
     return _pack(y, a.dst, a.x.shape), scale.reshape(a.x.shape[:-1])
 
 
@@ -309,21 +375,93 @@ def dynamic_quant_asymmetric(x: np.ndarray, *, smooth_scales: np.ndarray | None 
 
     Dequantize with ``(y - offset) * scale``. A constant row clamps the scale to 1e-12, which makes
     the offset huge and the codes the result of fp32 cancellation: computed faithfully here, not
-    reliable on any device. The ``quant_codes`` / ``scale_out`` fields do not apply.
+    reliable on any device. The symmetric ``quant_codes`` / ``scale_out`` choices do not apply to
+    this formula.
+
+    Other libraries (:class:`~w8a8.numerics.Numerics`): ``asym_range`` (the range through 0),
+    ``asym_zero_point="integer"`` (an integer zero point, its own scale / code formula, with
+    ``quant_codes``, ``zero_point_position``, ``scale_dtype``, ``scale_floor``, ``code_arith``),
+    ``asym_degenerate`` (scale 1 for a constant range), ``dynamic_granularity="per_tensor"`` (one
+    range over all rows) — :func:`asymmetric_rows`.
     """
     a = dynamic_quant_asymmetric_args(x, smooth_scales=smooth_scales, group_index=group_index,
                                       dst_type=dst_type, numerics=numerics)
-    x, dst, xf = a.x, a.dst, smoothed_rows(a, numerics, op=_OP_ASYM)
-    levels, top = (np.float32(15), np.float32(7)) if dst == _dt.int4 else (np.float32(255), np.float32(127))
-    lo = -8 if dst == _dt.int4 else -128
-    h = xf.shape[-1]
+    return dynamic_quant_asymmetric_from_args(a, numerics)
+
+
+def dynamic_quant_asymmetric_from_args(a: DynamicQuantArgs, numerics: Numerics = ASCEND
+                                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`dynamic_quant_asymmetric` on arguments :func:`dynamic_quant_asymmetric_args` has checked."""
+    xf = smoothed_rows(a, numerics, op=_OP_ASYM)
+    r, scale, offset = asymmetric_rows(xf, a.dst, numerics, a.x.dtype)
+    shape = a.x.shape[:-1]
+    return _pack(r, a.dst, a.x.shape), scale.reshape(shape), offset.reshape(shape)
+
+
+def asymmetric_rows(xf: np.ndarray, dst, numerics: Numerics = ASCEND, dtype=None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Asymmetric quantization of fp32 rows ``[S, H]``: ``(codes int8 [S, H], scale [S], offset [S])``.
+
+    ``dst`` int8 or int4; ``dtype`` x's dtype (for ``scale_dtype`` / ``scale_floor`` / ``code_arith``).
+    In fp32, in this order, with ``L`` = 255 / 15, ``top`` = 127 / 7, ``qmin`` = -128 / -8:
+
+    * ``hi, lo`` = row max / min (``per_tensor``: over every row); ``asym_range="through_zero"``:
+      ``hi = max(hi, 0)``, ``lo = min(lo, 0)``
+    * ``"float_offset"`` (Ascend): ``s = max((hi - lo) / L, 1e-12)`` (``asym_degenerate="one"``:
+      ``s = 1`` where ``hi == lo``), ``offset = top - hi / s``, ``y = rint(x * (1 / s) + offset)``
+    * ``"integer"``: ``s = (hi - lo) / L``, then ``max(s, 1e-12)`` or ``1 where hi == lo``
+      (``asym_degenerate``), ``s = fp32(dt(s))`` under ``scale_dtype="input"``, floored
+      (``scale_floor``; ``"zero_to_dtype_eps"`` only after ``z``, as compressed-tensors does);
+      ``z = qmin + clamp(rint(-(lo / s)), 0, L)`` (``asym_degenerate`` keeps ``s > 0`` for a
+      constant row, so ``lo / s`` is finite for finite x);
+      ``t = x / s`` (``div_scale``) or ``x * fp32(1 / s)`` (``mul_inv`` / ``mul_rcp``);
+      ``y = sat(rint(t) + z)`` (``zero_point_position="after_rounding"``) or ``sat(rint(t + z))``
+      (``"before_rounding"``); ``code_arith="input"`` rounds ``lo / s``, ``1 / s``, ``t`` and
+      ``t + z`` to ``dt``; ``offset = fp32(z)``.
+
+    NaN codes (an all-NaN ``t``) are 0 (``zero_row="zero"``) or ``qmin``.
+    """
+    n = numerics
+    int4 = dst == _dt.int4
+    levels, top, qmin = (np.float32(15), np.float32(7), -8) if int4 else (np.float32(255), np.float32(127), -128)
+    xf = np.asarray(xf, np.float32)
+    rows, h = xf.shape
+    code_dt = dtype if n.code_arith == "input" else None
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        rmax = xf.max(axis=-1, keepdims=True) if h else np.zeros((xf.shape[0], 1), np.float32)
-        rmin = xf.min(axis=-1, keepdims=True) if h else np.zeros((xf.shape[0], 1), np.float32)
-        scale = np.maximum((rmax - rmin) / levels, np.float32(1e-12))
-        offset = top - rmax / scale
-        t = xf * (np.float32(1) / scale) + offset
-    r = to_int(t, dst, mode=numerics.round_mode, saturate=numerics.saturate,
-               nan_value=0 if numerics.zero_row == "zero" else lo)
-    shape = x.shape[:-1]
-    return _pack(r, dst, x.shape), scale[:, 0].reshape(shape), offset[:, 0].reshape(shape)
+        if not h or not rows:
+            hi = lo = np.zeros((rows, 1), np.float32)
+        elif n.dynamic_granularity == "per_tensor":
+            hi = np.full((rows, 1), xf.max(), np.float32)
+            lo = np.full((rows, 1), xf.min(), np.float32)
+        else:
+            hi = xf.max(axis=-1, keepdims=True)
+            lo = xf.min(axis=-1, keepdims=True)
+        if n.asym_range == "through_zero":
+            hi, lo = np.maximum(hi, np.float32(0)), np.minimum(lo, np.float32(0))
+        s = (hi - lo) / levels
+        s = np.maximum(s, np.float32(1e-12)) if n.asym_degenerate == "clamp_1e-12" else \
+            np.where(hi == lo, np.float32(1), s).astype(np.float32)
+        if n.asym_zero_point == "float_offset":
+            offset = top - hi / s
+            t = xf * (np.float32(1) / s) + offset
+            y = to_int(t, dst, mode=n.round_mode, saturate=n.saturate, nan_value=0 if n.zero_row == "zero" else qmin)
+            return y, s[:, 0], offset[:, 0]
+        s = _in_dtype(s, dtype if n.scale_dtype == "input" else None)
+        late_floor = n.scale_floor == "zero_to_dtype_eps"   # compressed-tensors: after the zero point
+        if not late_floor:
+            s = scale_floor_of(s, n.scale_floor, dtype)
+        zr = _round_to_integral(-_in_dtype(lo / s, code_dt), n.round_mode)
+        z = (np.float32(qmin) + np.clip(zr, np.float32(0), levels)).astype(np.float32)
+        if late_floor:
+            s = scale_floor_of(s, n.scale_floor, dtype)
+        if n.quant_codes == "div_scale":
+            t = xf / s
+        else:
+            t = xf * _in_dtype(np.float32(1) / s, code_dt)
+        t = _in_dtype(t, code_dt)
+        if n.zero_point_position == "before_rounding":
+            t = _in_dtype(t + z, code_dt)
+        else:
+            t = _round_to_integral(t, n.round_mode) + z   # integers: exact in fp32 (|t| < 2^24 or saturating)
+    y = to_int(t, dst, mode=n.round_mode, saturate=n.saturate, nan_value=0 if n.zero_row == "zero" else qmin)
+    return y, s[:, 0], z[:, 0]

@@ -18,10 +18,12 @@ import numpy as np
 
 from . import _check
 from . import dtypes as _dt
-from .dynamic_quant import DynamicQuantArgs, dynamic_quant_args, dynamic_quant_from_args
+from .dynamic_quant import (DynamicQuantArgs, dynamic_quant_args, dynamic_quant_asymmetric_args,
+                            dynamic_quant_asymmetric_from_args, dynamic_quant_from_args)
+from .intgemm import int_matmul
 from .numerics import ASCEND, Numerics
 from .variants import calls as _variants
-from .quant_matmul import quant_matmul_args, quant_matmul_stages
+from .quant_matmul import effective_scale, epilogue, quant_matmul_args, quant_matmul_stages
 from .quantize import QuantizeArgs, quantize_args, quantize_from_args
 from .registry import golden_op
 
@@ -97,7 +99,8 @@ class W8a8DynamicLinearArgs:
     params: DynamicLinearParams
     """The weight, scale and bias as loaded (:func:`dynamic_linear_params`)."""
     quant: DynamicQuantArgs
-    """:func:`~w8a8.dynamic_quant.dynamic_quant_args` of ``x.reshape(-1, K)``."""
+    """:func:`~w8a8.dynamic_quant.dynamic_quant_args` of ``x.reshape(-1, K)`` (``dynamic_quant_asymmetric_args``
+    under ``numerics.act_quant="asymmetric"``)."""
 
 
 def _dynamic_load(op: str, names, x_dtype, n: int, weight_scale, bias) -> tuple[np.ndarray, np.ndarray | None]:
@@ -148,7 +151,13 @@ def w8a8_dynamic_linear_args(x, weight, weight_scale, *, bias=None,
     weight, n, k = _weight(op, x, weight)
     ws, b = _dynamic_load(op, _DYN_NAMES, x.dtype, n, weight_scale, bias)
     x2 = x.reshape(-1, k)
-    quant = dynamic_quant_args(x2, numerics=numerics)
+    if numerics.act_quant == "asymmetric":
+        if numerics.asym_zero_point != "integer":
+            _check.fail(op, "numerics", "asym_zero_point='integer' with act_quant='asymmetric' (the zero point "
+                        "enters the int32 accumulator)", f"asym_zero_point={numerics.asym_zero_point!r}")
+        quant = dynamic_quant_asymmetric_args(x2, numerics=numerics)
+    else:
+        quant = dynamic_quant_args(x2, numerics=numerics)
     _check_matmul(x2.shape[0], k, n, ws, b, x.dtype, True, numerics)
     params = DynamicLinearParams(weight=weight, n=int(n), k=int(k), weight_scale=ws, bias=b)
     return W8a8DynamicLinearArgs(x=x, params=params, quant=quant)
@@ -162,12 +171,34 @@ def dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: np.nd
     a = w8a8_dynamic_linear_args(x, weight, weight_scale, bias=bias, numerics=numerics)
     p = a.params
     w_kn = p.weight.T
+    if numerics.act_quant == "asymmetric":
+        return _asymmetric_stages(a, w_kn, numerics)
     x_q, x_scale = dynamic_quant_from_args(a.quant, numerics)
     mm = quant_matmul_stages(x_q, w_kn, p.weight_scale, pertoken_scale=x_scale, bias=p.bias, output_dtype=a.x.dtype,
                              numerics=numerics)
     return {"x_q": x_q, "x_scale": x_scale, "weight_kn": w_kn, "weight_scale": p.weight_scale, "bias": p.bias,
             "acc": mm["acc"], "y": mm["y"].reshape(a.x.shape[:-1] + (p.n,)),
             "variants": {"dynamic_quant": _variants.dynamic_quant(a.quant, numerics), **mm["variants"]}}
+
+
+def _asymmetric_stages(a: W8a8DynamicLinearArgs, w_kn: np.ndarray, numerics: Numerics) -> dict[str, np.ndarray]:
+    """``act_quant="asymmetric"``: ``x_q, s, z = dynamic_quant_asymmetric(x)``, ``acc = (x_q - z) @ W``
+    exact in int32, then the per-token epilogue of :func:`~w8a8.quant_matmul.quant_matmul` (stage
+    ``x_offset`` added; ``acc`` is the zero-point-corrected accumulator)."""
+    p = a.params
+    x_q, x_scale, x_offset = dynamic_quant_asymmetric_from_args(a.quant, numerics)
+    qa = quant_matmul_args(x_q, w_kn, p.weight_scale, pertoken_scale=x_scale, bias=p.bias, output_dtype=a.x.dtype,
+                           numerics=numerics)
+    variant = _variants.quant_matmul(qa, numerics)
+    n = variant.numerics(numerics)
+    shifted = x_q.astype(np.int16) - x_offset.astype(np.int16)[:, None]   # |x_q - z| <= 255
+    acc = int_matmul(shifted, w_kn, op=_DYN)
+    deq, _ = effective_scale(qa.scale, qa.out, True, n)
+    y = epilogue(acc, deq, None, None, x_scale, qa.bias, qa.out, n)
+    return {"x_q": x_q, "x_scale": x_scale, "x_offset": x_offset, "weight_kn": w_kn, "weight_scale": p.weight_scale,
+            "bias": p.bias, "acc": acc, "y": y.reshape(a.x.shape[:-1] + (p.n,)),
+            "variants": {"dynamic_quant_asymmetric": _variants.dynamic_quant(a.quant, numerics, asymmetric=True),
+                         "quant_matmul": variant}}
 
 
 @golden_op("dense", check=w8a8_dynamic_linear_args)
@@ -192,6 +223,21 @@ def w8a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndar
                  = ((fp32(acc) * s_w[n]) * s_tok[m]) + b[n]   -> x.dtype (RNE)
 
     Returns ``[..., N]`` of x's dtype.
+
+    **The load conversions are part of this op's contract**: a backend multiplies by the *loaded*
+    weight scale — rounded to bf16 for a bf16 model, as SGLang registers it in ``params_dtype`` — and
+    adds the loaded bias (rounded to x's dtype), not the checkpoint's fp32 values. A backend gets them
+    from the checked Args (``a.params.weight_scale``, ``a.params.bias``: :func:`dynamic_linear_params`),
+    never by converting the checkpoint itself. (The bf16 rounding moves a scale by up to 2^-9
+    relative: a backend using the fp32 scale differs from this op, and from the device, by up to
+    about two bf16 ULPs of the output.)
+
+    Other libraries (:class:`~w8a8.numerics.Numerics`): the activation quantizer's fields
+    (``scale_divisor``, ``scale_dtype``, ``scale_floor``, ``code_range``, ``dynamic_granularity``,
+    ...: :func:`~w8a8.dynamic_quant.quantize_rows`), ``act_quant="asymmetric"`` (onnxruntime
+    ``DynamicQuantizeMatMul``: ``x_q, s, z = dynamic_quant_asymmetric(x)``, ``acc = (x_q - z) @ W``
+    exact, the same epilogue with ``s`` as the per-token scale), ``epilogue_order`` and
+    ``epilogue_intermediate`` (torchao: ``out(fp32(out(acc * s_tok)) * s_w + b)``).
 
     Errors (all checked up front by :func:`w8a8_dynamic_linear_args`, load-time values included): TypeError
     for dtypes; ValueError for shapes (a K mismatch names ``x``), NaN/Inf in x (named by

@@ -23,7 +23,9 @@ quant_codes : ``"mul_inv"`` | ``"div_scale"`` | ``"mul_rcp"``
     ``round(x * inv)`` — the Ascend ``npu_dynamic_quant`` kernels (spec §1.3). ``"div_scale"``: codes
     are ``round(x / scale)`` with the scale of ``scale_out`` (``npu_dequant_swiglu_quant`` with
     group_index, the op-plugin goldens). ``"mul_rcp"``: ``round(x * fp32(1 / scale))`` (the legacy
-    ``npu_dequant_swiglu_quant`` kernels, kernel-variants §4.2).
+    ``npu_dequant_swiglu_quant`` kernels, kernel-variants §4.2; torchao ``Int8Tensor``), ``scale``
+    being the value after ``scale_dtype`` / ``scale_floor`` (below). ``qmax`` is ``D`` of
+    ``scale_divisor`` throughout.
 scale_out : ``"reciprocal"`` | ``"amax_mul_rcp"`` | ``"amax_div"``
     The per-row scale that dynamic quantization returns: ``1 / inv`` (the basic, large-shape and MoE
     kernels), ``amax * fp32(1/qmax)`` (the single-row, multi-row and double-buffer kernels), or
@@ -35,7 +37,8 @@ zero_row : ``"zero"`` | ``"int_min"``
 nan_policy : ``"raise"`` | ``"ieee"``
     NaN/Inf in the input of a quantizer. ``"raise"``: the golden refuses them (ValueError naming
     the argument), since the device behaviour is unspecified. ``"ieee"``: compute through them with
-    IEEE fp32 semantics; a NaN code becomes 0 (as ``zero_row``), +-Inf codes saturate.
+    IEEE fp32 semantics; a NaN code becomes 0 (as ``zero_row``; ``quantize``: ``nan_code``), +-Inf
+    codes saturate.
 saturate : bool
     float->int conversions saturate to the integer range (True) or wrap modulo 2^bits (False).
 fp19_scale : ``"adapter"`` | ``"never"`` | ``"always"``
@@ -96,6 +99,98 @@ static_zero_scale : ``"as_one"`` | ``"ieee"``
     ``dequant_swiglu_quant`` static quantization by a scalar ``quant_scale = 0``: treated as 1 (the
     group kernel's ``(s == 0) ? 1 : 1/s``) or IEEE ``1/0 = inf`` (the legacy kernels, no guard).
 
+Open numerics: the choices of kernels nobody here wrote
+-------------------------------------------------------
+The fields below describe what onnxruntime, torchao and compressed-tensors compute (measured bit for
+bit against those libraries: ``tests/backends/test_onnxruntime.py``, ``test_torchao.py``). The first
+value of each is the Ascend kernel, so :data:`ASCEND` and every result under it are unchanged.
+``dt`` below is x's dtype (bfloat16 / float16); ``D`` the scale divisor; ``qmin`` / ``qmax`` the
+code range (int8 -128 / 127, int4 -8 / 7); every operation is fp32 unless ``dt(.)`` rounds (RNE).
+The symmetric fields (``scale_divisor`` ... ``code_range``, ``dynamic_granularity``) are read by
+``dynamic_quant``, by ``w8a8_dynamic_linear``'s activation quantizer and by ``w4a8_dynamic_linear``
+(which runs ``dynamic_quant``); the MoE quantizers (``dequant_swiglu_quant``, ``moe_init_routing*``)
+keep their own kernels' formulas and do not read them.
+
+scale_divisor : ``"qmax"`` | ``"half_range"``
+    ``D`` in every scale formula of ``scale_out`` / ``quant_codes``: ``qmax`` (127 / 7: Ascend,
+    ``inv = 127 / amax``) or ``(qmax - qmin) / 2`` (127.5 / 7.5: torchao ``choose_qparams_affine``,
+    compressed-tensors). With ``"half_range"`` ``-amax`` maps to ``-127.5``, which rounds to -128:
+    use it with ``code_range="full"``.
+scale_dtype : ``"float32"`` | ``"input"``
+    ``"input"``: the per-row scale ``s`` of ``scale_out`` is rounded to ``dt`` at once,
+    ``s = fp32(dt(s))`` (torch computes ``amax / 127.5`` on a bf16 tensor); every later use (codes,
+    floor, the returned scale, the matmul epilogue) reads the rounded value. The returned array
+    stays float32 (it holds a ``dt`` value exactly).
+scale_floor : ``"none"`` | ``"max_f32_eps"`` | ``"max_dtype_tiny"`` | ``"zero_to_dtype_eps"``
+    Applied to ``s`` after ``scale_dtype``: ``"none"`` (an all-zero row keeps ``s = 0``;
+    ``zero_row`` decides its codes); ``"max_f32_eps"``: ``s = max(s, dt(2^-23))`` (torchao
+    ``Int8Tensor``: ``eps = torch.finfo(float32).eps``); ``"max_dtype_tiny"``:
+    ``s = max(s, finfo(dt).smallest_normal)`` (``choose_qparams_affine``'s default eps);
+    ``"zero_to_dtype_eps"``: ``s = finfo(dt).eps where s == 0`` (bf16 2^-7, fp16 2^-10;
+    compressed-tensors: a replacement, not a clamp; in the asymmetric integer scheme it is applied
+    after the zero point is computed).
+code_arith : ``"float32"`` | ``"input"``
+    ``"input"``: the code arithmetic runs in ``dt``: ``inv`` (``"mul_inv"``) or ``r = 1 / s``
+    (``"mul_rcp"``) is rounded to ``dt``, and so is ``t`` (``x * inv``, ``x / s`` or ``x * r``, and
+    ``t + z`` in the asymmetric ``"before_rounding"`` scheme) before ``rint``: torchao
+    ``quantize_affine`` with a bf16 scale (``r = bf16(1 / s)``, ``t = bf16(x * r)``),
+    compressed-tensors (``t = bf16(x / s)``).
+code_range : ``"symmetric"`` | ``"full"``
+    Symmetric codes clamp to ``[-qmax, qmax]`` (Ascend: -128 never appears) or to ``[qmin, qmax]``
+    (``"full"``, torchao / compressed-tensors ``quant_min = -128``).
+dynamic_granularity : ``"per_token"`` | ``"per_tensor"``
+    ``"per_tensor"``: one amax (symmetric) or one ``lo`` / ``hi`` (asymmetric) over **every** row of
+    x (onnxruntime ``DynamicQuantizeLinear`` / ``DynamicQuantizeMatMul``, also for 3-D input); the
+    returned scale (and offset) is that one value broadcast to ``x.shape[:-1]``. Read by
+    ``dynamic_quant``, ``dynamic_quant_asymmetric``, ``w8a8_dynamic_linear``.
+asym_range : ``"minmax"`` | ``"through_zero"``
+    ``dynamic_quant_asymmetric``'s range: the row's ``[min, max]`` (Ascend) or
+    ``[min(rowmin, 0), max(rowmax, 0)]`` (onnxruntime, torchao, compressed-tensors: 0 is always
+    exactly representable).
+asym_zero_point : ``"float_offset"`` | ``"integer"``
+    ``dynamic_quant_asymmetric``: the Ascend float offset (``s = (hi - lo) / 255``,
+    ``offset = 127 - hi / s``, ``y = rint(x * (1 / s) + offset)``: docstring of the op) or an integer
+    zero point ``z``: ``s = (hi - lo) / L`` (a division, ``L`` = 255 / 15; then ``asym_degenerate``,
+    ``scale_dtype``, ``scale_floor``), ``z = qmin + clamp(rint(-(lo / s)), 0, L)`` (``-(lo / s)`` in
+    ``dt`` under ``code_arith="input"``), ``t = x / s`` (``quant_codes="div_scale"``) or
+    ``x * fp32(1 / s)`` (``"mul_inv"`` / ``"mul_rcp"``), then ``y = sat(rint(t) + z)`` under
+    ``zero_point_position="after_rounding"`` (onnxruntime, torchao) or ``sat(rint(t + z))`` under
+    ``"before_rounding"`` (compressed-tensors). The returned offset is ``z`` as fp32, so
+    ``(y - offset) * s`` dequantizes either scheme. (onnxruntime's uint8 codes and zero point are
+    these minus 128 — exact, the shift commutes with ``rint`` and the clamp.)
+asym_degenerate : ``"clamp_1e-12"`` | ``"one"``
+    ``dynamic_quant_asymmetric``'s scale of a constant range (``hi == lo``): ``max(s, 1e-12)``
+    applied to every scale (Ascend) or ``s = 1`` where ``hi == lo`` (onnxruntime's all-zero tensor).
+act_quant : ``"symmetric"`` | ``"asymmetric"``
+    ``w8a8_dynamic_linear``'s activation quantizer: ``dynamic_quant`` (Ascend) or
+    ``dynamic_quant_asymmetric`` with its fields (onnxruntime ``DynamicQuantizeMatMul``), whose
+    integer zero point enters the exact int32 accumulator ``acc = (x_q - z) @ W``; the epilogue is
+    unchanged (the per-token scale is the asymmetric scale). Requires
+    ``asym_zero_point="integer"`` (a float offset cannot enter an integer accumulator: ValueError).
+epilogue_intermediate : ``"float32"`` | ``"output"``
+    ``quant_matmul`` / ``grouped_matmul`` / ``w8a8_dynamic_linear`` epilogue with a per-token scale
+    and a bf16 / fp16 output: ``"output"`` rounds the **first** product of ``epilogue_order`` (for
+    ``"combined"`` the single product) to the output dtype; the second product is fp32 of that
+    value, then ``+ fp32(bias)`` and the final cast. torchao's int8 linear is
+    ``token_then_scale`` + ``"output"``: ``y = out(fp32(out(fp32(acc) * s_x[m])) * s_w[n] + b[n])``.
+    The rounding is modelled, an **overflow is not**: where the first product is finite but beyond the
+    output dtype's range (fp16: 65504) the golden keeps its fp32 value, so a kernel that writes Inf
+    there (torchao 0.18 with fp16 models) fails with that cause instead of being declared away.
+    Without a per-token scale it does not apply.
+antiquant_dtype : ``"input"`` | ``"float32"``
+    ``weight_quant_batchmatmul``: the dequantized weight ``w_hat`` is rounded to x's dtype before the
+    matmul (the Ascend cube) or kept in fp32 (onnxruntime ``MatMulNBits``: ``w_hat =
+    fp32((w + offset) * scale)``). The golden's exact sum then rounds once to fp32; a library that
+    sums in fp32 differs by summation error only.
+nvfp4_codes : ``"div_total"`` | ``"mul_rcp_chain"``
+    ``nvfp4_quantize`` with ``per_tensor_scale=S``: ``q = e2m1(clamp(x / (S * fp32(s_b))))`` (the
+    golden's default: NVFP4 has no Ascend kernel, so the default is the golden's documented choice)
+    or torchao 0.18's ``r = fp32(fp32(1 / S) / fp32(s_b))``, ``q = e2m1(clamp(x * r))``. The
+    ``global_scale`` convention (vLLM) does not read it.
+nan_code : ``"zero"`` | ``"qmin"``
+    ``quantize`` under ``nan_policy="ieee"``: a NaN input becomes code 0 or the output's minimum
+    (onnxruntime ``QuantizeLinear``: int8 -128, uint8 0, int4 -8, int32 -2^31).
+
 Policy fields (not arithmetic)
 ------------------------------
 platform : a registered :mod:`w8a8.platforms` name, ``"ascend910_93"`` (A3, the default) or
@@ -141,6 +236,20 @@ _CHOICES: dict[str, tuple] = {
     "dropped_slot_bias": ("apply", "skip"),
     "gating_precision": ("fp32", "fp16"),
     "static_zero_scale": ("as_one", "ieee"),
+    "scale_divisor": ("qmax", "half_range"),
+    "scale_dtype": ("float32", "input"),
+    "scale_floor": ("none", "max_f32_eps", "max_dtype_tiny", "zero_to_dtype_eps"),
+    "code_arith": ("float32", "input"),
+    "code_range": ("symmetric", "full"),
+    "dynamic_granularity": ("per_token", "per_tensor"),
+    "asym_range": ("minmax", "through_zero"),
+    "asym_zero_point": ("float_offset", "integer"),
+    "asym_degenerate": ("clamp_1e-12", "one"),
+    "act_quant": ("symmetric", "asymmetric"),
+    "epilogue_intermediate": ("float32", "output"),
+    "antiquant_dtype": ("input", "float32"),
+    "nvfp4_codes": ("div_total", "mul_rcp_chain"),
+    "nan_code": ("zero", "qmin"),
 }
 _POLICY = ("platform", "variants")
 _VARIANT_POLICIES = ("select", "fixed")
@@ -173,6 +282,20 @@ class Numerics:
     dropped_slot_bias: Literal["apply", "skip"] = "apply"
     gating_precision: Literal["fp32", "fp16"] = "fp32"
     static_zero_scale: Literal["as_one", "ieee"] = "as_one"
+    scale_divisor: Literal["qmax", "half_range"] = "qmax"
+    scale_dtype: Literal["float32", "input"] = "float32"
+    scale_floor: Literal["none", "max_f32_eps", "max_dtype_tiny", "zero_to_dtype_eps"] = "none"
+    code_arith: Literal["float32", "input"] = "float32"
+    code_range: Literal["symmetric", "full"] = "symmetric"
+    dynamic_granularity: Literal["per_token", "per_tensor"] = "per_token"
+    asym_range: Literal["minmax", "through_zero"] = "minmax"
+    asym_zero_point: Literal["float_offset", "integer"] = "float_offset"
+    asym_degenerate: Literal["clamp_1e-12", "one"] = "clamp_1e-12"
+    act_quant: Literal["symmetric", "asymmetric"] = "symmetric"
+    epilogue_intermediate: Literal["float32", "output"] = "float32"
+    antiquant_dtype: Literal["input", "float32"] = "input"
+    nvfp4_codes: Literal["div_total", "mul_rcp_chain"] = "div_total"
+    nan_code: Literal["zero", "qmin"] = "zero"
     platform: str = _platforms.A3.name
     variants: Literal["select", "fixed"] = "select"
 

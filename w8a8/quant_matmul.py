@@ -213,7 +213,8 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
     bias : ``(N,)``; int32, or bfloat16 / float16 / float32 where the combination allows it.
     output_dtype : None (= int8), ``"int8"``, ``"float16"``, ``"bfloat16"`` or ``"int32"``.
     numerics : fields used: ``fp19_scale``, ``fp19_round_mode``, ``int32_bias``,
-        ``epilogue_order``, ``requant_clamp9``, ``round_mode``, ``nan_policy``.
+        ``epilogue_order``, ``epilogue_intermediate`` (with ``pertoken_scale``), ``requant_clamp9``,
+        ``round_mode``, ``nan_policy``.
 
     Allowed combinations (A2/A3, spec §3.3)::
 
@@ -312,7 +313,10 @@ def epilogue(acc: np.ndarray, deq: np.ndarray, packed_offset: np.ndarray | None,
     pt : float32 per-token scale ``(M,)``, or None.
     b : the 1-D bias ``(N,)`` (int32 or float), or None.
     out : int8, float16, bfloat16 or float32 (float32: no rounding, for a later activation).
-    numerics : ``round_mode``, ``requant_clamp9``, ``saturate``, ``epilogue_order``, ``int32_bias``.
+    numerics : ``round_mode``, ``requant_clamp9``, ``saturate``, ``epilogue_order``, ``int32_bias``,
+        ``epilogue_intermediate`` (with ``pt``: ``"output"`` rounds the first product of the order to
+        ``out`` before the second, as torchao's int8 linear does; a product beyond ``out``'s range keeps
+        its fp32 value — the overflow to Inf of such a kernel is a defect the golden does not model).
 
     fp32 overflow and NaN are computed through (IEEE, no warning): the caller's checks decide what
     reaches here.
@@ -336,14 +340,15 @@ def epilogue(acc: np.ndarray, deq: np.ndarray, packed_offset: np.ndarray | None,
         # exactly like the expressions they stand for
         if pt is not None:
             t = pt[:, None]
-            if numerics.epilogue_order == "scale_then_token":
-                v *= deq
-                v *= t
-            elif numerics.epilogue_order == "token_then_scale":
-                v *= t
-                v *= deq
-            else:
-                v *= deq * t
+            order = numerics.epilogue_order
+            first, second = ((deq, t) if order == "scale_then_token" else (t, deq) if order == "token_then_scale"
+                             else (deq * t, None))
+            v *= first
+            if numerics.epilogue_intermediate == "output":   # torchao: the first product in the output dtype
+                r = to_float(v, out).astype(np.float32)
+                v = np.where(np.isinf(r) & np.isfinite(v), v, r)  # an overflow is a defect, not modelled
+            if second is not None:
+                v *= second
         else:
             v *= deq
         if b is not None and (b.dtype != _dt.int32 or numerics.int32_bias == "after_dequant"):

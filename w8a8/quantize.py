@@ -143,8 +143,9 @@ def quantize(x: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None =
         **every axis other than -2 means the last axis** (-2 the second to last), whatever the
         rank. ``div_mode=True``: an ordinary axis (negative counts from the end).
     div_mode : selects the kernel (module docstring).
-    numerics : ``round_mode``, ``saturate``, ``nan_policy``; ``div_mode=True`` also ``quantize_div``
-        and ``zero_point_position`` (see below).
+    numerics : ``round_mode``, ``saturate``, ``nan_policy``, ``nan_code`` (under ``nan_policy="ieee"``: a
+        NaN becomes 0 or the output's minimum, onnxruntime ``QuantizeLinear``); ``div_mode=True`` also
+        ``quantize_div`` and ``zero_point_position`` (see below).
 
     Formula (fp32)::
 
@@ -172,18 +173,19 @@ def quantize_from_args(a: QuantizeArgs, numerics: Numerics = ASCEND) -> np.ndarr
     """:func:`quantize` on arguments :func:`quantize_args` has checked (no second pass over x)."""
     xf = a.x.astype(np.float32)
     sf = a.scales_b.astype(np.float32)
+    nan = _dt.int_range(a.out)[0] if numerics.nan_code == "qmin" else 0   # only reachable under nan_policy="ieee"
     if not a.div_mode:
         with np.errstate(over="ignore", invalid="ignore"):
             t = xf * sf
             if a.zero_points_b is not None:
                 t = t + a.zero_points_b.astype(np.float32)
         if a.out == _dt.int4:
-            return pack_int4(to_int(t, _dt.int4, mode=numerics.round_mode, saturate=numerics.saturate))
-        return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate)
+            return pack_int4(to_int(t, _dt.int4, mode=numerics.round_mode, saturate=numerics.saturate, nan_value=nan))
+        return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate, nan_value=nan)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         t = xf * (np.float32(1) / sf) if numerics.quantize_div == "mul_rcp" else xf / sf
     if a.zero_points_b is None:
-        return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate)
+        return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate, nan_value=nan)
     zf = a.zero_points_b
     if numerics.zero_point_position == "before_rounding":
         with np.errstate(over="ignore", invalid="ignore"):
@@ -191,7 +193,7 @@ def quantize_from_args(a: QuantizeArgs, numerics: Numerics = ASCEND) -> np.ndarr
     else:  # round first, then add the (rounded) zero point: exact in float64
         t = round_to_integral(t, numerics.round_mode).astype(np.float64) + \
             round_to_integral(zf.astype(np.float64), numerics.round_mode)
-    return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate)
+    return to_int(t, a.out, mode=numerics.round_mode, saturate=numerics.saturate, nan_value=nan)
 
 
 def _finite_params(op: str, numerics: Numerics, scales: np.ndarray, zero_points: np.ndarray | None) -> None:

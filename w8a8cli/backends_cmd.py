@@ -9,7 +9,8 @@ HELP = "list the backends: available or not (and why), declared numerics, ops"
 
 def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true",
-                        help="print a JSON list of {name, available, reason, numerics, ops}")
+                        help="print a JSON list of {name, spec, available, reason, numerics, numerics_differences, "
+                             "device, ops, capabilities, in_default_runs}")
 
 
 def run(args) -> int:
@@ -17,9 +18,10 @@ def run(args) -> int:
 
     rows = backends.describe_all()
     if args.json:
-        print(json.dumps([{"name": r["name"], "available": r["available"], "reason": r["reason"],
+        print(json.dumps([{"name": r["name"], "spec": r["spec"], "available": r["available"], "reason": r["reason"],
                            "numerics": r["numerics"], "numerics_differences": r["numerics_differences"],
-                           "device": r["device"], "ops": r["ops"]} for r in rows], indent=2))
+                           "device": r["device"], "ops": r["ops"], "capabilities": r["capabilities"],
+                           "in_default_runs": r["in_default_runs"]} for r in rows], indent=2))
         return 0
     try:
         from rich.console import Console
@@ -28,6 +30,8 @@ def run(args) -> int:
     except ModuleNotFoundError:  # base install: plain text
         for r in rows:
             state = "available" if r["available"] else f"unavailable: {r['reason']}"
+            if r["available"] and not r["in_default_runs"]:
+                state += " (runs when named)"
             print(f"{r['name']}: {state}")
             print(f"  numerics: {r['numerics'] and r['numerics']['name']}; differs from Ascend in: "
                   f"{', '.join(r['numerics_differences']) or 'nothing'}")
@@ -38,6 +42,8 @@ def run(args) -> int:
         table.add_column(col, overflow="fold")
     for r in rows:
         state = "[green]yes[/]" if r["available"] else f"[red]no[/]: {escape(r['reason'])}"
+        if r["available"] and not r["in_default_runs"]:
+            state += " (runs when named)"
         diffs = r["numerics_differences"]
         num = (r["numerics"] or {}).get("name", "?") + (
             "\n" + "\n".join(f"{k}: {v[1]}" for k, v in diffs.items()) if diffs else "\n(identical)")

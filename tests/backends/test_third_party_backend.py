@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import w8a8
+from backends import Unsupported
 from backends.testing import BitwiseChecker, bad_calls
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -50,7 +51,7 @@ def test_one_short_file_that_imports_no_other_backend():
              "t.AmaxScaleBackend().dynamic_quant(__import__('numpy').ones((2, 8), 'float16')); "
              "print(sorted(m for m in sys.modules if m.startswith('backends') or m.split('.')[0] == 'torch'))")
     out = subprocess.run([sys.executable, "-c", probe, str(EXAMPLES)], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.replace("'", '"')) == ["backends", "backends.base", "backends.ops"]
+    assert json.loads(out.stdout.replace("'", '"')) == ["backends", "backends.base", "backends.capabilities", "backends.ops"]
     assert BACKEND.ops() == ("dynamic_quant", "int_matmul")
     assert w8a8.ASCEND.differences(BACKEND.numerics) == {"scale_out": ("reciprocal", "amax_mul_rcp"),
                                                          "variants": ("select", "fixed")}
@@ -78,7 +79,7 @@ def test_its_numerics_is_the_record_it_is_held_to():
     assert y.tolist() == w8a8.dynamic_quant(x)[0].tolist() and scale[1] == 0   # codes: 127 / amax either way
     smooth = np.array([2.0, 1.0, 1.0, 0.5], np.float16)
     CHECK.same("dynamic_quant", x, smooth_scales=smooth)
-    with pytest.raises(Exception, match="int8 codes only"):
+    with pytest.raises(Unsupported, match="dst_name: .int8. only; got .int4."):
         BACKEND.dynamic_quant(np.ones((2, 8), np.float16), dst_type="int4")
 
 

@@ -32,7 +32,8 @@ def test_markdown_has_the_matrix_and_the_attributed_failure_with_repro(planted_r
     md = (planted_run[0] / "report.md").read_text()
     assert "| `quant_matmul` |" in md and "planted-bias-after-dequant" in md and "| numpy |" not in md.split("\n")[0]
     assert "likely cause: int32 bias position" in md
-    assert "repro: `w8a8 conformance --backend planted-bias-after-dequant --op quant_matmul --case '" in md
+    # the repro line carries the exact --backend spec given (the backend's name would be "unknown backend")
+    assert "repro: `w8a8 conformance --backend conformance.planted:BiasAfterDequantBackend --op quant_matmul --case '" in md
 
 
 def test_junit_xml_parses_with_one_suite_per_backend(planted_run):

@@ -4,10 +4,16 @@ spec/lowbit-formats.md §3. Elements are E2M1 (MXFP4), E4M3 or E5M2 (MXFP8); eac
 ``block_size`` (32) consecutive elements of the **last** (reduction) dimension shares the scale
 ``X = 2^(b - 127)`` stored as the biased exponent byte ``b`` (uint8). ``V^_i = X * P_i``.
 
-Conventions chosen (spec §7). Scales and elements are bit-identical to torchao 0.18 ``to_mx`` in
-all four modes and the three element types (checked once against torchao on 64x256
-log-normal-scaled data with zero, tie, fp32-max and subnormal blocks; torchao is not a dependency
-and its element codes for a NaN block are not matched — see below)
+Conventions chosen (spec §7). Scales and elements equal torchao 0.18 ``to_mx`` (eager CPU) in all
+four modes and the three element types **except in the blocks where torchao has a bug** (measured:
+``tests/backends/test_torchao.py``, research/foreign FINDINGS §5): (1) under FLOOR / CEIL / EVEN
+every block whose exponent clamps to -127 (``amax < 2^(emax - 126)``, normal fp32 values for E4M3 /
+E5M2) is written with byte 0 but divided by 2^-126, so it decodes to half its value (the golden
+divides by 2^-127); (2) under RCEIL a byte-0 block is multiplied by 1.0 (every code +-0); (3) RCEIL
+computes ``ceil(log2(amax / vmax))`` with an fp32 ``log2``, which rounds to the integer just above
+a power of two, so its byte is one too small there and the block clips; (4) a block holding +-Inf
+gets a finite byte (``255 - emax``; 254 under RCEIL) where the golden writes 255. The element
+codes of a NaN block are don't-cares (torchao writes garbage; the golden zeros, see below).
 
 * **Shared exponent**, from the block's fp32 ``amax`` (``emax`` = 2 for E2M1, 8 for E4M3, 15 for
   E5M2; ``vmax`` = 6, 448, 57344):
@@ -19,8 +25,11 @@ and its element codes for a NaN block are not matched — see below)
   - ``"even"``: amax's significand is first rounded to ``mbits`` bits (half up, into the exponent
     on carry), then ``"floor"`` — torchao ``EVEN``.
   - ``"rceil"`` (NVIDIA cuBLAS, PTX ``cvt.rp.ue8m0x2.f32``, DeepSeek's ``fast_round_scale``):
-    ``X = 2^ceil(log2(amax * fp32(1 / vmax)))`` — the scaled block never exceeds vmax, **never
-    clips**. The fp32 product ``amax * fp32(1/vmax)`` (not a division) is torchao's order.
+    ``X = 2^ceil(log2(amax * fp32(1 / vmax)))`` with an exact ceiling read from the fp32 bits —
+    the scaled block never exceeds vmax, **never clips**. (torchao divides ``amax / vmax``; the
+    quotient and this product differ in the last bit for about half of the amax values next to
+    ``vmax * 2^k``, but the exact-ceiling byte never does — measured over 92425 such values — so
+    the order is not a choice point. torchao's fp32 ``log2`` is: bug (3) above.)
 
   The exponent is clamped to [-127, 127]. An **all-zero block** gets ``b = 0`` (2^-127), as do
   blocks whose amax is below ``2^(emax - 127)``. A block holding **Inf or NaN** gets ``b = 255``

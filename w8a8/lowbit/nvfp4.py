@@ -14,12 +14,23 @@ Conventions chosen (spec §7)
   exact, so ``1 / (1 / S)`` may differ from S in the last bit and the two orders may pick a
   different code near a tie; quantize with the convention the checkpoint was written with.
   An all-zero tensor (amax = 0, or one so small that S / gs is not a positive finite fp32) gets
-  ``S = 1`` / ``gs = 1`` from the helpers (the libraries would divide by 0): every code is then 0.
+  ``S = 1`` / ``gs = 1`` from the helpers (the libraries divide by 0: torchao 0.18's
+  ``per_tensor_amax_to_scale(0)`` is 0, and its quantizer then writes NaN block scales): every
+  code is then 0.
 
-  - ``per_tensor_scale=S`` (torchao ``nvfp4_quantize``, the spec's §4 cross-check)::
+  - ``per_tensor_scale=S`` (torchao's convention, the spec's §4 cross-check)::
 
         s_b = e4m3( clamp( (amax_b / 6) / S, 2^-6, 448 ) )      fp32 divisions, RNE cast
-        q   = e2m1( clamp( x / (S * fp32(s_b)), -6, 6 ) )        RNE
+        q   = e2m1( clamp( x / (S * fp32(s_b)), -6, 6 ) )        RNE   (Numerics.nvfp4_codes="div_total")
+        q   = e2m1( clamp( x * ((1 / S) / fp32(s_b)), -6, 6 ) )  RNE   ("mul_rcp_chain": torchao 0.18)
+
+    The block scale is torchao's; the **code order is not**: torchao 0.18 ``nvfp4_quantize``
+    (``nvfp4_tensor.py``) multiplies by ``r = fp32(fp32(1 / S) / fp32(s_b))``, which picks another
+    code than ``x / (S * s_b)`` for about 13 % of the bytes (measured against torchao 0.18:
+    ``tests/backends/test_torchao.py``). NVFP4 has no Ascend kernel, so the default stays the
+    golden's documented ``"div_total"`` (one rounding of the total scale, then one division) and a
+    torchao backend declares ``nvfp4_codes="mul_rcp_chain"``. torchao without a tensor scale
+    (``per_tensor_scale=None``: ``r = 1 / s_b``) is ``S = 1`` under ``"mul_rcp_chain"``.
 
   - ``global_scale=gs`` (vLLM ``ref_nvfp4_quant``)::
 
@@ -45,6 +56,7 @@ import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
+from ..numerics import ASCEND, Numerics
 from ..registry import golden_op
 from ..rounding import to_float
 from ._common import FLOAT_INPUTS, float_output
@@ -95,9 +107,12 @@ class Nvfp4QuantizeArgs:
     """Its value in fp32, positive and finite."""
 
 
-def nvfp4_quantize_args(x, *, per_tensor_scale=None, global_scale=None) -> Nvfp4QuantizeArgs:
+def nvfp4_quantize_args(x, *, per_tensor_scale=None, global_scale=None,
+                        numerics: Numerics = ASCEND) -> Nvfp4QuantizeArgs:
     """The argument checks of :func:`nvfp4_quantize`, in its order."""
     op = "nvfp4_quantize"
+    if not isinstance(numerics, Numerics):
+        _check.fail(op, "numerics", "a w8a8.Numerics", _check.describe(numerics), TypeError)
     x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
     _check.finite(op, "x", x)
     kind, t = _tensor_scale(op, per_tensor_scale, global_scale)
@@ -180,7 +195,8 @@ def swizzle_block_scales_args(scale) -> SwizzleBlockScalesArgs:
 
 
 @golden_op("lowbit", check=nvfp4_quantize_args)
-def nvfp4_quantize(x: np.ndarray, *, per_tensor_scale=None, global_scale=None) -> tuple[np.ndarray, np.ndarray]:
+def nvfp4_quantize(x: np.ndarray, *, per_tensor_scale=None, global_scale=None,
+                   numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray]:
     """Quantize to NVFP4 along the last dimension: ``(data, block_scale)``.
 
     Parameters
@@ -188,6 +204,8 @@ def nvfp4_quantize(x: np.ndarray, *, per_tensor_scale=None, global_scale=None) -
     x : float32 / float16 / bfloat16 ``[..., K]``, finite, K a multiple of 16.
     per_tensor_scale : fp32 ``S`` (torchao convention), a positive finite scalar — or
     global_scale : fp32 ``gs = 1 / S`` (vLLM convention). Exactly one of the two.
+    numerics : ``nvfp4_codes`` (with ``per_tensor_scale``: the golden's ``x / (S * s_b)`` or
+        torchao's ``x * ((1 / S) / s_b)``).
 
     Returns
     -------
@@ -199,7 +217,7 @@ def nvfp4_quantize(x: np.ndarray, *, per_tensor_scale=None, global_scale=None) -
     Errors: TypeError for dtypes; ValueError for K % 16, NaN/Inf in x, a missing or double
     tensor scale, a non-positive or non-finite one.
     """
-    a = nvfp4_quantize_args(x, per_tensor_scale=per_tensor_scale, global_scale=global_scale)
+    a = nvfp4_quantize_args(x, per_tensor_scale=per_tensor_scale, global_scale=global_scale, numerics=numerics)
     x, kind, t = a.x, a.convention, a.tensor_scale
     bs = BLOCK_SIZE
     blocks = x.astype(np.float32).reshape(x.shape[:-1] + (x.shape[-1] // bs, bs))
@@ -208,8 +226,11 @@ def nvfp4_quantize(x: np.ndarray, *, per_tensor_scale=None, global_scale=None) -
         if kind == "per_tensor_scale":
             s = np.clip((amax / _F32(E2M1_MAX)) / t, _F32(E4M3_TINY), _F32(E4M3_MAX))
             s8 = float_to_fp8(s, "e4m3")
-            total = t * np.take(E4M3_TABLE, s8.view(np.uint8))
-            scaled = blocks / total[..., None]
+            sb = np.take(E4M3_TABLE, s8.view(np.uint8))
+            if numerics.nvfp4_codes == "mul_rcp_chain":   # torchao 0.18: r = (1 / S) / s_b
+                scaled = blocks * ((_F32(1) / t) / sb)[..., None]
+            else:
+                scaled = blocks / (t * sb)[..., None]
         else:
             s = np.minimum(t * (amax * (_F32(1) / _F32(E2M1_MAX))), _F32(E4M3_MAX))
             s8 = float_to_fp8(s, "e4m3")

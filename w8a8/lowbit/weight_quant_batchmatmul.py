@@ -146,7 +146,10 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
         (ignored by the other forms, as on the device).
     inner_precise : 0 or 1 (no effect on the golden result).
     numerics : ``antiquant_precision`` (decided by the kernel under ``variants="select"``: ``"x_dtype"``
-        for fp16 x, ``"fp32"`` for bf16 x); ``platform`` picks the chip.
+        for fp16 x, ``"fp32"`` for bf16 x); ``platform`` picks the chip; ``antiquant_dtype``
+        (``"float32"``: ``w_hat`` is not rounded to x's dtype before the matmul — onnxruntime
+        ``MatMulNBits``; with ``antiquant_precision="x_dtype"`` the intermediate roundings stay, the
+        final one is dropped).
 
     Returns
     -------
@@ -169,7 +172,7 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
     else:
         sf = _rows(_as_2d(p.scale), p.group, k)
         of = None if p.offset is None else _rows(_as_2d(p.offset), p.group, k)
-    w_hat = _antiquant(w, sf, of, x.dtype, n.antiquant_precision)
+    w_hat = _antiquant(w, sf, of, x.dtype, n.antiquant_precision, keep_fp32=n.antiquant_dtype == "float32")
     qs, qo = _quant_values(p.quant_scale, p.quant_offset)
     b = None if p.bias is None else p.bias.astype(np.float32)
     acc = np.matmul(x.astype(np.float64), w_hat.astype(np.float64)).astype(np.float32)
@@ -261,8 +264,10 @@ def _packed_antiquant(x, weight, s, offset, n, m, k):
     return s.reshape(1, n), None if o is None else o.reshape(1, n)
 
 
-def _antiquant(w: np.ndarray, sf: np.ndarray, of: np.ndarray | None, dtype, precision: str) -> np.ndarray:
-    """``w_hat`` in x's dtype: ``(w + offset) * scale`` in fp32 with one rounding (``precision="fp32"``)
+def _antiquant(w: np.ndarray, sf: np.ndarray, of: np.ndarray | None, dtype, precision: str, *,
+               keep_fp32: bool = False) -> np.ndarray:
+    """``w_hat`` in x's dtype ``dtype`` (float32 with ``keep_fp32``, ``antiquant_dtype="float32"``: the
+    final rounding dropped): ``(w + offset) * scale`` in fp32 with one rounding (``precision="fp32"``)
     or in x's dtype with a rounding after the add and after the multiply (``"x_dtype"``; each fp32
     result of two fp16 operands rounded to fp16 is the correctly rounded fp16 result: the codes are
     exact in fp16, a product of two fp16 values is exact in fp32, a sum is exact unless the smaller
@@ -273,7 +278,8 @@ def _antiquant(w: np.ndarray, sf: np.ndarray, of: np.ndarray | None, dtype, prec
             v = v + of
             if precision == "x_dtype":
                 v = to_float(v.astype(np.float32), dtype).astype(np.float32)
-        return to_float((v * sf).astype(np.float32), dtype)
+        v = (v * sf).astype(np.float32)
+        return v if keep_fp32 else to_float(v, dtype)
 
 
 def _quant_params(quant_scale, quant_offset, n, packed_antiquant):
