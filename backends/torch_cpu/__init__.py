@@ -42,8 +42,8 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
     """PyTorch on the CPU (see the module docstring). ``gemm``: ``"auto"``, ``"int_mm"`` or ``"qlinear"``."""
 
     name = "torch-cpu"
-    description = ("PyTorch on the CPU: torch._int_mm int8 GEMM (prepacked oneDNN qlinear on AMX-INT8), "
-                   "fp32 epilogues bit-identical to the golden")
+    description = ("PyTorch on the CPU: torch._int_mm int8 GEMM (prepacked oneDNN qlinear on AMX-INT8; "
+                   "fused AVX-512 VNNI kernels on the 'vnni' path), fp32 epilogues bit-identical to the golden")
     device = "cpu"
     numerics: Numerics = ASCEND
 

@@ -4,7 +4,7 @@ then run per call (:func:`w8a8_dynamic_linear`, :func:`w8a8_static_linear`).
 Contract: :func:`w8a8.w8a8_dynamic_linear` / :func:`w8a8.w8a8_static_linear` under
 :data:`w8a8.ASCEND`. The load step is what the serving stack does once per weight (SGLang
 ``process_weights_after_loading``). The parameters arrive already converted and checked by the
-golden's ``dynamic_linear_args`` / ``static_linear_args`` (:mod:`backends.torch_cpu.checks`: the scale
+golden's ``w8a8_dynamic_linear_args`` / ``w8a8_static_linear_args`` (run by ``Backend.prepare``: the scale
 and bias in the model's dtype, the static reciprocal and offset, each refused with the golden's
 message where it became Inf); the load here lays out the ``[K, N]`` weight for the int8 GEMM (and its
 qlinear prepack on AMX machines).
@@ -68,7 +68,7 @@ class DynamicLinear:
 
 def load_dynamic(x_dtype: torch.dtype, weight: torch.Tensor, weight_scale: torch.Tensor, bias, path: str) -> DynamicLinear:
     """SGLang's load: ``W = weight.T``; ``weight_scale`` (bf16 for a bf16 model, fp32 for fp16) and
-    ``bias`` (model dtype) as loaded and checked by :func:`w8a8.linear.dynamic_linear_args`. On the
+    ``bias`` (model dtype) as loaded and checked by :func:`w8a8.linear.w8a8_dynamic_linear_args`. On the
     ``"vnni"`` path also packed for the fused kernel and probed (module docstring)."""
     layer = DynamicLinear(Int8Weight.load(weight.mT, path), weight_scale, bias, x_dtype)
     if path == "vnni":

@@ -1,6 +1,6 @@
 """MoE token routing in torch: :func:`w8a8.moe_init_routing` (v1) and :func:`w8a8.moe_init_routing_v2`.
 
-Arguments arrive checked by :func:`w8a8.moe.moe_init_routing_args` / :func:`w8a8.moe.moe_init_routing_v2_plan`.
+Arguments arrive checked by :func:`w8a8.moe.moe_init_routing_args` / :func:`w8a8.moe.moe_init_routing_v2_args`.
 The index work is a stable sort of the flattened expert ids (``torch.sort(stable=True)``: the golden's
 ``argsort(kind="stable")``); the quantization is per row, so for the dynamic mode without a smooth scale
 the ``T`` token rows are quantized once and the codes gathered (bit-identical to quantizing the

@@ -1,7 +1,7 @@
 """``quant_matmul`` in torch: exact int32 accumulator, then the golden's fp32 epilogue in its order.
 
 Contract: :func:`w8a8.quant_matmul` under :data:`w8a8.ASCEND` (arguments already checked by
-:mod:`backends.torch_cpu.checks`). In order, with every intermediate pinned::
+:func:`w8a8.quant_matmul_args`, run by :meth:`backends.base.Backend.prepare`). In order, with every intermediate pinned::
 
     acc  = x1 @ x2                      exact int32 (gemm.int_matmul; OverflowError past int32)
     acc += bias                         int32 bias, inside the accumulator (OverflowError, not wrap)

@@ -1,8 +1,8 @@
 """The quantizers in torch: dynamic (symmetric / asymmetric), static, dequantize, anti_quant.
 
 Each function reproduces the golden op of the same name under :data:`w8a8.ASCEND` bit for bit (the
-arguments are already checked and normalized by :mod:`backends.torch_cpu.checks`; channel vectors
-arrive shaped to broadcast). fp32 throughout, one torch op per golden step, no fused multiply-add.
+arguments arrive as the golden's checked ``<Op>Args`` from :meth:`backends.base.Backend.prepare`;
+channel vectors arrive shaped to broadcast). fp32 throughout, one torch op per golden step, no fused multiply-add.
 """
 
 from __future__ import annotations
