@@ -90,7 +90,7 @@ CAUSES: dict[str, str] = {
 FIELD_READERS: dict[str, tuple[str, ...]] = {
     # The ops that read each Numerics field (w8a8/numerics.py docstring), besides what a declaration lists in
     # its numerics_fields. A field missing here and from every declaration is never searched
-    # (tests/conformance/test_attribution.py checks that every field is covered).
+    # (tests/conformance/test_foreign_engine.py checks that every field is covered).
     "round_mode": ("quantize", "dynamic_quant", "dynamic_quant_asymmetric", "quant_matmul", "w8a8_static_linear",
                    "w8a8_dynamic_linear", "dequant_swiglu_quant", "moe_init_routing_v2", "w8a8_moe",
                    "w8a8_moe_prequantized", "w4a8_dynamic_linear"),

@@ -223,3 +223,17 @@ def test_distances_read_in_human_units():
     assert distance_text(1) == "1 ULP" and distance_text(12345) == "12,345 ULP"
     assert distance_text(1, "code") == "1 code" and distance_text(17, "code") == "17 codes"
     assert distance_text(None) == "-"
+
+
+def test_every_numerics_field_is_searched_for_some_op():
+    # A field no op reads (neither FIELD_READERS nor a declaration's numerics_fields) could never be named as
+    # a cause: attribution would fall back to a heuristic for a kernel that differs only there.
+    from conformance.attribution import FIELD_READERS
+    from w8a8.numerics import Numerics
+
+    declared = {f for spec in registry.specs().values() for f in spec.numerics_fields}
+    unsearched = [f for f in Numerics.choices() if f not in FIELD_READERS and f not in declared
+                  and f not in ("platform", "variants")]
+    assert not unsearched
+    known_ops = set(registry.specs())
+    assert all(set(ops) <= known_ops for ops in FIELD_READERS.values())
