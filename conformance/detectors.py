@@ -16,6 +16,8 @@ mismatch (then the cause is complete: nothing else differs).
   next to a power of two the byte is one too small and the block clips;
 * ``fp16-epilogue-overflow`` — an epilogue whose first product is rounded to fp16 (torchao's int8
   linear with fp16 models): ``|fp32(acc) * s| > 65504`` there makes the output Inf;
+* ``int8-k1-one-row`` — torchao's int8 linear on one row with K = 1 returns values it never wrote
+  (nondeterministic; tests/backends/test_torchao.py ``test_bug_int8_k_equals_1``);
 * ``nvfp4-zero-tensor`` — an all-zero tensor whose per-tensor scale is 0 (torchao
   ``per_tensor_amax_to_scale``) makes every block scale NaN.
 
@@ -205,6 +207,19 @@ def _nvfp4_zero(ctx: Context):
             np.zeros(np.asarray(ctx.got["data"]).shape, bool)}
 
 
+def _int8_k1_one_row(ctx: Context):
+    from w8a8 import registry
+
+    try:
+        a = registry.get(ctx.spec.name).args(*ctx.args, **ctx.kwargs)
+    except Exception:  # noqa: BLE001
+        return None
+    x = np.asarray(a.x)
+    if x.ndim < 1 or x.shape[-1] != 1 or x.size != 1 or ctx.got.get("y") is None:
+        return None
+    return {"y": np.ones(np.shape(ctx.got["y"]), bool)}
+
+
 DETECTORS: tuple[Detector, ...] = (
     Detector("mx-byte0-half", ("mx_quantize",),
              "torchao to_mx bug: a block whose exponent clamps to -127 writes scale byte 0 (2^-127) but its elements "
@@ -221,6 +236,9 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("fp16-epilogue-overflow", ("w8a8_dynamic_linear", "quant_matmul"),
              "fp16 intermediate overflow: the epilogue's first product fp32(acc)*scale exceeds 65504 and is rounded "
              "to fp16 Inf before the second scale (torchao's int8 linear with fp16 models)", _fp16_overflow),
+    Detector("int8-k1-one-row", ("w8a8_dynamic_linear",),
+             "int8 linear with K = 1 and a single row returns values read from memory it did not write (torchao 0.18 "
+             "Int8Tensor with a [1, 1] block; the values change from call to call)", _int8_k1_one_row),
     Detector("nvfp4-zero-tensor", ("nvfp4_quantize",),
              "NVFP4 all-zero tensor: a per-tensor scale of 0 makes every block scale NaN (0/0; torchao "
              "per_tensor_amax_to_scale)", _nvfp4_zero),

@@ -237,3 +237,13 @@ def test_every_numerics_field_is_searched_for_some_op():
     assert not unsearched
     known_ops = set(registry.specs())
     assert all(set(ops) <= known_ops for ops in FIELD_READERS.values())
+
+
+def test_torchao_k_equals_1_single_row_values_are_named():
+    # torchao reads memory it did not write here: the values change from call to call (they may, rarely, match)
+    case = {"bias": False, "dist": "gaussian", "dtype": "float16", "k": 1, "lead": [1, 1], "n": 4, "seed": 0}
+    records = _records(_torchao(), "w8a8_dynamic_linear", [case] * 3)
+    fails = [r for r in records if r["status"] == "fail"]
+    if not fails:
+        pytest.skip("torchao happened to return the golden's values three times")
+    assert all(r["attribution"]["detectors"] == ["int8-k1-one-row"] for r in fails)
