@@ -183,19 +183,11 @@ class FusedActQuantBackend(_PlantedBase):
     name = "planted-fused-act-quant"
     bug = "fused w8a8_dynamic_linear quantizes x as x / (amax / 127); its dynamic_quant is right"
 
-    @staticmethod
-    def _fused_rows(xf, qmax):
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            m = np.abs(xf).max(axis=-1, keepdims=True, initial=np.float32(0))
-            scale = m / np.float32(qmax)
-            q = np.rint(xf / scale)
-        q = np.where(np.isnan(q), 0, np.clip(q, -qmax, qmax))
-        return q.astype(np.int8), scale[..., 0].astype(np.float32)
-
     @implements("w8a8_dynamic_linear")
     def _w8a8_dynamic_linear(self, a):
         x, p = a.x, a.params
-        xq, s = self._fused_rows(x.reshape(-1, p.k).astype(np.float32), 127)
+        # the fused kernel's own activation quant is DivideScaleBackend's; dynamic_quant keeps the right one
+        xq, s = DivideScaleBackend._row_quant(self, x.reshape(-1, p.k).astype(np.float32), 127)
         y = self._matmul(xq, p.weight.T, p.weight_scale, s, p.bias, _dt.name(x.dtype))
         return y.reshape(x.shape[:-1] + (p.n,))
 
