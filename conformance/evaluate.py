@@ -43,7 +43,7 @@ from backends.numpy_backend import NumpyBackend
 from w8a8.int4 import unpack_int4
 from w8a8.numerics import ASCEND
 
-from .attribution import attribute
+from .attribution import attribute, attribute_error
 from .compare import FAIL, MISTRUSTED, PASS, TOLERATED, Comparison, Tolerance, compare, worst
 
 FINAL_STATUSES = ("pass", "tolerated", "refused", "mistrusted", "fail", "error", "unsupported", "crashed", "timeout")
@@ -342,6 +342,11 @@ def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures:
     verdict, got = run_both(spec, case, args, kwargs, backend, tolerance=tolerance, strict=strict)
     if verdict.status == FAIL and attribute_failures and verdict.comparisons:
         verdict.attribution = _attribute(spec, args, kwargs, backend, got, verdict)
+    elif verdict.status == "error" and attribute_failures and got is not None and got.error is not None:
+        try:
+            verdict.attribution = attribute_error(spec, args, kwargs, backend, _describe(got.error))
+        except Exception:  # noqa: BLE001 - best effort: the error stands
+            verdict.attribution = None
     return record(spec, params, backend, case, verdict, time.perf_counter() - t0)
 
 

@@ -15,6 +15,17 @@ its own code is the arithmetic only.
 * ``BiasAfterDequantBackend`` — adds an int32 bias after the dequant multiply instead of to the
   int32 accumulator.
 
+Foreign-style kernels (the mistakes of kernels written for other libraries' numerics, issue 14):
+
+* ``HalfRangeBf16ScaleBackend`` — the torchao / compressed-tensors int8 quantizer in a backend that
+  declares the Ascend record: ``s = bf16(amax / 127.5)``, codes ``rint(x * fp32(1 / s))`` in [-128, 127];
+* ``MxFloorOnlyBackend`` — an ``mx_quantize`` that ignores ``scale_mode`` and always computes FLOOR;
+* ``MxByte0HalfBackend`` — FLOOR MX with torchao's byte-0 bug (elements divided by 2^-126 under byte 0):
+  the ``mx-byte0-half`` detector must name it;
+* ``FusedActQuantBackend`` — a correct ``dynamic_quant``, but a fused ``w8a8_dynamic_linear`` whose own
+  activation quant divides (``scale = amax / 127``, codes ``rint(x / scale)``): attribution must find the
+  activation stage of the fused kernel, not read the (correct) sibling op.
+
 Use one as ``w8a8 conformance --backend conformance.planted:TiesAwayBackend``.
 """
 
@@ -37,6 +48,15 @@ class _PlantedBase(Backend):
     @property
     def description(self):  # type: ignore[override]
         return f"planted bug: {self.bug}"
+
+    def declines(self, op, a):
+        """What these small kernels do not take (conformance does not draw it)."""
+        if op == "dynamic_quant" and (a.smooth_scales is not None or a.group_index is not None or a.dst_name != "int8"):
+            return "plain int8 dynamic_quant only (no smooth_scales, no group_index, no int4)"
+        if op == "quant_matmul" and (_dt.name(a.out) not in ("bfloat16", "float16", "int32") or a.int4 is not None):
+            return f"bfloat16 / float16 / int32 output with int8 weights only; got {_dt.name(a.out)}" + \
+                (" with int4 weights" if a.int4 is not None else "")
+        return None
 
     # -- quantization ------------------------------------------------------------------------
     def _round(self, t: np.ndarray) -> np.ndarray:
@@ -145,8 +165,85 @@ class BiasAfterDequantBackend(_PlantedBase):
         return False
 
 
+class HalfRangeBf16ScaleBackend(_PlantedBase):
+    name = "planted-half-range-bf16-scale"
+    bug = "int8 scale = bf16(amax / 127.5), codes rint(x * fp32(1/s)) in [-128, 127] (torchao style)"
+
+    def _row_quant(self, xf, qmax):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            m = np.abs(xf).max(axis=-1, keepdims=True, initial=np.float32(0))
+            half_range = np.float32((qmax - (-qmax - 1)) / 2)                            # 127.5
+            scale = (m / half_range).astype(_dt.bfloat16).astype(np.float32)             # computed on a bf16 tensor
+            q = np.rint(xf * (np.float32(1) / scale))
+        q = np.where(np.isnan(q), 0, np.clip(q, -qmax - 1, qmax))
+        return q.astype(np.int8), scale[..., 0].astype(np.float32)
+
+
+class FusedActQuantBackend(_PlantedBase):
+    name = "planted-fused-act-quant"
+    bug = "fused w8a8_dynamic_linear quantizes x as x / (amax / 127); its dynamic_quant is right"
+
+    @implements("w8a8_dynamic_linear")
+    def _w8a8_dynamic_linear(self, a):
+        x, p = a.x, a.params
+        # the fused kernel's own activation quant is DivideScaleBackend's; dynamic_quant keeps the right one
+        xq, s = DivideScaleBackend._row_quant(self, x.reshape(-1, p.k).astype(np.float32), 127)
+        y = self._matmul(xq, p.weight.T, p.weight_scale, s, p.bias, _dt.name(x.dtype))
+        return y.reshape(x.shape[:-1] + (p.n,))
+
+
+_MX_ELEMS = {"e2m1": (2, 6.0, _dt.float4_e2m1fn), "e4m3": (8, 448.0, _dt.float8_e4m3fn),
+             "e5m2": (15, 57344.0, _dt.float8_e5m2)}
+
+
+class MxFloorOnlyBackend(_PlantedBase):
+    """OCP MX v1.0 quantization written from the spec's FLOOR rule — and only that rule."""
+
+    name = "planted-mx-floor-only"
+    bug = "mx_quantize ignores scale_mode (always FLOOR)"
+
+    @implements("mx_quantize")
+    def _mx_quantize(self, a):
+        emax, vmax, elem = _MX_ELEMS[a.elem_name]
+        bs = a.block_size
+        x = a.x.astype(np.float32)
+        blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // bs, bs))
+        with np.errstate(invalid="ignore", over="ignore"):
+            amax = np.abs(blocks).max(axis=-1, initial=np.float32(0))
+            finite = np.isfinite(amax)
+            _, exp = np.frexp(np.where(finite, amax, 1).astype(np.float64))   # amax = m * 2^exp, m in [0.5, 1)
+            shared = np.where(amax > 0, exp - 1, -127).astype(np.int64) - emax  # floor(log2 amax) - emax
+            byte = np.clip(shared, -127, 127) + 127
+            scaled = blocks * self._multiplier(byte)[..., None].astype(np.float32)  # exact powers of two
+            scaled = np.where(finite[..., None], np.clip(scaled, -vmax, vmax), 0).reshape(x.shape)
+        scale = np.where(finite, byte, 255).astype(np.uint8)
+        codes = scaled.astype(elem)
+        if a.elem_name == "e2m1":
+            nibbles = codes.view(np.uint8) & 0x0F
+            return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).astype(np.uint8), scale
+        return codes, scale
+
+    @staticmethod
+    def _multiplier(byte: np.ndarray) -> np.ndarray:
+        """What the block's elements are multiplied by: 1 / 2^(byte - 127)."""
+        return np.exp2(127.0 - byte)
+
+
+class MxByte0HalfBackend(MxFloorOnlyBackend):
+    """FLOOR MX with torchao 0.18's byte-0 bug (FINDINGS §5 BUG 1): the scale is clamped to 2^-126 while
+    byte 0 (2^-127) is written, so such a block decodes at half its value. Judge it on FLOOR cases."""
+
+    name = "planted-mx-byte0-half"
+    bug = "mx_quantize FLOOR: byte-0 blocks divided by 2^-126 (torchao to_mx)"
+
+    @staticmethod
+    def _multiplier(byte: np.ndarray) -> np.ndarray:
+        return np.exp2(127.0 - np.maximum(byte, 1))
+
+
 PLANTED = {cls.name: f"conformance.planted:{cls.__name__}" for cls in
-           (TiesAwayBackend, DivideScaleBackend, Fp19EverywhereBackend, BiasAfterDequantBackend)}
+           (TiesAwayBackend, DivideScaleBackend, Fp19EverywhereBackend, BiasAfterDequantBackend,
+            HalfRangeBf16ScaleBackend, FusedActQuantBackend, MxFloorOnlyBackend, MxByte0HalfBackend)}
 
 
 class SegfaultBackend(_PlantedBase):

@@ -107,6 +107,42 @@ def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
     os.replace(tmp, path)
 
 
+def distance_text(value, kind: str = "ulp") -> str:
+    """A distance as a person reads it: ``"3 ULP"``, ``"12,345 ULP"``, ``"1 code"`` / ``"17 codes"``,
+    ``"inf/NaN"`` (a NaN against a number, or Inf: never 9223372036854775807); ``"-"`` for none."""
+    from w8a8.ulp import NAN_DISTANCE
+
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-"
+    value = int(value)
+    if value >= NAN_DISTANCE - 1:
+        return "inf/NaN"
+    if kind == "code":
+        return f"{value:,} code" + ("" if value == 1 else "s")
+    return f"{value:,} ULP"
+
+
+def record_distance(record: dict) -> tuple[int, str] | None:
+    """The worst distance of a record's outputs: ``(value, "ulp" | "code")``, or None when all are 0."""
+    best = None
+    for comp in (record.get("outputs") or {}).values():
+        for key, kind in (("max_ulp", "ulp"), ("max_code_diff", "code")):
+            v = comp.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0 and \
+                    (best is None or (kind == "ulp", v) > (best[1] == "ulp", best[0])):
+                best = (v, kind)
+    return best
+
+
+def worst_text(records) -> str:
+    """The worst distance over records, in words (the ULP and the code distances apart); ``"0"`` for none."""
+    dists = [d for d in map(record_distance, records) if d]
+    ulp = max((v for v, k in dists if k == "ulp"), default=None)
+    code = max((v for v, k in dists if k == "code"), default=None)
+    parts = ([distance_text(ulp)] if ulp is not None else []) + ([distance_text(code, "code")] if code is not None else [])
+    return ", ".join(parts) or "0"
+
+
 def latest(records: list[dict]) -> list[dict]:
     """One record per (backend, case_id): the last one written."""
     seen: dict[tuple[str, str], dict] = {}
@@ -122,6 +158,7 @@ def summarize(records: list[dict]) -> dict:
     "totals": {status: n}, "failures": [records], "ok": bool}``.
     """
     cells: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
+    by_cell: dict = defaultdict(list)
     hists: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(int))))
     worst_ulp: dict = defaultdict(lambda: defaultdict(int))
     totals: dict = defaultdict(int)
@@ -129,6 +166,7 @@ def summarize(records: list[dict]) -> dict:
     for r in latest(records):
         b, op, status = r["backend"], r["op"], r["status"]
         cells[b][op][status] += 1
+        by_cell[(b, op)].append(r)
         totals[status] += 1
         for name, comp in (r.get("outputs") or {}).items():
             for label, n in (comp.get("histogram") or {}).items():
@@ -145,6 +183,7 @@ def summarize(records: list[dict]) -> dict:
             cell = dict(counts)
             cell["hist"] = {name: dict(h) for name, h in hists[b][op].items()}
             cell["worst"] = worst_ulp[b][op]
+            cell["worst_text"] = worst_text(by_cell[(b, op)])
             result_cells[b][op] = cell
     return {"cells": result_cells, "totals": dict(totals), "failures": failures,
             "ok": not any(totals.get(s, 0) for s in BAD_STATUSES)}

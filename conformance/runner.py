@@ -122,9 +122,15 @@ def op_cases(spec, n: int, seed: int, *, declared: bool = True) -> list[tuple[di
 
 
 def plan(backend_names: list[str], ops: list[str] | None = None, *, profile: str = DEFAULT_PROFILE, seed: int = 0,
-         case: dict | None = None, include_declared: bool = True) -> tuple[list[Task], dict[str, list[str]]]:
-    """The tasks of a run, and per backend the ops it does not implement (reported, not run)."""
+         case: dict | None = None, include_declared: bool = True, draw_stats: dict | None = None
+         ) -> tuple[list[Task], dict[str, list[str]]]:
+    """The tasks of a run, and per backend the ops it does not implement (reported, not run).
+
+    A backend that can decline calls gets its own draw, inside what it takes (:mod:`.drawing`); what
+    that found is put in ``draw_stats[backend][op]`` when a dict is given."""
     import backends
+
+    from .drawing import DrawStats, can_decline, op_cases_for
 
     from .registry import specs
 
@@ -144,11 +150,19 @@ def plan(backend_names: list[str], ops: list[str] | None = None, *, profile: str
             continue
         case_lists[op] = op_cases(all_specs[op], n, seed, declared=include_declared)
     for name in backend_names:
-        implemented = set(backends.get(name).ops())
+        backend = backends.get(name)
+        implemented = set(backend.ops())
         skipped[name] = [op for op in wanted if op not in implemented]
         for op in wanted:
-            if op in implemented:
-                tasks.extend(Task(name, op, p, kind, label) for p, kind, label in case_lists[op])
+            if op not in implemented:
+                continue
+            items = case_lists[op]
+            if case is None and can_decline(backend):
+                stats = DrawStats()
+                items = op_cases_for(all_specs[op], backend, n, seed, declared=include_declared, stats=stats)
+                if draw_stats is not None:
+                    draw_stats.setdefault(name, {})[op] = stats.as_dict()
+            tasks.extend(Task(name, op, p, kind, label) for p, kind, label in items)
     return tasks, skipped
 
 

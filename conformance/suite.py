@@ -83,25 +83,50 @@ def _implemented(backend, op: str) -> None:
 
 @pytest.mark.conformance
 def test_backend_agrees_with_golden(conformance_backend, conformance_drawn):
-    from hypothesis import given
+    """Drawn inside what the backend takes (:mod:`conformance.drawing`): a draw it declines is rejected
+    (Hypothesis draws another); an op it declines every draw of is skipped, saying so."""
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis.errors import Unsatisfiable
 
+    from .drawing import can_decline, declined
     from .registry import get
 
     op, strategy = conformance_drawn
     backend = _backend(conformance_backend)
     _implemented(backend, op)
+    spec = get(op)
+    filtering = can_decline(backend)
+    reasons: list[str] = []
 
-    @given(get(op).all_strategies()[strategy]())
+    @settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+    @given(spec.all_strategies()[strategy]())
     def check(params):
+        if filtering:
+            reason = declined(backend, spec, lambda: spec.build(params))
+            if reason:
+                reasons.append(reason)
+            assume(not reason)
         check_drawn(backend, op, params)
 
-    check()
+    try:
+        check()
+    except Unsatisfiable:
+        pytest.skip(f"{backend.name} declines every draw of {op} ({strategy}): "
+                    f"{reasons[0] if reasons else 'outside its capabilities'}")
 
 
 @pytest.mark.conformance
 def test_named_case(conformance_backend, conformance_named_case):
+    from .drawing import can_decline, declined
+    from .registry import get, named_case
+
     backend = _backend(conformance_backend)
-    _implemented(backend, conformance_named_case.split("/")[0])
+    op = conformance_named_case.split("/")[0]
+    _implemented(backend, op)
+    if can_decline(backend):
+        reason = declined(backend, get(op), named_case(conformance_named_case).build)
+        if reason:
+            pytest.skip(f"outside {backend.name}'s capabilities: {reason}")
     check_named(backend, conformance_named_case)
 
 

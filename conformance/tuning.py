@@ -15,7 +15,11 @@ reduction length K where the op has one, and a histogram of element distances.
   the empirical survival function) and extrapolated to ``p``: ``u_fit``.
 * Where an analytic bound exists (:mod:`conformance.bounds`) and the observations respect it, the
   bound caps the recommendation (it holds with probability 1). Observations *beyond* a bound are
-  reported loudly: the bound or the backend is wrong.
+  a finding, not a tolerance: reported loudly (the bound or the backend is wrong), the entry keeps the
+  bound and ``w8a8 tune`` exits 1. Without a bound, a float distance beyond ``2^(mantissa bits + 1)``
+  ULP (Inf/NaN, or a relative error of 100 % and more) is refused the same way (the entry stays bitwise).
+* Cases a known library bug explains (:mod:`conformance.detectors`) are not samples: they are counted
+  in the entry's notes as findings, so no tolerance is widened to cover a bug.
 * Recommended ULP = ``max(u_obs, u_fit)``, capped by the bound. Int outputs whose differences are
   all +-1 at ties get ``tie_off_by_one`` instead of a looser code distance.
 
@@ -55,6 +59,7 @@ class OutputStats:
     max_rel: float = 0.0
     histogram: dict = field(default_factory=lambda: defaultdict(int))
     tie_only: bool = True
+    known_bugs: dict = field(default_factory=lambda: defaultdict(int))  # detector name -> cases excluded
 
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.per_case_max, q)) if self.per_case_max else 0.0
@@ -90,6 +95,20 @@ def sweep(backend_a, backend_b, ops: list[str], samples: int, seed: int = 0, on_
             except (Unsupported, ValueError, TypeError, OverflowError):
                 continue  # both refusing an input (NaN cases) or an unsupported combination: not a sample
             masks = spec.mask(args, kwargs) if spec.mask else {}
+            bug = _known_bug(spec, args, kwargs, backend_a, a, b, masks)
+            if bug:
+                for out in spec.outputs:
+                    ref = b[out.name]
+                    if ref is None:
+                        continue
+                    key = (op, out.name, _dt.name(ref.dtype))
+                    s = stats.setdefault(key, OutputStats(op, out.name, key[2], "int" if ref.dtype.kind in "iub"
+                                                          else "float"))
+                    for name in bug:
+                        s.known_bugs[name] += 1
+                if on_case:
+                    on_case(op)
+                continue  # a known library bug is a finding: never a sample a tolerance could widen to cover
             for out in spec.outputs:
                 ref, act = b[out.name], a[out.name]
                 if ref is None or act is None or ref.shape != act.shape or ref.dtype != act.dtype:
@@ -130,6 +149,18 @@ def sweep(backend_a, backend_b, ops: list[str], samples: int, seed: int = 0, on_
     return stats
 
 
+def _known_bug(spec, args, kwargs, backend_a, a: dict, b: dict, masks: dict) -> list[str]:
+    """The detectors (:mod:`conformance.detectors`) that explain how ``a`` differs from ``b`` on this case."""
+    from .detectors import explain
+
+    try:
+        with np.errstate(all="ignore"):
+            found = explain(spec, args, kwargs, backend_a.numerics, b, a, masks, {})
+    except Exception:  # noqa: BLE001 - a case a detector cannot read is an ordinary sample
+        return []
+    return list(found["names"]) if found else []
+
+
 def fit_tail(per_case_max: list[int], target: float) -> int:
     """Smallest u whose geometrically extrapolated per-case exceedance probability is <= target."""
     d = np.asarray(per_case_max, dtype=np.float64)
@@ -167,6 +198,12 @@ def _analytic_cap(op: str, output: str, dtype: str, numerics_equal: bool) -> tup
     return b.ulp + extra, f"{b.formula} ({b.dominant} dominates)"
 
 
+def nonsense_ulp(dtype: str) -> int:
+    """The most ULP a rounding difference can be: 2^(mantissa bits + 1) ULP is a relative error of 100 % and
+    more (Inf/NaN against a number counts as :data:`w8a8.ulp.NAN_DISTANCE`)."""
+    return 1 << (_nmant(dtype) + 1)
+
+
 def _nmant(dtype: str) -> int:
     import ml_dtypes
 
@@ -198,9 +235,20 @@ def recommend(stats: dict, *, target: float = DEFAULT_TARGET, backend: str, agai
             ulp = max(u_obs, u_fit)
             notes.append(f"worst {u_obs} in {s.cases} cases; tail fit gives {u_fit} at p={target:g}")
             if cap is not None and u_obs > cap:
-                notes.append(f"OBSERVED {u_obs} EXCEEDS THE ANALYTIC BOUND {cap}: the bound or the backend is wrong")
+                # a finding, not a tolerance: the entry keeps the bound, the run exits 1
+                notes.append(f"OBSERVED {u_obs} EXCEEDS THE ANALYTIC BOUND {cap}: the bound or the backend is wrong; "
+                             f"REFUSED to widen the tolerance beyond the bound")
+                ulp = cap
             elif cap is not None:
                 ulp = min(ulp, cap) if cap >= u_obs else ulp
+            elif s.kind == "float" and u_obs > nonsense_ulp(dtype):
+                notes.append(f"REFUSED: an observed {u_obs} ULP (Inf/NaN, or a relative error beyond 100 %) is no "
+                             "rounding difference: a finding (the backend or its declared numerics is wrong), not a "
+                             "tolerance; the entry stays bitwise")
+                ulp = 0
+        if s.known_bugs:
+            notes.append("excluded as findings, not tolerances: " + ", ".join(
+                f"{n} case(s) of the known library bug {name}" for name, n in sorted(s.known_bugs.items())))
         tie = s.kind == "int" and u_obs == 1 and s.tie_only and not numerics_equal
         if tie:
             ulp = 0

@@ -192,10 +192,12 @@ def _plan_and_run(args, names, options, pool) -> int:
     if args.resume and plan_path.exists():
         tasks, saved = load_plan(plan_path)
         skipped = saved.get("not_implemented", {})
+        outside = saved.get("outside", {})
         console.print(f"[dim]resuming the plan saved in {plan_path}[/]")
     else:
         try:
-            tasks, skipped = plan(names, args.op, profile=args.profile, seed=args.seed)
+            outside: dict = {}  # per backend and op: the draws outside its capabilities (conformance.drawing)
+            tasks, skipped = plan(names, args.op, profile=args.profile, seed=args.seed, draw_stats=outside)
         except KeyError as exc:
             print(f"w8a8 conformance: {exc.args[0]}", file=sys.stderr)
             return 2
@@ -206,7 +208,8 @@ def _plan_and_run(args, names, options, pool) -> int:
         results.path.rename(archived)
         console.print(f"[dim]earlier results kept as {archived}[/]")
     if not (args.resume and plan_path.exists()):
-        save_plan(plan_path, tasks, {"not_implemented": skipped, "profile": args.profile, "seed": args.seed})
+        save_plan(plan_path, tasks, {"not_implemented": skipped, "profile": args.profile, "seed": args.seed,
+                                     "outside": outside})
     if "numpy" in names and len(names) == 1 and not args.backend:
         console.print("[yellow]no backend other than the golden is available: running the golden against itself "
                       "(a self-check of the named cases and error contract)[/]")
@@ -220,6 +223,7 @@ def _plan_and_run(args, names, options, pool) -> int:
     records = [r for r in results.records() if (r["backend"], r["case_id"]) in wanted]
     meta = _meta(args, names, skipped)
     meta["elapsed_s"] = round(elapsed, 1)
+    meta["outside"] = outside
     paths = reports.write_all(out, records, meta)
     from conformance.reports import terminal
 

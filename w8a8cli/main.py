@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "replay": "w8a8cli.replay_cmd",
     "run": "w8a8cli.run_cmd",
     "explain": "w8a8cli.explain_cmd",
+    "compare": "w8a8cli.compare_cmd",
 }
 
 

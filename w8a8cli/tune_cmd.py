@@ -95,5 +95,5 @@ def run(args) -> int:
                                                                              "target": args.target}))
         write_atomic(out / "tune.json", json.dumps([e.as_dict() for e in entries], indent=2, default=str))
         console.print(f"plots and report in {out}")
-    bad = [e for e in entries if "EXCEEDS THE ANALYTIC BOUND" in e.notes]
+    bad = [e for e in entries if "EXCEEDS THE ANALYTIC BOUND" in e.notes or "REFUSED" in e.notes]
     return 1 if bad else 0

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from ..results import summarize, write_atomic
-from . import html, junit, markdown
+from . import grouping, html, junit, markdown
 
 FILES = {"markdown": "report.md", "junit": "report.xml", "json": "summary.json", "html": "report.html"}
 
@@ -23,7 +23,7 @@ def status_order() -> list[str]:
 def write_all(out_dir: str | Path, records: list[dict], meta: dict) -> dict[str, Path]:
     """Write report.md, report.xml, summary.json and report.html into ``out_dir``; return their paths."""
     out = Path(out_dir)
-    summary = summarize(records)
+    summary = build_summary(records)
     paths = {k: out / v for k, v in FILES.items()}
     write_atomic(paths["markdown"], markdown.render(summary, meta))
     write_atomic(paths["junit"], junit.render(records, meta))
@@ -32,16 +32,45 @@ def write_all(out_dir: str | Path, records: list[dict], meta: dict) -> dict[str,
     return paths
 
 
+def build_summary(records: list[dict]) -> dict:
+    """:func:`conformance.results.summarize` plus the failure groups (:func:`.grouping.groups`, as dicts)."""
+    summary = summarize(records)
+    summary["groups"] = [g.as_dict() for g in grouping.groups(records)]
+    return summary
+
+
 def json_summary(summary: dict, meta: dict) -> dict:
     return {"meta": meta, "ok": summary["ok"], "totals": summary["totals"],
             "matrix": {b: {op: {k: v for k, v in cell.items() if k != "hist"} for op, cell in ops.items()}
                        for b, ops in summary["cells"].items()},
+            "groups": summary.get("groups", []),
+            "outside": meta.get("outside", {}),
             "failures": [{k: f.get(k) for k in ("backend", "op", "case_id", "status", "note", "repro", "attribution",
                                                  "outputs")} for f in summary["failures"]]}
 
 
-def cell_text(cell: dict) -> str:
-    """``"28/30"`` style text of a matrix cell (passes over judged cases), with the bad counts."""
+def outside_of(meta: dict, backend: str, op: str) -> dict:
+    """What drawing inside ``backend``'s capabilities found for ``op`` (:class:`conformance.drawing.DrawStats`)."""
+    return (meta.get("outside") or {}).get(backend, {}).get(op) or {}
+
+
+def outside_text(stats: dict) -> str:
+    """``"12 draws outside its capabilities"``, ``"no acceptable draw (all 32 outside)"`` or ``""``."""
+    if not stats:
+        return ""
+    if stats.get("none_acceptable"):
+        return f"no acceptable draw (all {stats.get('drawn', 0)} outside its capabilities)"
+    parts = []
+    if stats.get("outside"):
+        parts.append(f"{stats['outside']} of {stats.get('drawn', 0)} draws outside its capabilities")
+    if stats.get("named_outside"):
+        parts.append(f"{stats['named_outside']} named case(s) outside")
+    return "; ".join(parts)
+
+
+def cell_text(cell: dict, outside: dict | None = None) -> str:
+    """``"28/30"`` style text of a matrix cell (passes over judged cases), with the bad counts and the draws
+    outside the backend's capabilities (``outside``: :func:`outside_of`)."""
     good = cell.get("pass", 0) + cell.get("tolerated", 0)
     judged = sum(cell.get(s, 0) for s in ("pass", "tolerated", "mistrusted", "fail", "error", "crashed", "timeout"))
     bad = {s: cell.get(s, 0) for s in ("fail", "error", "crashed", "timeout") if cell.get(s)}
@@ -54,7 +83,15 @@ def cell_text(cell: dict) -> str:
         text += " " + ", ".join(f"{n} {s}" for s, n in bad.items())
     if cell.get("unsupported"):
         text += f" [{cell['unsupported']} unsupported]"
+    if outside and (outside.get("outside") or outside.get("named_outside")):
+        text += f" [{outside.get('outside', 0) + outside.get('named_outside', 0)} outside capabilities]"
     return text
+
+
+def numerics_text(info: dict) -> str:
+    """A backend's declared record and its differences from the Ascend record, in one line."""
+    diffs = info.get("numerics_differences") or {}
+    return ", ".join(f"{k}={v[1]}" for k, v in diffs.items()) or "identical to the Ascend A2/A3 defaults"
 
 
 META_KEYS = ("date", "command", "profile", "seed", "machine", "versions", "tolerances")
@@ -65,9 +102,7 @@ def meta_rows(meta: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str, s
     rows = [(key, str(meta[key])) for key in META_KEYS if key in meta]
     backends = []
     for name, info in meta.get("backends", {}).items():
-        diffs = info.get("numerics_differences") or {}
-        text = ", ".join(f"{k}={v[1]}" for k, v in diffs.items()) or "identical to the Ascend A2/A3 defaults"
-        backends.append((name, str(info.get("numerics")), text))
+        backends.append((name, str(info.get("numerics")), numerics_text(info)))
     return rows, backends
 
 

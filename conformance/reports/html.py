@@ -1,6 +1,8 @@
-"""One self-contained HTML page: the agreement matrix (backend x op), error histograms
-(matplotlib, inlined as base64 PNG), and every failure with its attribution and repro command.
-No external resources: the page renders offline."""
+"""One self-contained HTML page: the scoreboard (op x backend run, each column headed by its declared
+numerics and their differences from Ascend), the failures grouped by cause, error histograms
+(matplotlib, inlined as base64 PNG), and the representative failure of each group with its
+attribution and repro command. No external resources: the page renders offline. Several runs'
+results can be combined into one page (``w8a8 conformance --report-only --combine RUN ...``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ table.matrix{border-collapse:collapse;font-size:13px}
 table.matrix th,table.matrix td{border:1px solid #ccc;padding:4px 8px;text-align:left}
 td.good{background:#dff5e1}td.tolerated{background:#fff4d6}td.bad{background:#fbd9d7;font-weight:600}
 td.empty{background:#eee;color:#777}td.na{background:#f6f6f6;color:#999}
+th.num{font-weight:normal;font-size:11px;max-width:220px}
 .verdict{font-size:16px;padding:8px 12px;display:inline-block;border-radius:6px}
 .ok{background:#dff5e1}.notok{background:#fbd9d7}
 code,pre{background:#f4f4f6;border-radius:4px;padding:1px 4px;font-size:12px}
@@ -29,12 +32,108 @@ def _e(text) -> str:
     return _html.escape(str(text))
 
 
-def render(summary: dict, meta: dict) -> str:
-    from . import cell_state, cell_text, meta_rows
+def scoreboard_section(summary: dict, meta: dict) -> list[str]:
+    """The scoreboard: one column per backend run (numpy, torch-cpu, onnxruntime, torchao, ...), headed by its
+    declared numerics and how they differ from Ascend's; one row per op."""
+    from . import cell_state, cell_text, numerics_text, outside_of, outside_text
 
     cells = summary["cells"]
     backend_names = sorted(cells)
     ops = sorted({op for b in cells.values() for op in b})
+    info = meta.get("backends", {})
+    out = ["<h2>Scoreboard</h2><p>Passed / judged cases per op and backend run, the worst distance to the golden "
+           "under the backend's declared numerics (ULP of the output dtype, codes, or inf/NaN), and the draws "
+           "outside the backend's capabilities. The header gives each column's declared record and how it "
+           "differs from the Ascend record.</p>",
+           "<table class='matrix' id='matrix'><thead><tr><th>op</th>" +
+           "".join(f"<th>{_e(b)}</th>" for b in backend_names) + "</tr>",
+           "<tr><th>numerics</th>" + "".join(
+               f"<th class='num'><code>{_e(info.get(b, {}).get('numerics', '?'))}</code><br>"
+               f"<small>{_e(numerics_text(info[b]) if b in info else 'not recorded')}</small></th>"
+               for b in backend_names) + "</tr>"]
+    clean = {b: sum(1 for c in cells[b].values() if cell_state(c) in ("good", "tolerated")) for b in backend_names}
+    out.append("<tr><th>ops agreeing</th>" + "".join(f"<th>{clean[b]} / {len(cells[b])}</th>" for b in backend_names)
+               + "</tr></thead><tbody>")
+    for op in ops:
+        row = [f"<tr><td><code>{_e(op)}</code></td>"]
+        for b in backend_names:
+            cell = cells[b].get(op)
+            if cell is None:
+                row.append("<td class='na'>n/a</td>")
+                continue
+            stats = outside_of(meta, b, op)
+            title = f" title='{_e(outside_text(stats))}'" if stats else ""
+            row.append(f"<td class='{cell_state(cell)}'{title}>{_e(cell_text(cell, stats))} "
+                       f"[{_e(cell.get('worst_text', '0'))}]</td>")
+        out.append("".join(row) + "</tr>")
+    out.append("</tbody></table>")
+    return out
+
+
+def groups_section(summary: dict) -> list[str]:
+    """Failures grouped by (backend, op, stage, cause), with one repro each."""
+    groups = summary.get("groups") or []
+    out = [f"<h2>Failures by cause ({len(groups)} group(s), {len(summary['failures'])} case(s))</h2>"]
+    if not groups:
+        return out + ["<p>None.</p>"]
+    out.append("<table class='matrix' id='groups'><thead><tr><th>backend</th><th>op</th><th>stage</th><th>cause</th>"
+               "<th>cases</th><th>worst</th><th>separates pass from fail</th><th>repro</th></tr></thead><tbody>")
+    for g in groups:
+        sep = "; ".join(f"fails only with {x}" for x in g["separating"]) or "-"
+        out.append(f"<tr><td>{_e(g['backend'])}</td><td><code>{_e(g['op'])}</code></td><td>{_e(g['stage'])}</td>"
+                   f"<td>{_e(g['cause'])}</td><td>{g['count']}</td><td>{_e(g['worst'])}</td><td>{_e(sep)}</td>"
+                   f"<td><pre>{_e(g['repro'])}</pre></td></tr>")
+    out.append("</tbody></table>")
+    return out
+
+
+def histograms_section(summary: dict, meta: dict) -> list[str]:
+    cells = summary["cells"]
+    out = ["<h2>Error histograms</h2>"]
+    for b in sorted(cells):
+        img = plots.png_base64(plots.error_histograms(cells[b], b))
+        out.append(f"<figure><img class='plot' alt='error histograms of {_e(b)}' "
+                   f"src='data:image/png;base64,{img}'><figcaption>{_e(b)}</figcaption></figure>")
+    for title, b64 in meta.get("extra_plots", []):
+        out.append(f"<figure><img class='plot' alt='{_e(title)}' src='data:image/png;base64,{b64}'>"
+                   f"<figcaption>{_e(title)}</figcaption></figure>")
+    return out
+
+
+def details_section(summary: dict) -> list[str]:
+    """The representative failure of each group, with its attribution."""
+    from ..results import distance_text
+
+    by_id = {(f["backend"], f["case_id"]): f for f in summary["failures"]}
+    out = ["<h2>Representative failures</h2>"]
+    for g in summary.get("groups") or []:
+        f = by_id.get((g["backend"], g["case_id"]))
+        if f is None:
+            continue
+        out.append("<div class='failure'>")
+        out.append(f"<h3><code>{_e(f['backend'])}</code> / <code>{_e(f['op'])}</code> / "
+                   f"<code>{_e(f['case_id'])}</code> — {_e(f['status'])} ({g['count']} case(s) like it)</h3><ul>")
+        if f.get("note"):
+            out.append(f"<li>{_e(f['note'])}</li>")
+        for name, comp in (f.get("outputs") or {}).items():
+            if comp.get("verdict") == "fail":
+                worst = distance_text(comp.get("max_ulp")) if comp.get("max_ulp") is not None else \
+                    distance_text(comp.get("max_code_diff"), "code")
+                out.append(f"<li>output <code>{_e(name)}</code>: {_e(comp.get('note'))} (worst {_e(worst)})</li>")
+        at = f.get("attribution") or {}
+        if at:
+            out.append(f"<li>first diverging stage: <code>{_e(at.get('first_stage'))}</code></li>")
+            rep = " (reproduced bit for bit by the golden under that change)" if at.get("reproduced") else ""
+            out.append(f"<li>likely cause: <b>{_e(at.get('cause'))}</b>{_e(rep)}</li>")
+        if g["separating"]:
+            out.append(f"<li>fails only with {_e('; '.join(g['separating']))}</li>")
+        out.append(f"</ul><pre>{_e(f.get('repro'))}</pre></div>")
+    return out
+
+
+def render(summary: dict, meta: dict) -> str:
+    from . import meta_rows
+
     ok = summary["ok"]
     out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
            "<title>w8a8 conformance report</title>", f"<style>{CSS}</style></head><body>",
@@ -47,50 +146,10 @@ def render(summary: dict, meta: dict) -> str:
     out += [f"<dt>{_e(name)}</dt><dd>numerics <code>{_e(num)}</code>: {_e(diffs)}</dd>" for name, num, diffs in backends]
     out.append("</dl>")
     out.append("<p>Totals: " + ", ".join(f"{_e(k)} {v}" for k, v in sorted(summary["totals"].items())) + "</p>")
-
-    out.append("<h2>Agreement matrix</h2><p>Passed / judged cases per op and backend; the worst distance to "
-               "the golden (ULP, or integer code difference) in brackets.</p>")
-    out.append("<table class='matrix' id='matrix'><thead><tr><th>op</th>" +
-               "".join(f"<th>{_e(b)}</th>" for b in backend_names) + "</tr></thead><tbody>")
-    for op in ops:
-        row = [f"<tr><td><code>{_e(op)}</code></td>"]
-        for b in backend_names:
-            cell = cells[b].get(op)
-            if cell is None:
-                row.append("<td class='na'>n/a</td>")
-            else:
-                row.append(f"<td class='{cell_state(cell)}'>{_e(cell_text(cell))} [{cell.get('worst', 0)}]</td>")
-        out.append("".join(row) + "</tr>")
-    out.append("</tbody></table>")
-
-    out.append("<h2>Error histograms</h2>")
-    for b in backend_names:
-        img = plots.png_base64(plots.error_histograms(cells[b], b))
-        out.append(f"<figure><img class='plot' alt='error histograms of {_e(b)}' "
-                   f"src='data:image/png;base64,{img}'><figcaption>{_e(b)}</figcaption></figure>")
-    for title, b64 in meta.get("extra_plots", []):
-        out.append(f"<figure><img class='plot' alt='{_e(title)}' src='data:image/png;base64,{b64}'>"
-                   f"<figcaption>{_e(title)}</figcaption></figure>")
-
-    failures = summary["failures"]
-    out.append(f"<h2>Failures ({len(failures)})</h2>")
-    if not failures:
-        out.append("<p>None.</p>")
-    for f in failures:
-        out.append("<div class='failure'>")
-        out.append(f"<h3><code>{_e(f['backend'])}</code> / <code>{_e(f['op'])}</code> / "
-                   f"<code>{_e(f['case_id'])}</code> — {_e(f['status'])}</h3><ul>")
-        if f.get("note"):
-            out.append(f"<li>{_e(f['note'])}</li>")
-        for name, comp in (f.get("outputs") or {}).items():
-            if comp.get("verdict") == "fail":
-                out.append(f"<li>output <code>{_e(name)}</code>: {_e(comp.get('note'))}</li>")
-        at = f.get("attribution") or {}
-        if at:
-            out.append(f"<li>first diverging stage: <code>{_e(at.get('first_stage'))}</code></li>")
-            rep = " (reproduced bit for bit by the golden under that change)" if at.get("reproduced") else ""
-            out.append(f"<li>likely cause: <b>{_e(at.get('cause'))}</b>{_e(rep)}</li>")
-        out.append(f"</ul><pre>{_e(f.get('repro'))}</pre></div>")
+    out += scoreboard_section(summary, meta)
+    out += groups_section(summary)
+    out += histograms_section(summary, meta)
+    out += details_section(summary)
     out.append("</body></html>")
     return "\n".join(out)
 

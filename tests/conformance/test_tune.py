@@ -85,3 +85,29 @@ def test_tune_command_writes_table_plots_and_report(tmp_path):
     assert all(e.basis == "measured" and e.samples > 0 and e.date for e in table.entries())
     for name in ("distance-histograms.png", "error-vs-k.png", "tune-report.html", "tune.json"):
         assert (tmp_path / "tune" / name).stat().st_size > 0
+
+
+def test_tune_refuses_to_widen_beyond_a_bound_or_to_cover_nonsense():
+    # No bound for mx_quantize's fp8 data: a 2^20-ULP "difference" is no rounding, the entry stays bitwise.
+    from conformance.tuning import OutputStats, nonsense_ulp
+
+    s = OutputStats("mx_quantize", "data", "float8_e4m3fn", "float", cases=3, elements=30,
+                    per_case_max=[0, 1 << 20, 2])
+    (e,) = recommend({("mx_quantize", "data", "float8_e4m3fn"): s}, backend="x", against="numpy",
+                     numerics_equal=False)
+    assert e.ulp == 0 and "REFUSED" in e.notes and nonsense_ulp("float8_e4m3fn") == 16
+
+
+def test_tune_excludes_cases_a_known_library_bug_explains(monkeypatch):
+    # The planted MX kernel has torchao's byte-0 bug: its subnormal FLOOR cases are findings, not samples.
+    bug = backends.get("conformance.planted:MxByte0HalfBackend")
+    import conformance.tuning as tuning
+
+    cases = [{"named": "mx_quantize/fp32_subnormals_floor_e4m3"}, {"named": "mx_quantize/fp32_subnormals_floor_e5m2"}]
+    monkeypatch.setattr(tuning, "draw_cases", lambda spec, n, seed: cases)
+    stats = sweep(bug, backends.get("numpy"), ["mx_quantize"], samples=2)
+    data = [s for (op, out, _), s in stats.items() if out == "data"]
+    assert data and all(s.known_bugs == {"mx-byte0-half": 1} and s.cases == 0 for s in data)
+    entries = recommend(stats, backend=bug.name, against="numpy", numerics_equal=True)
+    assert all(e.ulp == 0 for e in entries)
+    assert any("known library bug mx-byte0-half" in e.notes for e in entries)
