@@ -128,6 +128,8 @@ def run(args) -> int:
         out = analysis.run(args.path, args.reference, seqs, backends=tuple(args.backend or ["numpy"]),
                            layers=args.layers, top_k=args.top_k, max_tokens=args.max_tokens,
                            per_layer=not args.no_per_layer, loader=args.loader)
+    except validate.UsageError:
+        raise
     except (ValueError, CheckpointError) as exc:
         print(f"w8a8 run: {exc}", file=sys.stderr)
         return 2
