@@ -98,6 +98,30 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: a conformance-suite test (backend x op)")
+    check_options(config)
+
+
+def check_options(config) -> None:
+    """``--backend`` and ``--conformance-op`` name something that exists (checked only when given):
+    ``pytest.UsageError`` (one line, exit 4) instead of a KeyError in every test."""
+    requested = config.getoption("--backend", default=None) or []
+    if requested:
+        import backends
+
+        for name in requested:
+            try:
+                backends.get(name)
+            except (KeyError, ImportError, AttributeError) as exc:
+                raise pytest.UsageError(f"--backend: expected a backend name (see 'w8a8 backends') or "
+                                        f"'package.module:Class', got {name!r} ({exc})") from None
+    ops = config.getoption("--conformance-op", default=None) or []
+    if ops:
+        from .registry import specs
+
+        unknown = [op for op in ops if op not in specs()]
+        if unknown:
+            raise pytest.UsageError(f"--conformance-op: expected an op of 'w8a8 conformance --list-ops', "
+                                    f"got {unknown[0]!r}")
 
 
 def selected_backends(config) -> list[str]:

@@ -191,8 +191,9 @@ def run(args) -> int:
         return 0
     check(args)
     names, registrations, problem = _select_backends(args.backend)
-    if not problem:
-        problem = _tolerance_problem(args)
+    if problem:
+        raise validate.UsageError.relay("--backend", problem)
+    problem = _tolerance_problem(args)
     if problem:
         print(f"w8a8 conformance: {problem}", file=sys.stderr)
         return 2

@@ -52,8 +52,19 @@ def add_arguments(parser) -> None:
                         help="print a JSON list of {format, weight_bytes, devices, nodes, decode_ms}")
 
 
+def check(args) -> None:
+    """``--config``: a preset name or a readable regular file (a FIFO would block); numbers are checked while
+    parsing, their relations (active <= total, reserve < 1) by :mod:`deployment.estimate`."""
+    from checkpoints.models import PRESETS
+
+    if args.config is not None and args.config not in PRESETS:
+        validate.in_file(args.config, "--config", f"a config.json or a preset ({', '.join(PRESETS)})")
+
+
 def run(args) -> int:
     from deployment.estimate import estimate, get_device, model_from_config, model_from_counts
+
+    check(args)
 
     try:
         if args.config is not None:

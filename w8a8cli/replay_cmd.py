@@ -233,6 +233,25 @@ def _run_with_progress(console, path, options, results, resume) -> dict:
                            repro_base=f"w8a8 replay {path}")
 
 
+def check_case_file(path: Path) -> None:
+    """A case file is a regular file, a zip archive (.npz), and its members unpack to at most
+    :data:`conformance.case_check.CASE_BYTES` (the sizes its directory declares, which unpacking enforces)."""
+    import zipfile
+
+    from conformance import case_check
+
+    validate.in_file(str(path), "CASE", "a .npz case file written by --export-case")
+    try:
+        with zipfile.ZipFile(path) as z:
+            total = sum(info.file_size for info in z.infolist())
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise validate.UsageError("CASE", "a .npz case file written by --export-case", f"{str(path)!r}: not a readable .npz case ({exc})") \
+            from None
+    if total > case_check.CASE_BYTES:
+        raise validate.UsageError("CASE", f"a case of at most {case_check.CASE_BYTES / (1 << 30):g} GiB unpacked",
+                                  f"{total / (1 << 30):.3g} GiB")
+
+
 def _run_case(path: Path, args, numerics) -> int:
     from replay import engine
     from replay.case import load_case, python_snippet
@@ -240,6 +259,7 @@ def _run_case(path: Path, args, numerics) -> int:
 
     if not path.is_file():
         return _fail(f"CASE {path}: no such file")
+    check_case_file(path)
     try:
         case = load_case(path)
     except ValueError as exc:

@@ -25,9 +25,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=validate.integer(0), default=0, help="seed of the draw (>= 0; default 0)")
     parser.add_argument("--target", type=validate.real(0, open_low=True), default=1e-6,
                         help="target false-failure probability per test, in (0, 1) (default 1e-6)")
-    parser.add_argument("--write", metavar="PATH",
-                        help="merge the recommendations into this TOML tolerance table (checked before measuring: "
-                             "writable, and a valid table if it exists)")
+    write_help = ("merge the recommendations into this TOML tolerance table (checked before measuring: writable, and "
+                  "a valid table if it exists)")
+    parser.add_argument("--write", metavar="PATH", help=write_help)
     parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and tune-report.html/.json into DIR "
                                                      "(a directory or creatable, writable)")
     parser.add_argument("--json", action="store_true", help="print the recommendations as JSON")

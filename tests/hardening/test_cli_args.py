@@ -129,6 +129,12 @@ def test_numbers_of_every_command_are_checked(capsys, argv, cmd, flag):
     _refused(capsys, argv, cmd, flag)
 
 
+def test_estimate_config_must_be_a_preset_or_a_regular_file(tmp_path, capsys):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    assert "not a regular file" in _refused(capsys, ["estimate", "--config", str(fifo)], "estimate", "--config")
+
+
 # -- output paths ------------------------------------------------------------------------------
 
 def test_out_that_is_a_file_is_refused_and_left_alone(tmp_path, capsys):
@@ -193,6 +199,21 @@ def test_a_case_within_the_budget_is_measured():
     assert measure_build(lambda: ((np.zeros((7, 64), np.float16),), {})) in (896, None)
 
 
+def test_a_replay_case_file_beyond_the_budget_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    import numpy as np
+
+    from conformance import case_check
+
+    case = tmp_path / "c.npz"
+    np.savez(case, x=np.zeros(1000, np.float32))  # 4000 bytes unpacked (+ the .npy header)
+    monkeypatch.setattr(case_check, "CASE_BYTES", 4000)
+    line = _refused(capsys, ["replay", str(case)], "replay", "CASE")
+    assert "expected a case of at most" in line
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a zip")
+    assert "File is not a zip file" in _refused(capsys, ["replay", str(junk)], "replay", "CASE")
+
+
 # -- checkpoints: --verify --tokens, --layers --------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -240,8 +261,8 @@ def test_the_reproduce_command_replays_a_failure_from_anywhere(tmp_path):
     """A planted bug fails; the report prints a command with Hypothesis's blob; that command, run from the
     user's folder, fails again on the same example."""
     base = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "--backend",
-            "conformance.planted:TiesAwayBackend", "--conformance-op", "dynamic_quant", "-k", "agrees", "-q",
-            "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "--hypothesis-profile", "dev"]
+            "conformance.planted:TiesAwayBackend", "--conformance-op", "dynamic_quant", "-k", "agrees and not bits", "-q",
+            "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "--hypothesis-seed", "0"]  # seed 0 draws a tie
     first = subprocess.run(base, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert first.returncode == 1
     assert "w8a8 conformance --backend conformance.planted:TiesAwayBackend --op dynamic_quant --case" in first.stdout
@@ -251,3 +272,13 @@ def test_the_reproduce_command_replays_a_failure_from_anywhere(tmp_path):
                             str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 1 and "1 failed" in again.stdout, again.stdout[-3000:]
     assert "DidNotReproduce" not in again.stdout
+
+
+def test_the_plugin_refuses_unknown_backends_and_ops_up_front(tmp_path):
+    for opt, value in (("--backend", "planted-ties-away"), ("--conformance-op", "no_such_op")):
+        out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", opt, value, "-q",
+                              "-p", "no:cacheprovider", "--rootdir", str(tmp_path)], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]  # pytest's usage-error status
+        assert f"{opt}: expected" in out.stderr and repr(value) in out.stderr
+        assert "Traceback" not in out.stderr
