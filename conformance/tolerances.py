@@ -91,7 +91,7 @@ def check_entry(raw, index: int, source: str) -> None:
     where = f"tolerance table {source}: entry {index}"
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected a table ([[entry]]), got {type(raw).__name__} {raw!r}")
-    named = "/".join(str(raw.get(k, "?")) for k in ("backend", "op", "output", "dtype"))
+    named = "/".join(str(raw.get(k, "*" if k == "dtype" else "?")) for k in ("backend", "op", "output", "dtype"))
     where += f" ({named})"
     missing = [k for k in ("backend", "op", "output") if k not in raw]
     if missing:
