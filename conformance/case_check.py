@@ -16,7 +16,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
+import signal
 import sys
+import time
+import warnings
 from dataclasses import dataclass, field
 
 CASE_BYTES = 1 << 30
@@ -24,6 +28,7 @@ CASE_BYTES = 1 << 30
 twice that beyond what the process already has (the child's address-space cap)."""
 
 SCHEMA_SAMPLES = 30  # draws per strategy read for the schema
+BUILD_SECONDS = 120  # a build that takes longer is refused (and its child killed)
 
 
 class CaseError(ValueError):
@@ -161,15 +166,17 @@ def _vm_bytes() -> int:
 
 def measure_build(build, budget: int = CASE_BYTES) -> int | None:
     """The bytes of the arrays ``build()`` returns, built in a forked child whose address space may grow
-    by at most ``2 * budget``; :class:`CaseError` when the inputs exceed ``budget`` or cannot be built
-    (the builder's error, in one line). None where this cannot be measured (no fork, or not Linux:
+    by at most ``2 * budget``; :class:`CaseError` when the inputs exceed ``budget``, cannot be built (the
+    builder's error, in one line) or take more than :data:`BUILD_SECONDS` (the child is killed). None where this cannot be measured (no fork, or not Linux:
     the cap is Linux's ``RLIMIT_AS``)."""
     if not (sys.platform.startswith("linux") and hasattr(os, "fork")):
         return None
     import resource
 
     read, write = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():  # Python >= 3.12 warns about fork in a threaded process: the child only builds
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # the child: cap, build, report, exit without running the parent's cleanup
         os.close(read)
         try:
@@ -186,9 +193,18 @@ def measure_build(build, budget: int = CASE_BYTES) -> int | None:
         os.write(write, json.dumps(msg).encode())
         os._exit(0)
     os.close(write)
+    data, deadline, finished = b"", time.monotonic() + BUILD_SECONDS, False
     with os.fdopen(read, "rb") as f:
-        data = f.read()
+        while not finished and time.monotonic() < deadline:
+            if select.select([f], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                chunk = os.read(f.fileno(), 1 << 16)
+                finished = not chunk
+                data += chunk
+    if not finished:
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
+    if not finished:
+        raise CaseError(f"parameters whose inputs build within {BUILD_SECONDS} s", "a build that did not finish")
     msg = json.loads(data) if data else {"killed": status}
     limit = f"inputs of at most {budget / (1 << 30):g} GiB"
     if msg.get("memory") or "killed" in msg:

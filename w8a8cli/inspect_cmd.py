@@ -98,10 +98,16 @@ def run(args) -> int:
                 from .run_cmd import _sequences
 
                 seqs = _sequences(_Seqs(args.path, args.reference, args.prompts, args.token_ids))
+                total = sum(len(s) for s in seqs)
+                if total > MAX_VERIFY_TOKENS:
+                    raise validate.UsageError("--prompts / --token-ids", f"at most {MAX_VERIFY_TOKENS} tokens in all",
+                                              total)
                 activations = capture(args.reference, seqs)
             results = verify(report.resolution, backend=args.backend, layers=args.layers, tokens=args.tokens,
                              seed=args.seed, reference=args.reference, error_modules=report.modules_with_errors(),
                              activations=activations)
+        except validate.UsageError:
+            raise
         except ValueError as exc:
             print(f"w8a8 inspect: {exc}", file=sys.stderr)
             return 2

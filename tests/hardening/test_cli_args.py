@@ -233,6 +233,18 @@ def test_a_replay_case_file_beyond_the_budget_is_refused_before_loading(tmp_path
     assert "File is not a zip file" in _refused(capsys, ["replay", str(junk)], "replay", "CASE")
 
 
+def test_a_build_that_never_finishes_is_killed_and_refused(monkeypatch):
+    import time
+
+    from conformance import case_check
+
+    if case_check.measure_build(lambda: ((), {})) is None:
+        pytest.skip("the build is measured on Linux only")
+    monkeypatch.setattr(case_check, "BUILD_SECONDS", 1)
+    with pytest.raises(case_check.CaseError, match="build within 1 s"):
+        case_check.measure_build(lambda: time.sleep(60))
+
+
 # -- checkpoints: --verify --tokens, --layers --------------------------------------------------
 
 @pytest.fixture(scope="module")
