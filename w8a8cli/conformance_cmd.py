@@ -153,7 +153,7 @@ def _case_params(args) -> dict:
         raise validate.UsageError("--op", "exactly one --op with --case", f"{len(args.op or [])}")
     try:
         params = json.loads(args.case)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested beyond Python's stack
         raise validate.UsageError("--case", "a JSON object of the op's parameters", f"invalid JSON ({exc})") from None
     try:
         check_case(get(args.op[0]), params)

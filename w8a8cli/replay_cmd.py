@@ -83,7 +83,7 @@ def _numerics(text: str | None):
         return w8a8.ASCEND
     try:
         changes = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ValueError(f"--numerics: expected {w8a8.ASCEND.name!r} or a JSON object of Numerics fields; "
                          f"got {text!r}") from None
     if not isinstance(changes, dict):

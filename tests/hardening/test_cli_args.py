@@ -192,6 +192,7 @@ def test_tune_write_is_checked_before_any_measuring(tmp_path, capsys, monkeypatc
     ("[1, 2]", "expected a JSON object of dynamic_quant parameters, got list [1, 2]"),
     ('"h"', "expected a JSON object of dynamic_quant parameters, got str"),
     ("{bad json", "invalid JSON"),
+    ("[" * 100_000, "invalid JSON"),  # nested beyond the stack: no RecursionError traceback
     (DQ_CASE % ("7", "-3"), "expected 'h' a non-negative integer, got -3"),
     (DQ_CASE % ("-7", "3"), "expected 'lead' a list of non-negative integers, got [-7]"),
     ('{"h": 8, "nope": 1}', "unknown key 'nope'"),
