@@ -304,6 +304,11 @@ def test_the_reproduce_command_replays_a_failure_from_anywhere(tmp_path):
                             str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 1 and "1 failed" in again.stdout, again.stdout[-3000:]
     assert "DidNotReproduce" not in again.stdout
+    repro = next(li for li in first.stdout.splitlines() if "repro: w8a8 conformance" in li).split("repro: ")[1]
+    argv = shlex.split(repro)[1:]  # after "w8a8": the same command line, run from the user's folder
+    case = subprocess.run([sys.executable, "-m", "w8a8cli.main", *argv], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert case.returncode == 1 and '"status": "fail"' in case.stdout, case.stderr[-2000:]
 
 
 def test_the_plugin_refuses_unknown_backends_and_ops_up_front(tmp_path):
