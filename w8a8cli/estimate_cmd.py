@@ -25,8 +25,8 @@ def add_arguments(parser) -> None:
     from deployment.estimate import DEVICES, FORMAT_NAMES
 
     model = parser.add_argument_group("model (counts or a config)")
-    model.add_argument("--total", type=validate.real(0, open_low=True), help="total parameters (> 0), e.g. 1e12")
-    model.add_argument("--active", type=validate.real(0, open_low=True),
+    model.add_argument("--total", type=float, help="total parameters (> 0), e.g. 1e12")
+    model.add_argument("--active", type=float,
                        help="parameters read per token (> 0, <= --total), e.g. 32e9")
     model.add_argument("--config", metavar="CONFIG_JSON",
                        help="a DeepSeek-V3/V4-style config.json (or a preset: deepseek-v3, deepseek-v4-flash): "
@@ -35,16 +35,16 @@ def add_arguments(parser) -> None:
     dev = parser.add_argument_group("device")
     dev.add_argument("--device", help=f"built-in device: {', '.join(DEVICES)} (default h200; without --device, "
                                       "--memory and --bandwidth describe a custom device)")
-    dev.add_argument("--memory", type=validate.real(0, open_low=True), metavar="GB",
+    dev.add_argument("--memory", type=float, metavar="GB",
                      help="device memory in GB (1e9 bytes, > 0); with --device it overrides the built-in value")
-    dev.add_argument("--bandwidth", type=validate.real(0, open_low=True), metavar="TB/s",
+    dev.add_argument("--bandwidth", type=float, metavar="TB/s",
                      help="memory bandwidth in TB/s (1e12 bytes/s, > 0)")
-    parser.add_argument("--reserve", type=validate.real(0), default=0.3,
+    parser.add_argument("--reserve", type=float, default=0.3,
                         help="fraction of device memory kept for KV cache and activations, in [0, 1) (default 0.3)")
-    parser.add_argument("--parallel", type=validate.integer(1), default=8,
+    parser.add_argument("--parallel", type=int, default=8,
                         help="devices reading the weights in decode (>= 1; default 8)")
-    parser.add_argument("--per-node", type=validate.integer(1), default=8, help="devices per node (>= 1; default 8)")
-    parser.add_argument("--row-length", type=validate.integer(1), default=4096,
+    parser.add_argument("--per-node", type=int, default=8, help="devices per node (>= 1; default 8)")
+    parser.add_argument("--row-length", type=int, default=4096,
                         help="K for the INT8 per-channel scale overhead with --total (>= 1; default 4096)")
     parser.add_argument("--formats", default=",".join(FORMAT_NAMES),
                         help=f"comma-separated subset of {','.join(FORMAT_NAMES)} (default: all)")
@@ -53,11 +53,14 @@ def add_arguments(parser) -> None:
 
 
 def check(args) -> None:
-    """``--config``: a preset name or a readable regular file (a FIFO would block); numbers are checked while
-    parsing, their relations (active <= total, reserve < 1) by :mod:`deployment.estimate`."""
+    """``--config`` that exists must be a readable regular file (a FIFO would block; a missing one is the
+    library's "cannot read"). The numbers and their relations (finite, > 0, active <= total, reserve in
+    [0, 1)) are checked by :mod:`deployment.estimate` before anything is computed."""
+    import os
+
     from checkpoints.models import PRESETS
 
-    if args.config is not None and args.config not in PRESETS:
+    if args.config is not None and args.config not in PRESETS and os.path.lexists(args.config):
         validate.in_file(args.config, "--config", f"a config.json or a preset ({', '.join(PRESETS)})")
 
 

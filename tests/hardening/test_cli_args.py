@@ -121,11 +121,10 @@ def test_workers_between_zero_and_the_cores(capsys):
     (["bench", "--min-rounds", "0"], "bench", "--min-rounds"),
     (["replay", "x", "--max-bytes", "inf"], "replay", "--max-bytes"),
     (["compare", "a", "b", "--limit", "-1"], "compare", "--limit"),
-    (["estimate", "--total", "nan", "--active", "1"], "estimate", "--total"),
-    (["estimate", "--total", "1e12", "--active", "3e10", "--parallel", "0"], "estimate", "--parallel"),
     (["run", "ckpt", "--reference", "ref", "--tokens", "1,2", "--max-tokens", "100000000"], "run", "--max-tokens"),
 ])
 def test_numbers_of_every_command_are_checked(capsys, argv, cmd, flag):
+    """(`w8a8 estimate`'s numbers are checked by deployment.estimate itself: tests/deployment/test_estimate.py.)"""
     _refused(capsys, argv, cmd, flag)
 
 
