@@ -296,3 +296,12 @@ def test_v1_and_v2_agree_on_the_same_call(p):
     y1 = w8a8.moe_distribute_combine(rows, ids, v1[2], v1[4], w, group, r, rank_ids, e, **gbs)
     y2 = w8a8.moe_distribute_combine_v2(rows, ids, v2[2], v2[4], w, group, r, rank_ids, e, **gbs)
     assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(y1, y2))
+
+
+@pytest.mark.parametrize("field", ["ep_dispatch_quant", "ep_combine_weights"])
+def test_ep_numerics_fields_are_named_documented_and_default_to_the_kernels(field):
+    with pytest.raises(ValueError, match=field):
+        w8a8.Numerics(**{field: "nonsense"})
+    doc = w8a8.numerics.__doc__
+    assert f"{field} : " in doc and all(f'"{v}"' in doc for v in w8a8.Numerics.choices()[field])
+    assert getattr(w8a8.ASCEND, field) == {"ep_dispatch_quant": "mc2", "ep_combine_weights": "float32"}[field]
