@@ -305,3 +305,23 @@ def test_ep_numerics_fields_are_named_documented_and_default_to_the_kernels(fiel
     doc = w8a8.numerics.__doc__
     assert f"{field} : " in doc and all(f'"{v}"' in doc for v in w8a8.Numerics.choices()[field])
     assert getattr(w8a8.ASCEND, field) == {"ep_dispatch_quant": "mc2", "ep_combine_weights": "float32"}[field]
+
+
+@settings(max_examples=15, deadline=None)
+@given(p=mc2_params())
+def test_dispatch_matches_the_op_plugin_test_construction(p):
+    # op-plugin's test_moe_distribute_dispatch builds the expected expand_x by concatenating every rank's x in
+    # rank order, sorting the copies stably by expert (npu_moe_init_routing) and slicing the result per rank
+    # (spec §1.6): an independent derivation of the canonical (expert, source rank, f) order
+    p = {**p, "quant": 0, "mask": "none", "perm": False}
+    args, kw = mc2_call(p)
+    x, ids, _, r, _, e = args
+    out = w8a8.moe_distribute_dispatch_v2(*args, **kw)
+    rows, _, counts, _ = w8a8.moe_init_routing_v2(
+        np.concatenate(x), np.concatenate(ids), active_num=sum(p["bs"]) * p["k"], expert_num=e,
+        expert_tokens_num_type=1, expert_tokens_num_flag=True, active_expert_range=[0, e])
+    ends = np.cumsum(counts.reshape(r, p["e_loc"]).sum(axis=1))
+    for q in range(r):
+        want = rows[(ends[q - 1] if q else 0):ends[q]]
+        assert np.array_equal(out[0][q].view(np.uint16), want.view(np.uint16))
+        assert np.array_equal(out[3][q], counts[q * p["e_loc"]:(q + 1) * p["e_loc"]])
