@@ -62,7 +62,9 @@ class FormatCastNzArgs:
 def format_cast_nz_args(w) -> FormatCastNzArgs:
     """The argument check of :func:`format_cast_nz` (an ndarray of at least 2 dims)."""
     w = _check.array("format_cast_nz", "w", w, min_ndim=2)
-    return FormatCastNzArgs(w=w, c0=nz_c0(w.dtype), storage_shape=nz_storage_shape(w.shape, w.dtype))
+    storage = nz_storage_shape(w.shape, w.dtype)
+    _check.within_budget("format_cast_nz", "w", storage, w.dtype.itemsize, f"the padded NZ storage {storage}")
+    return FormatCastNzArgs(w=w, c0=nz_c0(w.dtype), storage_shape=storage)
 
 
 @dataclass(frozen=True, eq=False)

@@ -146,6 +146,8 @@ def _int8_args(x1, x2, scale, offset, pertoken_scale, bias, output_dtype, numeri
         batch = np.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
     except ValueError:
         _check.fail(_OP, "x2", f"with batch dims broadcastable to x1's {x1.shape[:-2]}", _check.describe(x2))
+    out_shape = tuple(batch) + (m, n)
+    _check.within_budget(_OP, "x2", out_shape, 4, f"the int32 accumulator [..., M, N] = {out_shape}")
     s = _check.array(_OP, "scale", scale)
     if s.dtype == _dt.float16:
         _check.fail(_OP, "scale", "float32, bfloat16, int64 or uint64 (the device rejects float16 scales, "

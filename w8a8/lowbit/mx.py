@@ -204,6 +204,7 @@ def mx_matmul_args(a_data, a_scale, b_data, b_scale, *, elem_dtype="e2m1", b_ele
     if len(a_shape) != 2 or len(b_shape) != 2 or a_shape[1] != b_shape[1]:
         _check.fail(op, "b_data", f"a 2-D [N, K] operand with K = {a_shape[-1]} (A is {a_shape})",
                     _check.describe(b_data))
+    _check.within_budget(op, "b_data", (a_shape[0], b_shape[0]), 8, f"the output [M, N] = [{a_shape[0]}, {b_shape[0]}]")
     return MxMatmulArgs(a_data=a_data, a_scale=a_scale, b_data=b_data, b_scale=b_scale, a_elem_name=a_name,
                         b_elem_name=b_name, out=float_output(op, output_dtype))
 

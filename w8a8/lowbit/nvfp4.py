@@ -174,6 +174,8 @@ def nvfp4_matmul_args(a_data, a_block_scale, b_data, b_block_scale, alpha, *,
     if a_data.ndim != 2 or b_data.ndim != 2 or a_data.shape[1] != b_data.shape[1]:
         _check.fail(op, "b_data", f"a 2-D [N, K/2] operand with K = {2 * a_data.shape[-1]} "
                     f"(A is {a_data.shape[:-1] + (2 * a_data.shape[-1],)})", _check.describe(b_data))
+    m, n = a_data.shape[0], b_data.shape[0]
+    _check.within_budget(op, "b_data", (m, n), 8, f"the output [M, N] = [{m}, {n}]")
     al = np.asarray(alpha, dtype=np.float32)
     if al.size != 1 or not np.isfinite(al).all():
         _check.fail(op, "alpha", "a finite fp32 scalar (S_a * S_b)", _check.describe(np.asarray(alpha)))

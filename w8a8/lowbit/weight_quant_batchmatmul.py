@@ -97,6 +97,7 @@ def weight_quant_batchmatmul_args(x, weight, antiquant_scale, antiquant_offset=N
     if not isinstance(numerics, Numerics):
         _check.fail(_OP, "numerics", "a w8a8.Numerics", _check.describe(numerics), TypeError)
     x = _check.array(_OP, "x", x, dtypes=(_dt.float16, _dt.bfloat16), ndim=2)
+    _check.finite_under(_OP, numerics, (("x", x),))
     m, k = x.shape
     weight, layout, n = _weight(x, weight)
     _check.choice(_OP, "inner_precise", inner_precise, (0, 1))
@@ -158,7 +159,9 @@ def weight_quant_batchmatmul(x: np.ndarray, weight: np.ndarray, antiquant_scale:
     Errors
     ------
     TypeError for dtypes outside the lists above; ValueError for ranks, shapes, K / N outside
-    [1, 65535], the group size, a forbidden combination, NaN/Inf in a float parameter.
+    [1, 65535], the group size, a forbidden combination, NaN/Inf in a float parameter (always), NaN/Inf
+    in x (under ``numerics.nan_policy="raise"``: the int8 output of ``quant_scale`` has no specified
+    code for NaN, and the golden refuses it for every output dtype alike).
     """
     p = weight_quant_batchmatmul_args(x, weight, antiquant_scale, antiquant_offset, quant_scale, quant_offset, bias,
                                        antiquant_group_size, inner_precise, numerics=numerics)

@@ -187,6 +187,7 @@ def _checked(x, w, b, s, o, pt, group_list, group_list_type, act_type, output_dt
         if value is not None and value.dtype != _dt.int64 and value.dtype != _dt.uint64:
             C.check_finite(_OP, arg, value, numerics)
     segs = C.group_segments(_OP, group_list, group_list_type, m, e)
+    _check.within_budget(_OP, "weight", (m, n), 8, f"the int32 accumulator and the output [M, N] = [{m}, {n}]")
     return GroupedMatmulArgs(x=x, weight=w, bias=b, scale=s, per_token_scale=pt, out=out, act_type=act_type,
                              group_list_type=group_list_type, segments=tuple(segs),
                              total=max((stop for _, _, stop in segs), default=0), as_list=as_list,

@@ -46,6 +46,8 @@ BAD_CALLS = [
         ValueError,
         r"fp8_block_dequantize: argument 'weight_scale_inv' must be float32 of shape",
     ),
+    BadCall("block_shape_budget", lambda: ((fx().wq, np.ones((1, 1), np.float32)), {"block_shape": (10**6, 10**6)}),
+            ValueError, r"fp8_block_dequantize: argument 'block_shape' must be small enough that .* allocation budget of 4294967296 bytes .*; got \(1000000, 1000000\) x 4 B"),
 ]
 
 declare(OpDecl(

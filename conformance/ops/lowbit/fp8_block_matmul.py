@@ -94,6 +94,9 @@ BAD_CALLS = [
         TypeError,
         r"fp8_block_matmul: argument 'output_dtype' must be float32, bfloat16 or float16",
     ),
+    BadCall("block_size_budget", lambda: varied(_valid, {1: np.ones((4, 1), np.float32), 3: np.ones((1, 1), np.float32)},
+                                                 block_size=10**10),
+            ValueError, r"fp8_block_matmul: argument 'block_size' must be small enough that .* allocation budget of 4294967296 bytes .*; got \(10000000000, 1\) x 4 B"),
 ]
 
 
