@@ -92,11 +92,12 @@ def finite(op: str, arg: str, value: np.ndarray, *, ieee_escape: bool = True) ->
 
 def finite_under(op: str, numerics, named: Iterable[tuple[str, np.ndarray | None]]) -> None:
     """The NaN policy on several inputs: under ``numerics.nan_policy="raise"`` every float array of
-    ``named`` (``(argument, value)`` pairs; None and integer arrays are skipped) must be finite."""
+    ``named`` (``(argument, value)`` pairs; None, integer arrays and non-arrays — whose type check
+    comes later — are skipped) must be finite."""
     if numerics.nan_policy != "raise":
         return
     for arg, value in named:
-        if value is not None and _dt.is_float(value.dtype):
+        if isinstance(value, np.ndarray) and _dt.is_float(value.dtype):
             finite(op, arg, value)
 
 

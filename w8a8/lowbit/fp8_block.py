@@ -28,7 +28,8 @@ Conventions chosen (spec §7)
   2^9, so 128 products stay below 2^53 units of 2^-18. A tensor core's fp32 accumulation inside a
   block rounds differently (DeepGEMM promotes every 128 exactly because of it): a tolerance
   matter. DeepGEMM's own epilogue multiplies ``P * (s_a * s_w)``: an ulp-level difference.
-* NaN / Inf input is refused.
+* NaN / Inf input is refused, and so is an e4m3 NaN code (0x7F / 0xFF) in the codes or scales the
+  dequantizer and the GEMM read: the quantizers never write one, so it marks a corrupted tensor.
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ def fp8_block_dequantize_args(weight_q, weight_scale_inv, *, block_shape=(BLOCK,
     """The argument checks of :func:`fp8_block_dequantize`, in its order."""
     op = "fp8_block_dequantize"
     weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), min_ndim=2)
+    _check.finite(op, "weight_q", weight_q, ieee_escape=False)  # a NaN code: never written by the quantizer
     bn, bk = _pair(op, "block_shape", block_shape)
     s = _scales(op, "weight_scale_inv", weight_scale_inv, weight_q.shape[:-2], weight_q.shape[-2:], (bn, bk))
     _padded_within_budget(op, "block_shape", weight_q.shape, bn, bk)
@@ -192,6 +194,8 @@ def fp8_block_matmul_args(a_q, a_scale, weight_q, weight_scale_inv, *, block_siz
     op = "fp8_block_matmul"
     a_q = _check.array(op, "a_q", a_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
     weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
+    for arg, value in (("a_q", a_q), ("weight_q", weight_q)):  # e4m3 NaN codes: never written by the quantizers
+        _check.finite(op, arg, value, ieee_escape=False)
     m, k = a_q.shape
     n = weight_q.shape[0]
     if weight_q.shape[1] != k:
