@@ -47,6 +47,7 @@ from w8a8 import dtypes as _dt
 from w8a8.rounding import to_float
 from w8a8.ulp import ulp_distance
 
+from . import safe_files
 from .issues import Findings
 from .reference import check_reference
 from .safetensors_io import MappedFile
@@ -85,7 +86,8 @@ class ReferenceWeights:
         self.path = Path(path)
         if not self.path.is_dir():
             raise ValueError(f"--reference: {self.path} is not a directory")
-        self.files = [MappedFile(f) for f in sorted(self.path.glob("*.safetensors"))]
+        self.files = [MappedFile(safe_files.contained(self.path, f, "--reference weights file"))
+                      for f in sorted(self.path.glob("*.safetensors"))]
         if not self.files:
             raise ValueError(f"--reference: {self.path} holds no .safetensors files")
 
@@ -303,11 +305,9 @@ def verify(res: Resolution, *, backend: str = "numpy", layers: str = "*", tokens
         arrays = {name: f.tensor(name) for f in ref.files for name in f.entries}
         cfg = None
         if (ref.path / "config.json").is_file():
-            import json
-
             try:
-                cfg = json.loads((ref.path / "config.json").read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError):
+                cfg = safe_files.load_json(ref.path / "config.json", "config.json")
+            except ValueError:  # unreadable, not JSON or nested too deep: no config to check against
                 cfg = None
         found, _ = check_reference(res, arrays, cfg if isinstance(cfg, dict) else None)
         if found.errors:
