@@ -95,7 +95,8 @@ def format_cast_nz(w: np.ndarray) -> np.ndarray:
     """ND ``[..., R, C]`` -> NZ storage ``[..., ceil(C/C0), ceil(R/16), 16, C0]``, zero padded.
 
     Any dtype of itemsize 1, 2 or 4 (and 8, treated like 4 — torch_npu never casts those).
-    Raises ValueError for fewer than 2 dims.
+    Raises ValueError for fewer than 2 dims, or an NZ storage (zero padded to 16 x C0 tiles) beyond
+    the allocation budget (:func:`w8a8._check.within_budget`; 4 GiB or ``W8A8_GOLDEN_MAX_BYTES``). NaN / Inf values are moved bit for bit like any other.
     """
     a = format_cast_nz_args(w)
     w, c0 = a.w, a.c0

@@ -30,6 +30,10 @@ Conventions chosen (spec §7)
   matter. DeepGEMM's own epilogue multiplies ``P * (s_a * s_w)``: an ulp-level difference.
 * NaN / Inf input is refused, and so is an e4m3 NaN code (0x7F / 0xFF) in the codes or scales the
   dequantizer and the GEMM read: the quantizers never write one, so it marks a corrupted tensor.
+* The quantizers pad to whole blocks and the dequantizer repeats each scale over its block: a
+  ``block_shape`` / ``group_size`` / ``block_size`` whose padded fp32 tensor (or the GEMM's ``[M, N]``
+  accumulator) exceeds the allocation budget (:func:`w8a8._check.within_budget`: 4 GiB or
+  ``W8A8_GOLDEN_MAX_BYTES``) is refused, naming the argument, before anything is allocated.
 """
 
 from __future__ import annotations

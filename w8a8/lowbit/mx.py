@@ -284,7 +284,10 @@ def mx_matmul(a_data: np.ndarray, a_scale: np.ndarray, b_data: np.ndarray, b_sca
 
     Formula: ``y[m, n] = sum_k A^[m, k] * B^[n, k]`` with ``A^ = P * 2^(b - 127)`` exact in
     float64, accumulated in float64, rounded once to fp32, then RNE to ``output_dtype``. A NaN
-    scale makes every output it touches NaN.
+    scale makes every output it touches NaN (the OCP MX definition: accepted, as NaN elements are).
+
+    Errors (:func:`mx_matmul_args`): ValueError for shapes, element types, block sizes, and an
+    ``[M, N]`` output beyond the allocation budget (:func:`w8a8._check.within_budget`; 4 GiB or ``W8A8_GOLDEN_MAX_BYTES``).
     """
     p = mx_matmul_args(a_data, a_scale, b_data, b_scale, elem_dtype=elem_dtype, b_elem_dtype=b_elem_dtype,
                        block_size=block_size, output_dtype=output_dtype)

@@ -250,6 +250,9 @@ def nvfp4_dequantize(data: np.ndarray, block_scale: np.ndarray, *, per_tensor_sc
     an RNE cast to ``output_dtype`` (float32, bfloat16, float16).
 
     ``data`` uint8 ``[..., K/2]``, ``block_scale`` ``float8_e4m3fn`` ``[..., K/16]`` (linear layout).
+
+    Errors (:func:`nvfp4_dequantize_args`): TypeError for dtypes; ValueError for shapes, the tensor
+    scale, and an e4m3 NaN code in ``block_scale`` (always: :func:`nvfp4_quantize` never writes one).
     """
     p = nvfp4_dequantize_args(data, block_scale, per_tensor_scale=per_tensor_scale, global_scale=global_scale,
                               output_dtype=output_dtype)
@@ -275,6 +278,9 @@ def nvfp4_matmul(a_data: np.ndarray, a_block_scale: np.ndarray, b_data: np.ndarr
 
     Formula: ``acc = sum_k (q_a s_a)(q_b s_b)`` exact in float64 (each factor is exact), rounded
     once to fp32; ``y = cast(acc * fp32(alpha))``.
+
+    Errors (:func:`nvfp4_matmul_args`): TypeError for dtypes; ValueError for shapes, a non-finite
+    ``alpha``, an e4m3 NaN code in a block scale (always), and an ``[M, N]`` output beyond the allocation budget (:func:`w8a8._check.within_budget`; 4 GiB or ``W8A8_GOLDEN_MAX_BYTES``).
     """
     p = nvfp4_matmul_args(a_data, a_block_scale, b_data, b_block_scale, alpha, output_dtype=output_dtype)
     a_data, a_block_scale, b_data, b_block_scale, al, out = (p.a_data, p.a_block_scale, p.b_data, p.b_block_scale,

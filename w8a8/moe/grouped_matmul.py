@@ -255,7 +255,8 @@ def grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_token_s
     golden writes 0 there. Compare only :func:`valid_rows` ``(group_list, M, group_list_type=...)``.
 
     Errors: TypeError for dtypes and combinations outside the table; ValueError for shapes, group
-    lists, options; OverflowError if a bias sum leaves int32.
+    lists, options, NaN/Inf scales under ``nan_policy="raise"``, an ``[M, N]`` accumulator beyond
+    the allocation budget (:func:`w8a8._check.within_budget`; 4 GiB or ``W8A8_GOLDEN_MAX_BYTES``); OverflowError if a bias sum leaves int32.
     """
     a = grouped_matmul_args(x, weight, bias=bias, scale=scale, offset=offset, per_token_scale=per_token_scale,
                             group_list=group_list, group_list_type=group_list_type, act_type=act_type,
