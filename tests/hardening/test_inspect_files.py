@@ -4,7 +4,8 @@ Rows covered: a weights file that is a FIFO (hung forever); an index naming an a
 climbing out with ``../`` (read outside the checkpoint), symlinks out and symlink loops; a 100 000-deep
 JSON (RecursionError); a ``!!python`` YAML tag in a recipe (ConstructorError traceback); and the
 project's own safetensors parser without the ``safetensors`` package (overlapping tensors accepted,
-list dtypes and string offsets as tracebacks) — each now a clean error naming the file, what was
+list dtypes and string offsets as tracebacks); ``--verify --tokens 1e8`` (MemoryError) and ``--layers``
+matching nothing ("0 modules", exit 0) — each now a clean error naming the file or argument, what was
 expected and what came.
 """
 
@@ -54,8 +55,8 @@ def sharded(template, tmp_path):
 
 
 def inspect_fails(path, capsys, *extra) -> str:
-    """``w8a8 inspect PATH`` exits 2 with exactly one line on stderr and no traceback; that line."""
-    assert main(["inspect", str(path), "--headers-only", *extra]) == 2
+    """``w8a8 inspect PATH EXTRA`` (default ``--headers-only``) exits 2 with one line on stderr, no traceback; that line."""
+    assert main(["inspect", str(path), *(extra or ("--headers-only",))]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = err.strip().splitlines()
@@ -274,3 +275,18 @@ def test_a_valid_file_still_reads_without_safetensors(single, monkeypatch):
     ckpt = Checkpoint.open(single)
     name = next(iter(ckpt.entries))
     assert ckpt.tensor(name).shape == ckpt.entries[name].shape
+
+
+# -- --verify's sizes ---------------------------------------------------------------------------------------
+
+def test_verify_tokens_beyond_the_budget_is_one_line(single, capsys):
+    # 10^8 token rows of the widest module: refused before any module runs (was a MemoryError traceback)
+    line = inspect_fails(single, capsys, "--verify", "--tokens", str(10**8))
+    assert line.startswith("w8a8 inspect: verify: argument 'tokens' must be small enough that 100000000 token rows")
+    assert "allocation budget of 4294967296 bytes" in line
+
+
+def test_verify_layers_matching_nothing_is_an_error(single, capsys):
+    # was "0 modules", exit 0
+    line = inspect_fails(single, capsys, "--verify", "--layers", "no.such.layer")
+    assert "verify: argument 'layers' must match at least one module" in line and "'no.such.layer'" in line
