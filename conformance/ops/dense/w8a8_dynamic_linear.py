@@ -107,7 +107,9 @@ BAD_CALLS = [
     BadCall("bias_dtype", lambda: ((X, LW, S5), {"bias": np.ones(5, np.int32)}),
             TypeError, r"w8a8_dynamic_linear: argument 'bias' must be of dtype float32, bfloat16 or float16"),
     BadCall("dynamic_quant_x_nonfinite", lambda: ((NAN_X, LW, S5), {}),
-            ValueError, r"w8a8_dynamic_linear: argument 'x' must be finite"),
+            ValueError, r"w8a8_dynamic_linear: argument 'x' must be finite",
+            "The Linear refuses a non-finite x under its own name, before its quantizer (dynamic_quant, or "
+            "dynamic_quant_asymmetric under a record with asymmetric activations, onnxruntime-dqmm) runs."),
     BadCall("quant_matmul_scale_nonfinite", lambda: ((X, LW, S5 * np.nan), {}),
             ValueError, r"w8a8_dynamic_linear: argument 'weight_scale' must be finite"),
     BadCall("k_zero", lambda: ((np.ones((3, 0), BF16), np.ones((5, 0), np.int8), S5), {}),
