@@ -3,6 +3,10 @@
 Every failure names the op, the argument, what was expected and what came, so that a bad call fails
 at the boundary with a readable message instead of deep inside NumPy (or, worse, silently). Dtype
 mismatches raise ``TypeError``; everything else (rank, shape, values) raises ``ValueError``.
+
+Beyond shapes and dtypes: the NaN policy (:func:`finite`, :func:`finite_under`,
+:func:`nonzero_divisor`) and the allocation budget of argument-sized arrays (:func:`within_budget`,
+:data:`BUDGET_ENV`), both checked before an op does any work.
 """
 
 from __future__ import annotations
