@@ -6,8 +6,8 @@ after load (FRACTAL_NZ, or ND and why), the scale dtypes after load, the static 
 warnings; for every MoE layer, the expert-parallel dispatch path of the serving launch described by
 the launch options (``--moe-a2a-backend``, ``--deepep-mode``, ``--env NAME=VALUE``... for SGLang;
 ``--enable-expert-parallel``, ``--moe-comm``... for vllm-ascend): per phase, whether the INT8 wire path
-is taken or W13 quantizes on arrival, and the rule that decided it; then totals (bytes per quant type, Linears on the ND fallback) and every finding (errors,
-warnings, information). ``--verify`` runs the selected layers' real weights through a backend against
+is taken or W13 quantizes on arrival, and the rule that decided it; then totals (bytes per quant type,
+Linears on the ND fallback) and every finding (errors, warnings, information). ``--verify`` runs the selected layers' real weights through a backend against
 the golden: on the float model's real activations when ``--reference`` and ``--prompts`` (or
 ``--token-ids``) are given, otherwise on synthetic inputs — and it says which.
 
@@ -47,7 +47,8 @@ def add_arguments(parser) -> None:
                              "against the checkpoint (names, shapes, distance); default: the dequantized weights")
     from checkpoints import dispatch as d
 
-    launch = parser.add_argument_group("serving launch (the EP dispatch path of the MoE layers; spec/expert-parallel.md)")
+    launch = parser.add_argument_group("serving launch (the EP dispatch path of the MoE layers; "
+                                       "spec/expert-parallel.md)")
     launch.add_argument("--soc", choices=d.SOCS, default="a3", help="Ascend SoC (default a3 = 910C)")
     launch.add_argument("--moe-a2a-backend", choices=d.A2A_BACKENDS, default="none",
                         help="SGLang --moe-a2a-backend (default none: no EP exchange)")
@@ -205,7 +206,8 @@ def _print(report, out, args) -> None:
         notes = "; ".join(list(m.notes) + r.warnings + ([f"ND: {r.nd_reason}"] if r.nd_reason else []))
         scales = r.scales + (f"\nstatic: {r.static}" if r.static not in ("-", "") else "")
         family = f"{m.method or '-'}\n{r.op_family}" + "".join(f"\ndispatch {p.summary()}" for p in r.dispatch)
-        rows.append((m.layer, m.name + ("" if m.kind == "linear" else f" ({m.kind})"), m.scheme or "-", family, f"{r.checkpoint_shape} -> {r.loaded}", scales, notes))
+        rows.append((m.layer, m.name + ("" if m.kind == "linear" else f" ({m.kind})"), m.scheme or "-", family,
+                     f"{r.checkpoint_shape} -> {r.loaded}", scales, notes))
     t = out["totals"]
     totals = [f"{k}: {human_bytes(v)}" for k, v in t["bytes_by_type"].items()]
     totals.append(f"Linears on the ND fallback: {t['linears_nd_fallback']}"
