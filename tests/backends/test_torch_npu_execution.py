@@ -21,6 +21,9 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -584,6 +587,10 @@ def test_w8a8_moe_prequantized_end_to_end(env):
 # -- expert parallelism: the MC2 ops per rank, the EP layer ----------------------------------------------------------
 @pytest.fixture
 def ep():
+    return ep_backend()
+
+
+def ep_backend():
     """A backend whose EP plans run as R threads, each rank with its own recording fake in one EpWorld."""
     from backends.torch_npu.execution_ep import ThreadLauncher
 
@@ -794,3 +801,56 @@ def test_hccl_launcher_needs_one_npu_per_rank():
         HcclLauncher(device_count=2).run([None] * 4)
     with pytest.raises(Unsupported, match="needs 2 NPUs"):
         HcclLauncher(device_count=8, devices=[0]).run([None] * 2)
+
+
+# -- the EP ops' declared cases through the per-rank plans and the fake (conformance.suite, strict) ------------------
+def _ranked_ops():
+    from conformance import registry
+
+    return [op for op in registry.specs() if registry.get(op).ranked]
+
+
+def _ranked(kind):
+    from conformance import registry
+
+    fn = registry.named_cases if kind == "named" else registry.bad_calls
+    return [c.key for op in _ranked_ops() for c in fn(op)]
+
+
+def test_the_ranked_ops_are_the_ep_lowerings():
+    from backends.torch_npu import EP_LOWERINGS
+
+    assert sorted(_ranked_ops()) == sorted(EP_LOWERINGS)
+
+
+@pytest.mark.parametrize("key", _ranked("named"))
+def test_ep_named_cases(ep, key):
+    # A case the device cannot take (the A3 MC2 limits on the layer's tiny hand-derived cases: H = 2, R = 1;
+    # a numerics record other than the one the backend declares) is Unsupported: the non-strict run skips it
+    # with the reason. Every other case must then pass strictly (every output's bytes, nothing unsupported).
+    from conformance.suite import check_named
+
+    check_named(ep.backend, key)
+    check_named(ep.backend, key, strict=True)
+
+
+@pytest.mark.parametrize("key", _ranked("bad"))
+def test_ep_bad_calls(ep, key):
+    from conformance.suite import check_error
+
+    check_error(ep.backend, key, strict=True)
+    assert ep.fakes == {}                              # refused before any rank started
+
+
+@pytest.mark.parametrize("op", ["moe_distribute_dispatch", "moe_distribute_dispatch_v2", "moe_distribute_combine",
+                                "moe_distribute_combine_v2"])
+@settings(max_examples=5, deadline=None)
+@given(data=st.data())
+def test_ep_drawn_cases(op, data):
+    # conformance's own draws of the MC2 ops (rank counts, uneven BS, masks, smooth scales...), strictly, through
+    # fresh per-rank fakes. (The layer's draws are below the MC2 limits, H < 1024: its cases are the tests above.)
+    from conformance import registry
+    from conformance.suite import check_drawn
+
+    params = data.draw(registry.get(op).params(), label="params")
+    check_drawn(ep_backend().backend, op, params, strict=True)
