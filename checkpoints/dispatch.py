@@ -141,6 +141,18 @@ class DispatchPath:
         """W13 quantizes on arrival (the BF16 fallback)."""
         return self.quantized_at == "arrival (W13)"
 
+    @property
+    def golden(self) -> str:
+        """The golden call that models this path (``w8a8.w8a8_moe_ep`` and its ``Numerics.ep_dispatch_quant``)."""
+        if self.int8_wire:
+            quant = "deepep_normal" if self.formula == DEEPEP_NORMAL_QUANT else "mc2"
+            return f'w8a8_moe_ep(dispatch="int8") with Numerics ep_dispatch_quant="{quant}"'
+        if self.wire == "bf16" and self.quantized_at in ("arrival (W13)", "arrival (dispatcher)"):
+            return 'w8a8_moe_ep(dispatch="bf16")'
+        if self.quantized_at == "routing":
+            return "w8a8_moe (no EP exchange)"
+        return "-"
+
     def summary(self) -> str:
         """One line: phase, wire dtype, who quantizes."""
         if self.int8_wire:
@@ -155,6 +167,7 @@ class DispatchPath:
     def as_dict(self) -> dict:
         return {"phase": self.phase, "transport": self.transport, "wire": self.wire, "int8_wire": self.int8_wire,
                 "quantized_at": self.quantized_at, "w13_quantizes": self.w13_quantizes, "formula": self.formula,
+                "golden": self.golden,
                 "reasons": list(self.reasons), "warnings": list(self.warnings), "summary": self.summary()}
 
 

@@ -151,6 +151,8 @@ def _print_dispatch(report, summary) -> None:
             verdict = ("INT8 wire path" if p.int8_wire else "W13 quantizes on arrival" if p.w13_quantizes
                        else f"quantized at {p.quantized_at}")
             print(f"    {p.phase}: {verdict} -- {p.transport}; wire {p.wire}; formula: {p.formula}")
+            if p.golden != "-":
+                print(f"      golden: {p.golden}")
             for why in p.reasons:
                 print(f"      because {why}")
             for w in p.warnings:

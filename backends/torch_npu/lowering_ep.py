@@ -105,12 +105,13 @@ def group_kwargs(b: Builder, g, q: int, *, tp_world_size: int) -> dict:
 
 
 def shared_kwargs(g, *, tp_world_size: int) -> dict:
+    """The tp and shared-expert arguments of an MC2 call (tp 0, or 1 on the EP group; shard type 0)."""
     return {"group_tp": GROUP if tp_world_size else "", "tp_world_size": int(tp_world_size), "tp_rank_id": 0,
             "expert_shard_type": 0, "shared_expert_num": g.shared_expert_num,
             "shared_expert_rank_num": g.shared_ranks}
 
 
-def dispatch_into(b: Builder, op: str, a, q: int, x: T, ids: T, *, quant_mode: int, v2: bool):
+def dispatch_into(b: Builder, a, q: int, x: T, ids: T, *, quant_mode: int, v2: bool):
     """Rank q's dispatch call (every option explicit); returns its seven output tensors."""
     g = a.group
     kwargs = group_kwargs(b, g, q, tp_world_size=g.tp_world_size)
@@ -132,7 +133,7 @@ def dispatch_into(b: Builder, op: str, a, q: int, x: T, ids: T, *, quant_mode: i
                   why=f"rank {q} of {g.ranks}; quant_mode {quant_mode}")
 
 
-def dispatch_truncation(a, q: int, a_q: int, outs, *, v2: bool) -> dict:
+def dispatch_truncation(a, a_q: int, outs, *, v2: bool) -> dict:
     """The valid part of each dispatch output the golden returns (module docstring)."""
     g = a.group
     ex, ds, idx, _, recv, _, es = outs
@@ -152,9 +153,9 @@ def lower_moe_distribute_dispatch(a, options: Options = DEFAULT) -> EpPlan:
     plans: list[Plan] = []
     for q in range(g.ranks):
         b = Builder(op)
-        outs = dispatch_into(b, op, a, q, b.input("x", a.x[q]), b.input("expert_ids", a.expert_ids[q]),
+        outs = dispatch_into(b, a, q, b.input("x", a.x[q]), b.input("expert_ids", a.expert_ids[q]),
                              quant_mode=a.quant_mode, v2=v2)
-        keep = dispatch_truncation(a, q, rows[q], outs, v2=v2)
+        keep = dispatch_truncation(a, rows[q], outs, v2=v2)
         b.fixup(outs[5], 0, g.tp_world_size, "tp_recv_counts is reserved (the golden's zeros)")
         b.decide(f"rank {q} receives A_q = {rows[q]} rows; the device returns its capacity "
                  f"A = {capacity([x.shape[0] for x in a.x], a.global_bs, g.e_loc, a.k)}: the first A_q are kept")
@@ -248,7 +249,7 @@ def lower_w8a8_moe_ep(a, options: Options = DEFAULT) -> EpPlan:
         _, w13, s13, w2, s2 = _expert_weights(b, op, a.h, mine, options)
         x = b.input("hidden", a.hidden[q])
         ids = b.input("topk_ids", a.topk_ids[q], source="int32")
-        ex, ds, assist, counts, recv, tp_recv, _ = dispatch_into(b, op, d, q, x, ids, quant_mode=d.quant_mode, v2=True)
+        ex, ds, assist, counts, recv, tp_recv, _ = dispatch_into(b, d, q, x, ids, quant_mode=d.quant_mode, v2=True)
         if int8:
             xq, xs = ex, ds
             b.decide("INT8 dispatch: the received int8 rows and their fp32 dynamic_scales go to W13 as x and "

@@ -206,6 +206,20 @@ def test_summary_and_dict():
     assert one(sg()).summary() == "all batches: no EP exchange, quantized in routing"
 
 
+def test_the_golden_call_of_each_path():
+    # the golden's Numerics choice per path: MC2 / low-latency the npu_dynamic_quant formula ("mc2"), Ascend
+    # DeepEP normal its 1e-12 epsilon ("deepep_normal"); a BF16 wire is dispatch="bf16" (quantized on arrival)
+    normal, ll = sg(moe_a2a_backend="deepep")
+    assert normal.golden == 'w8a8_moe_ep(dispatch="int8") with Numerics ep_dispatch_quant="deepep_normal"'
+    assert ll.golden == 'w8a8_moe_ep(dispatch="int8") with Numerics ep_dispatch_quant="mc2"'
+    assert all(p.golden == 'w8a8_moe_ep(dispatch="bf16")'
+               for p in sg(moe_a2a_backend="deepep", env={"DEEP_USE_MODE": "alltoall"}))
+    assert one(sg()).golden == "w8a8_moe (no EP exchange)"
+    assert one(sg(moe_a2a_backend="ascend_fuseep")).golden == "-"
+    assert {p.golden for p in vl(enable_expert_parallel=True)} == {
+        'w8a8_moe_ep(dispatch="int8") with Numerics ep_dispatch_quant="mc2"'}
+
+
 @pytest.mark.parametrize("kw, arg", [(dict(engine="trt"), "engine"), (dict(soc="a9"), "soc"),
                                      (dict(deepep_mode="fast"), "deepep_mode"), (dict(moe_comm="x"), "moe_comm"),
                                      (dict(env={"HCCL_BUFFSIZE": "1"}), "env"), (dict(ep_size=0), "ep_size")])
