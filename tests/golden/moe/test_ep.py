@@ -12,9 +12,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 import w8a8
 from conformance import ep_invariants as I
+from conformance.ops.moe._ep import mc2_call, mc2_params
 from w8a8 import bfloat16
 from w8a8.moe.ep_layer import w8a8_moe_ep_args
 from w8a8.offline import quantize_weight_per_channel
@@ -150,6 +152,19 @@ def test_deepep_normal_all_zero_token_has_a_finite_scale():
     assert st["payload_scale"][0][0] == np.float32(1) / (np.float32(127) / np.float32(1e-12)) > 0
 
 
+def test_deepep_normal_dispatch_op_values():
+    # the MC2 dispatch op under ep_dispatch_quant="deepep_normal" (conformance case int8_tie_and_zero_row with
+    # the epsilon): rank 1's zero row: inv = 127 / 1e-12, codes 0, scale 1 / (127 / 1e-12) (finite);
+    # rank 0's [2, 1, 1, ...]: fp32(2 + 1e-12) = 2, so codes [127, 64, ...] (63.5 -> 64) and 1 / 63.5 as in MC2
+    x = [np.concatenate([[2.0], np.ones(1023)]).astype(F32).astype(bfloat16)[None], np.zeros((1, 1024), bfloat16)]
+    out = w8a8.moe_distribute_dispatch_v2(x, [np.array([[1]], np.int32), np.array([[0]], np.int32)], "ep", 2,
+                                          [0, 1], 2, quant_mode=2,
+                                          numerics=w8a8.ASCEND.replace(ep_dispatch_quant="deepep_normal"))
+    assert out[0][0].tolist() == [[0] * 1024] and out[0][1].tolist() == [[127] + [64] * 1023]
+    assert out[1][0][0] == np.float32(1) / (np.float32(127) / np.float32(1e-12))
+    assert out[1][1][0] == np.float32(1) / np.float32(63.5)
+
+
 def test_init_routing_dispatch_equals_single_process_w8a8_moe():
     # Claim C: with the alltoall strategy's init_routing_v2 formula on the sender, the EP layer equals
     # w8a8_moe itself (whose dispatch is moe_init_routing_v2(quant_mode=1)), bit for bit
@@ -254,3 +269,59 @@ def _quant_f32(xf):
     """The §1.5 formula on fp32 rows, written out: inv = 127 / max|x|, q = rint(x * inv), s = 1 / inv."""
     inv = np.float32(127) / np.max(np.abs(xf), axis=1, keepdims=True)
     return np.clip(np.rint(xf * inv), -127, 127).astype(np.int8), (np.float32(1) / inv)[:, 0]
+
+
+@settings(max_examples=8, deadline=None)
+@given(p=mc2_params(v2=False))
+def test_v1_and_v2_agree_on_the_same_call(p):
+    # the same A3 call (H = 7168, R = 8) through v1 and v2: the same rows, scales and counts; v1's sender-side
+    # expand_idx and v2's receiver-side triples locate the same rows; both combines give the same tokens
+    args, kw = mc2_call(p)
+    v1 = w8a8.moe_distribute_dispatch(*args, **kw)
+    kw2 = {**kw, "scales": np.concatenate([np.ones((1, 7168), F32), kw["scales"]])} if "scales" in kw else kw
+    v2 = w8a8.moe_distribute_dispatch_v2(*args, **kw2)         # v2's smooth row of e is e + shared_expert_num
+    for o in (0, 1, 3, 4):
+        assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(v1[o], v2[o]))
+    x, ids, group, r, rank_ids, e = args
+    entry = {q: i for i, q in enumerate(rank_ids)}
+    for i, q in enumerate(rank_ids):                   # v1: row = ep_send_counts[q][l R + src - 1] + expand_idx
+        for row, (src, t, k) in enumerate(v2[2][i].reshape(-1, 3)):
+            l, s = ids[entry[src]][t, k] % p["e_loc"], src
+            start = 0 if l * r + s == 0 else int(v1[4][i][l * r + s - 1])
+            assert start + int(v1[2][entry[src]][t * p["k"] + k]) == row
+    rng = np.random.default_rng(p["seed"])
+    rows = [to_float(rng.standard_normal(a.shape[:1] + (7168,)).astype(F32), bfloat16) for a in v1[0]]
+    w = [rng.uniform(0, 1, i.shape).astype(F32) for i in ids]
+    gbs = {"global_bs": kw["global_bs"]}
+    y1 = w8a8.moe_distribute_combine(rows, ids, v1[2], v1[4], w, group, r, rank_ids, e, **gbs)
+    y2 = w8a8.moe_distribute_combine_v2(rows, ids, v2[2], v2[4], w, group, r, rank_ids, e, **gbs)
+    assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(y1, y2))
+
+
+@pytest.mark.parametrize("field", ["ep_dispatch_quant", "ep_combine_weights"])
+def test_ep_numerics_fields_are_named_documented_and_default_to_the_kernels(field):
+    with pytest.raises(ValueError, match=field):
+        w8a8.Numerics(**{field: "nonsense"})
+    doc = w8a8.numerics.__doc__
+    assert f"{field} : " in doc and all(f'"{v}"' in doc for v in w8a8.Numerics.choices()[field])
+    assert getattr(w8a8.ASCEND, field) == {"ep_dispatch_quant": "mc2", "ep_combine_weights": "float32"}[field]
+
+
+@settings(max_examples=15, deadline=None)
+@given(p=mc2_params())
+def test_dispatch_matches_the_op_plugin_test_construction(p):
+    # op-plugin's test_moe_distribute_dispatch builds the expected expand_x by concatenating every rank's x in
+    # rank order, sorting the copies stably by expert (npu_moe_init_routing) and slicing the result per rank
+    # (spec §1.6): an independent derivation of the canonical (expert, source rank, f) order
+    p = {**p, "quant": 0, "mask": "none", "perm": False, "ent": 1}   # counts, not prefix sums
+    args, kw = mc2_call(p)
+    x, ids, _, r, _, e = args
+    out = w8a8.moe_distribute_dispatch_v2(*args, **kw)
+    rows, _, counts, _ = w8a8.moe_init_routing_v2(
+        np.concatenate(x), np.concatenate(ids), active_num=sum(p["bs"]) * p["k"], expert_num=e,
+        expert_tokens_num_type=1, expert_tokens_num_flag=True, active_expert_range=[0, e])
+    ends = np.cumsum(counts.reshape(r, p["e_loc"]).sum(axis=1))
+    for q in range(r):
+        want = rows[(ends[q - 1] if q else 0):ends[q]]
+        assert np.array_equal(out[0][q].view(np.uint16), want.view(np.uint16))
+        assert np.array_equal(out[3][q], counts[q * p["e_loc"]:(q + 1) * p["e_loc"]])
