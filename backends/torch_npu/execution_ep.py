@@ -45,8 +45,9 @@ def run_rank(rt: Runtime, plan: Plan):
 
 
 class ThreadLauncher:
-    """The ranks as threads of this process; ``runtime_of(rank, world_size)`` gives each its runtime. The
-    first exception of any rank is raised (after every thread has finished)."""
+    """The ranks as threads of this process; ``runtime_of(rank, world_size)`` gives each its runtime. After
+    every thread has finished, the lowest rank's exception is raised (one other than a broken barrier, the
+    consequence of another rank's failure, when there is one)."""
 
     def __init__(self, runtime_of: Callable[[int, int], Runtime]):
         self.runtime_of = runtime_of
@@ -67,8 +68,9 @@ class ThreadLauncher:
         for t in threads:
             t.join()
         if errors:
-            q, exc = min(errors, key=lambda e: e[0])
-            raise exc
+            # a rank that failed breaks the others' barriers: its own error is the one to see
+            first = [e for e in errors if not isinstance(e[1], threading.BrokenBarrierError)] or errors
+            raise min(first, key=lambda e: e[0])[1]
         return results
 
 

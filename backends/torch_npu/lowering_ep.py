@@ -96,8 +96,8 @@ def device_mask(active: np.ndarray) -> np.ndarray:
 
 def group_kwargs(b: Builder, g, q: int, *, tp_world_size: int) -> dict:
     """The group arguments of rank q's MC2 call, in the schema's order (spec §1.2)."""
-    b.decide("group_ep: the HCCL communicator name of the rank's process group, resolved at execution "
-             "(get_hccl_comm_name); the golden's group_ep is a checked name only")
+    b.decide(f"group_ep: the HCCL communicator name of the rank's process group, resolved at execution "
+             f"(get_hccl_comm_name), for the golden's group {g.group_ep!r}")
     if tp_world_size:
         b.decide("tp_world_size=1: group_tp is the EP group's name, tp_rank_id=0 (as vllm-ascend passes on A3, "
                  "spec §3.1)")
@@ -105,10 +105,10 @@ def group_kwargs(b: Builder, g, q: int, *, tp_world_size: int) -> dict:
 
 
 def shared_kwargs(g, *, tp_world_size: int) -> dict:
-    """The tp and shared-expert arguments of an MC2 call (tp 0, or 1 on the EP group; shard type 0)."""
-    return {"group_tp": GROUP if tp_world_size else "", "tp_world_size": int(tp_world_size), "tp_rank_id": 0,
-            "expert_shard_type": 0, "shared_expert_num": g.shared_expert_num,
-            "shared_expert_rank_num": g.shared_ranks}
+    """The tp and shared-expert arguments of an MC2 call (tp 0, or 1 on the EP group), as the golden checked them."""
+    return {"group_tp": GROUP if tp_world_size else "", "tp_world_size": int(tp_world_size),
+            "tp_rank_id": int(g.tp_rank_id), "expert_shard_type": int(g.expert_shard_type),
+            "shared_expert_num": g.shared_expert_num, "shared_expert_rank_num": g.shared_ranks}
 
 
 def dispatch_into(b: Builder, a, q: int, x: T, ids: T, *, quant_mode: int, v2: bool):
@@ -179,9 +179,16 @@ def lower_moe_distribute_combine(a, options: Options = DEFAULT) -> EpPlan:
     g = a.group
     bs = [i.shape[0] for i in a.expert_ids]
     cap = capacity(bs, a.global_bs, g.e_loc, a.k)
+    es = a.expand_scales if v2 else None
+    if es is not None and (not isinstance(es, (list, tuple)) or len(es) != g.ranks
+                           or any(not isinstance(v, np.ndarray) or v.ndim != 1 for v in es)):
+        reject(op, "expand_scales", f"a list of {g.ranks} 1-D fp32 arrays (the dispatch's expand_scales, one per "
+               "entry)", type(es).__name__, "torch_npu 2.13.0 schema: Tensor? expand_scales, per rank")
     plans: list[Plan] = []
     for q in range(g.ranks):
         b = Builder(op)
+        if a.tp_send_counts is not None:
+            b.decide("tp_send_counts is reserved on A3 (the golden ignores it): not passed")
         x = b.input("expand_x", fit_rows(a.expand_x[q], cap), source=f"padded to the capacity A = {cap}")
         index = a.index[q]
         if v2:
@@ -191,6 +198,8 @@ def lower_moe_distribute_combine(a, options: Options = DEFAULT) -> EpPlan:
             kwargs["x_active_mask"] = b.input("x_active_mask", device_mask(a.active[q]))
         if a.shared_expert_x is not None:
             kwargs["shared_expert_x"] = b.input("shared_expert_x", a.shared_expert_x[q])
+        if es is not None:                           # as given, in entry order: the dispatch's, padded like its rows
+            kwargs["expand_scales"] = b.input("expand_scales", fit_rows(es[g.entry_of_rank[q]], cap), "param")
         kwargs.update(shared_kwargs(g, tp_world_size=g.tp_world_size))
         kwargs.update(global_bs=int(a.global_bs), comm_quant_mode=int(a.comm_quant_mode))
         if v2:

@@ -71,22 +71,28 @@ def spoil(array, valid_rows: int):
 
 class EpWorld:
     """The HCCL group of the fake's MC2 ops: R rank threads meet at a barrier, each deposits its own
-    arguments, and every rank then computes the golden op on all of them and keeps its own entry."""
+    arguments, one of them computes the golden op on all of them, and every rank keeps its own entry."""
 
     def __init__(self, ranks: int):
         self.ranks = ranks
-        self.barrier = threading.Barrier(ranks, timeout=60)
+        self.barrier = threading.Barrier(ranks, action=self._compute, timeout=600)
         self.slots: list = [None] * ranks
+        self.op = self.result = None
 
     def name(self, rank: int) -> str:
         return f"hccl_comm_ep_rank{rank}"
 
-    def exchange(self, rank: int, value) -> list:
+    def _compute(self):
+        self.result = self.op(list(self.slots))
+
+    def collective(self, rank: int, value, op):
+        """``op(values of every rank)``, computed once when the last rank arrives; returns its result."""
         self.slots[rank] = value
+        self.op = op
         self.barrier.wait()
-        everyone = list(self.slots)
+        result = self.result
         self.barrier.wait()          # nobody deposits the next call's value before all have read this one
-        return everyone
+        return result
 
 
 def capacity_rows(bs: int, k: int, ranks: int, experts: int, global_bs: int) -> int:
@@ -127,23 +133,24 @@ class FakeTorchNpu:
         self._rank_checks(group_ep, ep_world_size, ep_rank_id, tp_world_size, group_tp)
         assert not rest, rest
         mine = dict(x=host(x), expert_ids=host(expert_ids), mask=host(x_active_mask), es=host(expert_scales))
-        every = self.world.exchange(self.rank, mine)
         kw = dict(scales=host(scales), group_tp=group_tp, tp_world_size=tp_world_size, tp_rank_id=tp_rank_id,
                   expert_shard_type=expert_shard_type, shared_expert_num=shared_expert_num,
                   shared_expert_rank_num=shared_expert_rank_num, quant_mode=quant_mode, global_bs=global_bs,
                   expert_token_nums_type=expert_token_nums_type)
-        if x_active_mask is not None:
-            kw["x_active_mask"] = [e["mask"] for e in every]
-        if expert_scales is not None:
-            kw["expert_scales"] = [e["es"] for e in every]
-        ranks = list(range(ep_world_size))
         if v2:
             kw["comm_alg"] = comm_alg
-            outs = w8a8.moe_distribute_dispatch_v2([e["x"] for e in every], [e["expert_ids"] for e in every], group_ep,
-                                                   ep_world_size, ranks, moe_expert_num, **kw)
-        else:
-            outs = w8a8.moe_distribute_dispatch([e["x"] for e in every], [e["expert_ids"] for e in every], group_ep,
-                                                ep_world_size, ranks, moe_expert_num, **kw)
+        fn = w8a8.moe_distribute_dispatch_v2 if v2 else w8a8.moe_distribute_dispatch
+
+        def golden(every):
+            lists = {}
+            if x_active_mask is not None:
+                lists["x_active_mask"] = [e["mask"] for e in every]
+            if expert_scales is not None:
+                lists["expert_scales"] = [e["es"] for e in every]
+            return fn([e["x"] for e in every], [e["expert_ids"] for e in every], group_ep, ep_world_size,
+                      list(range(ep_world_size)), moe_expert_num, **kw, **lists)
+
+        outs = self.world.collective(self.rank, mine, golden)
         ex, ds, idx, etn, recv, tpr, es = (o[self.rank] for o in outs)
         bs, k = expert_ids.shape
         a = capacity_rows(bs, k, ep_world_size, moe_expert_num, global_bs)
@@ -164,7 +171,8 @@ class FakeTorchNpu:
         return self._dispatch(True, x, expert_ids, **kw)
 
     def _combine(self, v2, expand_x, expert_ids, index, ep_send_counts, expert_scales, *, group_ep, ep_world_size,
-                 ep_rank_id, moe_expert_num, x_active_mask=None, shared_expert_x=None, group_tp="", tp_world_size=0,
+                 ep_rank_id, moe_expert_num, x_active_mask=None, shared_expert_x=None, expand_scales=None, group_tp="",
+                 tp_world_size=0,
                  tp_rank_id=0, expert_shard_type=0, shared_expert_num=1, shared_expert_rank_num=0, global_bs=0,
                  comm_quant_mode=0, comm_alg=None, **rest):
         self._rank_checks(group_ep, ep_world_size, ep_rank_id, tp_world_size, group_tp)
@@ -175,23 +183,30 @@ class FakeTorchNpu:
         if v2:
             assert index.shape == (max(bs * k, a * 128),), "assist_info_for_combine: the dispatch's shape"
         mine = dict(x=host(expand_x), ids=host(expert_ids), index=host(index), cnt=host(ep_send_counts),
-                    w=host(expert_scales), mask=host(x_active_mask), shared=host(shared_expert_x))
-        every = self.world.exchange(self.rank, mine)
+                    w=host(expert_scales), mask=host(x_active_mask), shared=host(shared_expert_x),
+                    es=host(expand_scales))
         kw = dict(group_tp=group_tp, tp_world_size=tp_world_size, tp_rank_id=tp_rank_id,
                   expert_shard_type=expert_shard_type, shared_expert_num=shared_expert_num,
                   shared_expert_rank_num=shared_expert_rank_num, global_bs=global_bs, comm_quant_mode=comm_quant_mode)
-        if x_active_mask is not None:
-            kw["x_active_mask"] = [e["mask"] for e in every]
-        if shared_expert_x is not None:
-            kw["shared_expert_x"] = [e["shared"] for e in every]
         if v2:
             kw["comm_alg"] = comm_alg
         fn = w8a8.moe_distribute_combine_v2 if v2 else w8a8.moe_distribute_combine
-        y = fn(*([e[n] for e in every] for n in ("x", "ids", "index", "cnt", "w")), group_ep, ep_world_size,
-               list(range(ep_world_size)), moe_expert_num, **kw)[self.rank]
+
+        def golden(every):
+            lists = {}
+            for name, key, given in (("x_active_mask", "mask", x_active_mask), ("shared_expert_x", "shared",
+                                                                                 shared_expert_x),
+                                     ("expand_scales", "es", expand_scales)):
+                if given is not None:
+                    lists[name] = [e[key] for e in every]
+            return fn(*([e[n] for e in every] for n in ("x", "ids", "index", "cnt", "w")), group_ep, ep_world_size,
+                      list(range(ep_world_size)), moe_expert_num, **kw, **lists)
+
+        y = self.world.collective(self.rank, mine, golden)[self.rank]
         name = "npu_moe_distribute_combine_v2" if v2 else "npu_moe_distribute_combine"
         kwargs = dict(kw, group_ep=group_ep, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
-                      moe_expert_num=moe_expert_num, x_active_mask=x_active_mask, shared_expert_x=shared_expert_x)
+                      moe_expert_num=moe_expert_num, x_active_mask=x_active_mask, shared_expert_x=shared_expert_x,
+                      expand_scales=expand_scales)
         return self._done(name, (expand_x, expert_ids, index, ep_send_counts, expert_scales), kwargs, dev(y))
 
     def npu_moe_distribute_combine(self, expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, **kw):
@@ -854,3 +869,20 @@ def test_ep_drawn_cases(op, data):
 
     params = data.draw(registry.get(op).params(), label="params")
     check_drawn(ep_backend().backend, op, params, strict=True)
+
+
+def test_thread_launcher_reports_the_failing_rank(monkeypatch):
+    # rank 1 fails before the collective; rank 0's barrier breaks: the error raised is rank 1's own
+    from backends.torch_npu import execution_ep
+
+    barrier = threading.Barrier(2)
+
+    def run_rank(rt, plan):
+        if plan == "bad":
+            barrier.abort()
+            raise ValueError("rank 1's own error")
+        barrier.wait()
+
+    monkeypatch.setattr(execution_ep, "run_rank", run_rank)
+    with pytest.raises(ValueError, match="rank 1's own error"):
+        execution_ep.ThreadLauncher(lambda q, r: None).run(["good", "bad"])

@@ -204,3 +204,28 @@ def test_w8a8_moe_ep_swiglu_limit_is_unsupported():
 def test_ep_plan_describes_every_rank():
     text = lower("w8a8_moe_ep", **layer()).describe()
     assert "2 ranks" in text and "== rank 1 (entry 1)" in text and "dispatch int8: quant_mode 2" in text
+
+
+def test_hierarchy_carries_the_expert_scales_both_ways():
+    # comm_alg "hierarchy" (R in [16, 256], a multiple of 16): expert_scales required on dispatch, carried with
+    # the rows as expand_scales [A_q]; combine takes them back, padded to the capacity like the rows
+    r = 16
+    xs, ids = tokens([1] * r, k=1, e=r, seed=6)
+    es = [ARRAYS.f32(1, 1) for _ in range(r)]
+    args = (xs, ids, "g", r, list(range(r)), r)
+    kw = dict(expert_scales=es, comm_alg="hierarchy")
+    plan = lower("moe_distribute_dispatch_v2", *args, **kw)
+    d = w8a8.moe_distribute_dispatch_v2(*args, **kw)
+    for q in (0, 7):
+        p = plan.ranks[q]
+        assert p.calls[0].kwargs["expert_scales"] == T("expert_scales") and p.calls[0].kwargs["comm_alg"] == "hierarchy"
+        assert p.truncate["expand_scales"] == d[6][q].shape[0] == d[0][q].shape[0]
+    w = [ARRAYS.f32(1, 1) for _ in range(r)]
+    comb = lower("moe_distribute_combine_v2", d[0], ids, d[2], d[4], w, "g", r, list(range(r)), r,
+                 expand_scales=d[6], comm_alg="hierarchy")
+    cap = 1 * r * min(1, 1)                                       # BS * R * min(E_loc 1, K 1)
+    assert comb.ranks[3].inputs["expand_scales"].array.shape == (cap,)
+    assert comb.ranks[3].calls[0].kwargs["expand_scales"] == T("expand_scales")
+    with pytest.raises(ConstraintError, match="'expand_scales'"):
+        lower("moe_distribute_combine_v2", d[0], ids, d[2], d[4], w, "g", r, list(range(r)), r,
+              expand_scales=np.zeros(3, np.float32), comm_alg="hierarchy")
