@@ -6,7 +6,11 @@
   strategies.
 * **Isolation**: every backend call runs in a worker process. A worker that dies (segfault,
   device error, ``os._exit``) has its case recorded as ``crashed`` and is replaced; a call that
-  overruns ``timeout`` seconds has its worker killed and its case recorded as ``timeout``.
+  overruns ``timeout`` seconds has its worker killed and its case recorded as ``timeout``. Workers die
+  with the run (:func:`conformance.processes.die_with_parent`): a ``kill -9`` of the parent leaves no
+  worker behind, even one stuck in a backend call.
+* **Memory watch**: a case after which its worker keeps more than ``leak_budget_mb`` of new resident
+  memory is recorded as ``leak`` (the judgement it had is kept in ``judged``) and the worker is replaced.
 * **Streaming**: each result is appended to the results file as it arrives (flushed + fsynced);
   with ``resume`` the cases already in the file are skipped, so a killed run continues where it
   stopped without redoing or corrupting anything.
@@ -31,6 +35,7 @@ from .results import ResultsFile
 PROFILE_CASES = {"dev": 8, "ci": 100, "thorough": 1000}
 DEFAULT_PROFILE = "ci"
 EXTRA_STRATEGY_SHARE = 8  # each strategy besides "main" draws n // 8 cases (at least 1)
+LEAK_BUDGET_MB = 256.0    # resident memory a worker may keep after one case before it is a leak
 
 
 @dataclass
@@ -59,6 +64,7 @@ class RunOptions:
     attribute: bool = True
     registrations: dict[str, str] = field(default_factory=dict)
     threads_per_worker: int = 1
+    leak_budget_mb: float = LEAK_BUDGET_MB  # RSS growth over one case that makes it a ``leak`` (0: no watch)
 
 
 def save_plan(path, tasks: list[Task], meta: dict) -> None:
@@ -192,7 +198,34 @@ def _execute(task: dict, options: dict) -> dict:
                               traceback=traceback.format_exc()[-4000:])
 
 
-def _worker_main(conn, registrations: dict[str, str], threads: int) -> None:
+def _watched(task: dict, options: dict) -> dict:
+    """:func:`_execute` under the memory watch: a case after which the worker keeps more than
+    ``leak_budget_mb`` of new resident memory (after a garbage collection) is recorded as ``leak``, its
+    judgement kept in ``judged``; the parent then replaces this worker."""
+    from .processes import rss_bytes
+
+    budget = float(options.get("leak_budget_mb") or 0) * 2**20
+    before = rss_bytes() if budget > 0 else 0
+    result = _execute(task, options)
+    if budget <= 0 or rss_bytes() - before <= budget:
+        return result
+    import gc
+
+    gc.collect()
+    grown = rss_bytes() - before
+    if grown <= budget:
+        return result
+    note = (f"the worker kept {grown / 2**20:,.0f} MiB more resident memory after this case than before it "
+            f"(budget {budget / 2**20:,.0f} MiB); worker recycled")
+    return {**result, "status": "leak", "judged": result.get("status"), "note": note,
+            "judged_note": result.get("note"), "rss_growth_mb": round(grown / 2**20, 1)}
+
+
+def _worker_main(conn, registrations: dict[str, str], threads: int, parent_pid: int | None = None) -> None:
+    from .processes import die_with_parent
+
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
     import backends
@@ -214,7 +247,7 @@ def _worker_main(conn, registrations: dict[str, str], threads: int) -> None:
         if msg is None:
             return
         task, options = msg
-        conn.send(("result", _execute(task, options)))
+        conn.send(("result", _watched(task, options)))
 
 
 IN_FLIGHT = 2
@@ -228,7 +261,7 @@ class _Worker:
     def __init__(self, ctx, registrations, threads):
         parent, child = ctx.Pipe()
         self.conn = parent
-        self.process = ctx.Process(target=_worker_main, args=(child, registrations, threads), daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, registrations, threads, os.getpid()), daemon=True)
         self.process.start()
         child.close()
         self.inflight: deque[Task] = deque()
@@ -310,7 +343,8 @@ def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume:
     done = results.done_keys() if resume else set()
     todo = deque(t for t in tasks if t.key not in done)
     stats = {"skipped_done": len(tasks) - len(todo), "ran": 0}
-    opts = {"tolerance": asdict(options.tolerance), "attribute": options.attribute, "tolerances": options.tolerances}
+    opts = {"tolerance": asdict(options.tolerance), "attribute": options.attribute, "tolerances": options.tolerances,
+            "leak_budget_mb": options.leak_budget_mb}
     if options.tolerances:  # a table naming an undeclared op or output is a usage error, before any case runs
         from .tolerances import ToleranceTable
 
@@ -345,6 +379,8 @@ def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: d
     cases queued behind it (a dead or killed worker is replaced in the pool)."""
     from multiprocessing.connection import wait
 
+    from .processes import signal_text
+
     workers = pool.workers
 
     def replace(i: int, w: _Worker, status: str | None, note: str) -> None:
@@ -375,7 +411,7 @@ def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: d
                         raise RuntimeError("conformance workers die before they start (exit code "
                                            f"{w.process.exitcode}); run with --workers 0 to see why")
                 w.process.join(timeout=1)
-                replace(i, w, "crashed", f"worker process died (exit code {w.process.exitcode}) while running "
+                replace(i, w, "crashed", f"worker process died ({signal_text(w.process.exitcode)}) while running "
                                          "this case")
                 continue
             if kind == "ready":
@@ -383,6 +419,8 @@ def _run_in_workers(todo: deque, opts: dict, options: RunOptions, emit, stats: d
             elif kind == "result":
                 w.finished()
                 arrived.append(payload)
+                if payload.get("status") == "leak":  # its memory is not given back: a fresh worker
+                    replace(i, w, None, "")
         emit(*arrived)
         now = time.monotonic()
         for i, w in enumerate(workers):

@@ -15,10 +15,11 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ..evaluate import BAD_STATUSES, UNSPECIFIED
 from ..results import distance_text, record_distance, worst_text  # noqa: F401 - re-exported
 
-BAD = ("fail", "error", "crashed", "timeout")
-GOOD = ("pass", "tolerated", "refused", "mistrusted")
+BAD = BAD_STATUSES
+GOOD = ("pass", "tolerated", "refused", "mistrusted", UNSPECIFIED)
 _IGNORED_PARAMS = ("seed",)
 
 
