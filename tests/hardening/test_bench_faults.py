@@ -49,3 +49,23 @@ def test_a_bench_timeout_that_is_not_a_positive_finite_number_is_refused():
         out = subprocess.run([sys.executable, "-m", "w8a8cli.main", "bench", "--quick", "--no-peak", "--backend",
                               "numpy", "--timeout", bad], capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and "--timeout" in out.stderr and "Traceback" not in out.stderr, (bad, out.stderr)
+
+
+def test_kill_9_of_the_bench_during_a_hanging_call_leaves_no_process_alive(tmp_path, procs):
+    import os
+    import signal
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with open(tmp_path / "bench.log", "w") as log:  # not a pipe: orphans would hold it open
+        proc = subprocess.Popen([sys.executable, "-m", "w8a8cli.main", "bench", "--quick", "--op", "dynamic_quant",
+                                 "--no-peak", "--timeout", "600", "--backend", FAULTS + "HangAlwaysBackend"],
+                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "W8A8_PLANTED_MARK": str(marks)})
+    procs.wait_for(lambda: list(marks.glob("hang-*")) or proc.poll() is not None, 180, "the hanging bench call")
+    assert proc.poll() is None, (tmp_path / "bench.log").read_text()[-3000:]
+    run_pids = procs.descendants(proc.pid)
+    assert {int(p.read_text()) for p in marks.glob("hang-*")} <= run_pids
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # before: the bench waited forever, and its backend process outlived a kill. Now nothing is left
+    assert not procs.left_after(run_pids, 5)
