@@ -123,7 +123,8 @@ def _input_text(name: str, item: dict) -> str:
         where = ",".join(map(str, item["where"]))
         more = ", …" if item["length"] > len(item["row"]) else ""
         amax = f"; max |.| {item['amax']:.6g}" if item.get("amax") is not None else ""
-        parts.append(f"{name}[{where}] = [{', '.join(_fmt(v) for v in item['row'])}{more}] ({item['length']} values{amax})")
+        values = ", ".join(_fmt(v) for v in item["row"])
+        parts.append(f"{name}[{where}] = [{values}{more}] ({item['length']} values{amax})")
     return "; row ".join(parts)
 
 

@@ -4,7 +4,8 @@
   the kernel sends the worker ``SIGKILL`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``), even
   while the worker is stuck in a call that never returns; everywhere, a daemon thread polls the
   parent's pid and exits the worker when it changes (the fallback where ``prctl`` does not exist).
-  A ``kill -9`` of ``w8a8 conformance`` or ``w8a8 bench`` therefore leaves no process behind.
+  A ``kill -9`` of ``w8a8 conformance`` or ``w8a8 bench`` therefore leaves no process behind
+  (:func:`pdeathsig` alone is the ``preexec_fn`` of the bench's probe binaries).
 * :func:`rss_bytes` — the worker's resident memory, for the per-case memory watch of the runner.
 """
 
@@ -19,8 +20,9 @@ PR_SET_PDEATHSIG = 1
 WATCH_INTERVAL_S = 0.5
 
 
-def _pdeathsig() -> bool:
-    """Ask Linux to SIGKILL this process when its parent thread exits; False where that is not possible."""
+def pdeathsig() -> bool:
+    """Ask Linux to SIGKILL this process when its parent thread exits; False where that is not possible.
+    Also usable as a ``subprocess`` ``preexec_fn`` (the bench's probe binaries)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -47,7 +49,7 @@ def die_with_parent(parent_pid: int) -> None:
     Call it at the very start of a worker with the pid the parent passed in (``os.getpid()`` in the
     parent): if the parent already died before this ran, the worker exits at once.
     """
-    _pdeathsig()
+    pdeathsig()
     if os.getppid() != parent_pid:  # died before prctl took effect
         os._exit(70)
     threading.Thread(target=_watch, args=(parent_pid,), name="w8a8-parent-watch", daemon=True).start()

@@ -60,7 +60,8 @@ def test_kill_9_of_the_bench_during_a_hanging_call_leaves_no_process_alive(tmp_p
     with open(tmp_path / "bench.log", "w") as log:  # not a pipe: orphans would hold it open
         proc = subprocess.Popen([sys.executable, "-m", "w8a8cli.main", "bench", "--quick", "--op", "dynamic_quant",
                                  "--no-peak", "--timeout", "600", "--backend", FAULTS + "HangAlwaysBackend"],
-                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "W8A8_PLANTED_MARK": str(marks)})
+                                stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "W8A8_PLANTED_MARK": str(marks)})
     procs.wait_for(lambda: list(marks.glob("hang-*")) or proc.poll() is not None, 180, "the hanging bench call")
     assert proc.poll() is None, (tmp_path / "bench.log").read_text()[-3000:]
     run_pids = procs.descendants(proc.pid)

@@ -42,7 +42,8 @@ def _hanging_run(tmp_path, procs, *extra):
     env = {**os.environ, "W8A8_PLANTED_MARK": str(marks)}
     proc = _cli("--backend", FAULTS + "HangAlwaysBackend", "--op", "dynamic_quant", "--profile", "dev",
                 "--timeout", "600", "--out", str(tmp_path / "run"), *extra, env=env, log=tmp_path / "hanging.log")
-    procs.wait_for(lambda: list(marks.glob("hang-*")) or proc.poll() is not None, 180, "a worker inside the hanging call")
+    procs.wait_for(lambda: list(marks.glob("hang-*")) or proc.poll() is not None, 180,
+                   "a worker inside the hanging call")
     assert proc.poll() is None, (tmp_path / "hanging.log").read_text()[-3000:]
     return proc, marks
 
