@@ -41,11 +41,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--layer", metavar="MODULE", help="only calls whose construct.json ancestor contains MODULE "
                                                           "(a mix-level dump); with --chain: replay that layer")
     parser.add_argument("--platform", default="ascend910_93", choices=("ascend910_93", "ascend910b"),
-                        help="the chip the dump came from (default ascend910_93 = A3 / 910C); the golden applies "
-                             "the kernel variant the platform selects once the variant work lands")
+                        help="the chip the dump came from (default ascend910_93 = A3 / 910C): the golden applies "
+                             "the kernel variant this platform's host tiling selects for each call's shapes")
     parser.add_argument("--numerics", metavar="NAME|JSON",
-                        help="judge against another Numerics record: 'ascend-a2a3' or a JSON of changed fields, "
-                             "e.g. '{\"nan_policy\": \"ieee\"}'")
+                        help="judge against another Numerics record: a record's name ('ascend-a2a3', 'ascend-a2') "
+                             "or a JSON of fields changed from --platform's record, e.g. "
+                             "'{\"variants\": \"fixed\"}' (one kernel's formulas for every shape)")
     parser.add_argument("--tolerances", metavar="FILE", help="tolerance table (TOML); entries for backend "
                                                             "'device-dump' apply (default: the packaged table)")
     parser.add_argument("--exact", action="store_true", help="ignore every tolerance table: bitwise everywhere")
@@ -67,22 +68,28 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
 
 
-def _numerics(text: str | None):
+def _numerics(text: str | None, platform: str):
+    """``--numerics`` as a record: a named Ascend record, or field changes on ``--platform``'s record."""
     import w8a8
+    from replay import golden
 
     if text is None:
         return None
-    if text == w8a8.ASCEND.name:
-        return w8a8.ASCEND
+    named = {r.name: r for r in (w8a8.ASCEND, w8a8.ASCEND_A2)}
+    if text in named:
+        return named[text]
     try:
         changes = json.loads(text)
     except ValueError:
-        raise ValueError(f"--numerics: expected {w8a8.ASCEND.name!r} or a JSON object of Numerics fields; "
+        raise ValueError(f"--numerics: expected one of {sorted(named)} or a JSON object of Numerics fields; "
                          f"got {text!r}") from None
     if not isinstance(changes, dict):
         raise ValueError(f"--numerics: expected a JSON object of Numerics fields; got {text!r}")
+    if changes.get("platform", platform) != platform:
+        raise ValueError(f"--numerics: field 'platform' is {changes['platform']!r} but --platform is {platform!r}; "
+                         f"give the chip once, with --platform")
     try:
-        return w8a8.ASCEND.replace(**changes)
+        return golden.platform_numerics(platform).replace(**changes)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--numerics: {exc}") from None
 
@@ -94,7 +101,7 @@ def _fail(msg: str) -> int:
 
 def run(args) -> int:
     try:
-        numerics = _numerics(args.numerics)
+        numerics = _numerics(args.numerics, args.platform)
     except ValueError as exc:
         return _fail(str(exc))
     if args.exact and args.tolerances:
@@ -154,8 +161,9 @@ def run(args) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["w8a8"] + sys.argv[1:]),
             "tolerances": "none (bitwise)" if table is None else table.source,
             "checkpoint": args.checkpoint or "none",
-            "variant_note": "The golden applies one Numerics record for A2 and A3 today; per-shape kernel "
-                            "variants (issue 13) arrive through replay.golden.run without changes here."}
+            "variants": "the kernel variant the platform's host tiling selects per call (see each call's "
+                        "'variant')" if golden.declared_numerics(args.platform, numerics).variants == "select"
+                        else "one fixed kernel's formulas for every call (variants='fixed')"}
     summary, paths = write_all(out, records, meta)
     _print(console, summary)
     console.print(f"{stats['entries']} entries in {stats['dumps']} dump folder(s); {stats['written']} results written"

@@ -16,7 +16,8 @@ DESCRIPTION = __doc__
 def add_arguments(parser) -> None:
     parser.add_argument("--backend", required=True, metavar="A", help="the backend whose tolerances are tuned")
     parser.add_argument("--against", default="numpy", metavar="B", help="the reference backend (default: numpy, "
-                                                                        "the golden with the Ascend defaults)")
+                                                                        "the golden under A's declared numerics: "
+                                                                        "what w8a8 conformance judges A against)")
     parser.add_argument("--op", action="append", metavar="OP", help="op to tune (repeatable; default: every op A "
                                                                     "implements)")
     parser.add_argument("--samples", type=int, default=200, help="drawn cases per op (default 200)")
@@ -56,6 +57,10 @@ def run(args) -> int:
     if not 0 < args.target < 1:
         print("w8a8 tune: --target must be a probability in (0, 1)", file=sys.stderr)
         return 2
+    if b.name == "numpy" and b.numerics != a.numerics:
+        from backends.numpy_backend import NumpyBackend
+
+        b = NumpyBackend(a.numerics)   # what conformance compares A with: the golden under A's declared record
     ops = args.op or [op for op in sorted(specs()) if op in a.ops() and op in b.ops()]
     unknown = [op for op in ops if op not in specs()]
     if unknown:
@@ -64,16 +69,17 @@ def run(args) -> int:
     console.print(f"w8a8 tune: {a.name} against {b.name}, {len(ops)} op(s), {args.samples} cases each")
     stats = sweep(a, b, ops, args.samples, args.seed)
     entries = recommend(stats, target=args.target, backend=a.name, against=b.name,
-                        numerics_equal=(a.numerics == b.numerics), numerics=a.numerics.name, versions=_versions())
+                        numerics_equal=(a.numerics == b.numerics), numerics=a.numerics.name, versions=_versions(),
+                        library_order=a.float_sum_order == "library")
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2, default=str))
-    table = Table(title=f"recommended tolerances: {a.name} vs {b.name} (target p = {args.target:g} per test)")
+    table = Table(title=f"recommended tolerances: {a.name} vs {b.name} under {b.numerics.name} (target p = {args.target:g} per test)")
     for col in ("op", "output", "dtype", "cases", "worst", "p99", "recommended", "bound"):
         table.add_column(col, overflow="fold")
     for e in entries:
         table.add_row(e.op, e.output, e.dtype, str(e.samples), str(e.max_observed), f"{e.extra['p99']:g}",
                       e.describe(), e.bound)
-    Console().print(table)
+    (console if args.json else Console()).print(table)   # --json: stdout holds the JSON alone
     if args.write:
         path = Path(args.write)
         current = ToleranceTable.load(path) if path.exists() else ToleranceTable()
