@@ -127,7 +127,7 @@ def _tolerance_problem(args) -> str | None:
 def _run_single(args, names: list[str]) -> int:
     import backends
 
-    from conformance.evaluate import run_case
+    from conformance.evaluate import BAD_STATUSES, run_case
     from conformance.registry import get
 
     if not args.op or len(args.op) != 1:
@@ -156,7 +156,7 @@ def _run_single(args, names: list[str]) -> int:
             print(f"{record['status']}: the first mismatches of {backend.name} against the golden "
                   f"(index, golden, backend, pre-rounding, the inputs there):")
             print(render(evidence))
-        if record["status"] in ("fail", "error", "crashed", "timeout"):
+        if record["status"] in BAD_STATUSES:
             worst = 1
     return worst
 

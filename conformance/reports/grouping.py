@@ -47,7 +47,7 @@ def cause_of(record: dict) -> str:
     note = record.get("note") or ""
     if record.get("expected_mismatch"):
         return "differs from the documented values: " + _normalized(record["expected_mismatch"][0])
-    if record["status"] in ("crashed", "timeout"):
+    if record["status"] in ("crashed", "timeout", "leak"):
         return record["status"] + (": " + _normalized(note) if note else "")
     return _normalized(note.splitlines()[0] if note else record["status"])
 
