@@ -89,6 +89,8 @@ def _worker(conn, backend: str, registrations: dict, cases: list, tmp: str, timi
 
 DEFAULT_TIMEOUT_S = 600.0
 """Seconds one bench case (its warm-up and timed rounds) may take before its process is killed."""
+STARTUP_TIMEOUT_S = 300.0
+"""Seconds a bench process may take to start its next case (imports: torch takes seconds on a busy machine)."""
 
 
 def started(case) -> tuple[str, dict]:
@@ -139,7 +141,8 @@ def collect(conn, process, base: dict, on_record=None, *, timeout: float | None 
     """The records a worker ``process`` sends on ``conn`` until its ``None``, and the case it stopped in.
 
     Before each case the worker sends :func:`started`; a case with no record within ``timeout`` seconds
-    has its process killed and a ``timeout`` record, a process that dies a ``crashed`` record naming the
+    (a process that starts no case within :data:`STARTUP_TIMEOUT_S`) has its process killed and a
+    ``timeout`` record, a process that dies a ``crashed`` record naming the
     op, the case and the signal. Returns ``(records, stopped)``: ``stopped`` is the started case that
     did not finish (None when the worker finished, or died before any case)."""
     records: list[dict] = []
@@ -151,11 +154,14 @@ def collect(conn, process, base: dict, on_record=None, *, timeout: float | None 
             on_record(rec)
 
     while True:
-        if not conn.poll(timeout):
+        # a running case has ``timeout``; between cases (the process starting, importing) a generous bound
+        limit = timeout if current is not None or timeout is None else max(timeout, STARTUP_TIMEOUT_S)
+        if not conn.poll(limit):
             process.kill()
             process.join(timeout=10)
+            what = "no result" if current is not None else "no case started"
             add(dict(base, **(current or {}), status="timeout",
-                     note=f"no result within {timeout:g} s; the benchmark process was killed"))
+                     note=f"{what} within {limit:g} s; the benchmark process was killed"))
             return records, current
         try:
             msg = conn.recv()

@@ -257,3 +257,19 @@ def test_case_on_a_failing_case_prints_the_values_at_the_first_mismatches():
     assert "the first mismatches of planted-ties-away" in shown
     assert f"y[{', '.join(map(str, first['index']))}]: golden {first['golden']}, backend {first['backend']}" in shown
     assert "pre-rounding" in shown and "x at the element = " in shown and "; row x[" in shown
+
+
+@pytest.mark.parametrize("budget", ["-1", "nan", "inf"])
+def test_a_leak_budget_that_is_not_a_finite_number_of_mib_is_refused(tmp_path, budget):
+    proc = _cli("--backend", "numpy", "--op", "swiglu", "--leak-budget", budget, "--out", str(tmp_path / "run"))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and "--leak-budget" in err and "Traceback" not in err, err
+
+
+def test_resume_from_an_unreadable_plan_is_refused_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "plan.json").write_text('{"meta": {"flags": ')  # torn by hand: write_atomic never leaves this
+    proc = _cli("--resume", "--out", str(out), "--workers", "0")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and "cannot be read" in err and len(err.strip().splitlines()) == 1, err
