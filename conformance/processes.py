@@ -6,7 +6,8 @@
   parent's pid and exits the worker when it changes (the fallback where ``prctl`` does not exist).
   A ``kill -9`` of ``w8a8 conformance`` or ``w8a8 bench`` therefore leaves no process behind
   (:func:`pdeathsig` alone is the ``preexec_fn`` of the bench's probe binaries).
-* :func:`rss_bytes` — the worker's resident memory, for the per-case memory watch of the runner.
+* :func:`rss_bytes` and :func:`release_free_memory` — the worker's resident memory and what it really
+  holds, for the per-case memory watch of the runner.
 """
 
 from __future__ import annotations
@@ -66,6 +67,21 @@ def rss_bytes() -> int:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024
+
+
+def release_free_memory() -> None:
+    """Collect garbage and hand the allocator's free heap back to the system (glibc ``malloc_trim``), so
+    that resident memory counts what is still held, not what a large case left free in the heap."""
+    import gc
+
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
 
 
 def signal_text(exitcode: int | None) -> str:

@@ -237,18 +237,17 @@ def _execute(task: dict, options: dict) -> dict:
 
 def _watched(task: dict, options: dict) -> dict:
     """:func:`_execute` under the memory watch: a case after which the worker keeps more than
-    ``leak_budget_mb`` of new resident memory (after a garbage collection) is recorded as ``leak``, its
+    ``leak_budget_mb`` of new resident memory (after a garbage collection and a heap trim) is recorded as
+    ``leak``, its
     judgement kept in ``judged``; the parent then replaces this worker."""
-    from .processes import rss_bytes
+    from .processes import release_free_memory, rss_bytes
 
     budget = float(options.get("leak_budget_mb") or 0) * 2**20
     before = rss_bytes() if budget > 0 else 0
     result = _execute(task, options)
     if budget <= 0 or rss_bytes() - before <= budget:
         return result
-    import gc
-
-    gc.collect()
+    release_free_memory()
     grown = rss_bytes() - before
     if grown <= budget:
         return result
