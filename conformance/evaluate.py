@@ -13,9 +13,9 @@ Statuses of a result:
   message matching the declared pattern;
 * ``refused`` — both sides refused a drawn input with the same error type (NaN/Inf inputs, the
   error contract): agreement, but counted apart from ``pass`` so that nothing passes vacuously;
-* ``device-unspecified`` — the backend accepted a drawn or named input that the golden refuses only by
-  its NaN policy (it computes it under ``nan_policy="ieee"``: NaN/Inf, ...), where the device behaviour
-  is not specified: counted apart, not a failure (under ``strict``: a failure);
+* ``device-unspecified`` — the backend accepted an input (drawn, named or a declared bad call) that the
+  golden refuses only by its NaN policy (it computes it under ``nan_policy="ieee"``: NaN/Inf, ...), where
+  the device behaviour is not specified: counted apart, not a failure (under ``strict``: a failure);
 * ``tolerated`` — within the tolerance, not identical;
 * ``mistrusted`` — identical, but the golden output is degenerate (see :mod:`.compare`);
 * ``fail`` — an output differs beyond tolerance; the backend accepted an input the golden refuses
@@ -238,12 +238,17 @@ def _expected_mismatches(expected: dict, ref: dict, got: dict, masks: dict) -> l
     return notes
 
 
-def _judge_error(case: CaseSpec, ref: Outcome, got: Outcome, strict: bool) -> Verdict:
-    """An error case: the declaration, then the backend, must raise the declared error."""
+def _judge_error(case: CaseSpec, ref: Outcome, got: Outcome, strict: bool,
+                 unspecified: Callable[[], bool] = lambda: False) -> Verdict:
+    """An error case: the declaration, then the backend, must raise the declared error — unless the
+    golden raises it only by its NaN policy and the backend computes (``device-unspecified``)."""
     bad = case.bad
     wrong = bad.judge(ref.error)
     if wrong:
         return Verdict(FAIL, f"the declaration is wrong: the golden {wrong}")
+    if got.error is None and not strict and unspecified():
+        return Verdict(UNSPECIFIED, f"backend accepted a bad call the golden refuses ({_describe(ref.error)}); the "
+                                    "device behaviour on it is not specified, so this is not a failure")
     problem = bad.judge(got.error)
     if problem is None and strict and str(got.error) != str(ref.error):
         problem = f"raised {_describe(got.error)}; the golden's message is {str(ref.error)!r}"
@@ -280,10 +285,11 @@ def _judge_refusal(ref: Outcome, got: Outcome, strict: bool, unspecified: Callab
 def judge(spec, case: CaseSpec, args, kwargs, ref: Outcome, got: Outcome, backend, *, tolerance=None,
           strict: bool = False) -> Verdict:
     """The verdict on one case from what the golden (``ref``) and the backend (``got``) did."""
+    unspecified = lambda: policy_only_refusal(spec, args, kwargs, backend.numerics)  # noqa: E731 - asked lazily
     if case.kind == "error":
-        return _judge_error(case, ref, got, strict)
+        return _judge_error(case, ref, got, strict, unspecified)
     if ref.refused:
-        return _judge_refusal(ref, got, strict, lambda: policy_only_refusal(spec, args, kwargs, backend.numerics))
+        return _judge_refusal(ref, got, strict, unspecified)
     if got.refused:
         return Verdict("error", _describe(got.error),
                        traceback="".join(traceback.format_exception(got.error))[-4000:])

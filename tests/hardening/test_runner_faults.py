@@ -207,18 +207,22 @@ def test_a_backend_that_keeps_no_memory_is_not_a_leak(tmp_path):
 def test_a_backend_accepting_nan_where_the_device_behaviour_is_unspecified_is_not_a_failure(tmp_path):
     tasks = [Task("planted-nan-accept", "dynamic_quant", {**DQ, "lead": [3], "h": 16, "dist": dist, "seed": 5})
              for dist in ("nan_inf", "gaussian")]
+    tasks.append(Task("planted-nan-accept", "dynamic_quant", {"error": "dynamic_quant/x_nan"}, "error",
+                      "dynamic_quant/x_nan"))
     f = ResultsFile(tmp_path / "r.jsonl")
     run(tasks, f, RunOptions(workers=0, registrations={"planted-nan-accept": FAULTS + "NanAcceptingBackend"}))
-    status = {r["params"]["dist"]: r for r in f.records()}
-    # before: "backend accepted an input the golden refuses" = fail. Now: its own status, counted apart
+    status = {r["params"].get("dist", "bad call"): r for r in f.records()}
+    # before: "backend accepted an input the golden refuses" = fail. Now: its own status, counted apart,
+    # for a drawn NaN input and for the declared NaN bad call alike
     assert status["nan_inf"]["status"] == "device-unspecified" and status["gaussian"]["status"] == "pass"
+    assert status["bad call"]["status"] == "device-unspecified"
     assert "not specified" in status["nan_inf"]["note"]
     summary = summarize(f.records())
-    assert summary["ok"] and summary["totals"] == {"device-unspecified": 1, "pass": 1}
+    assert summary["ok"] and summary["totals"] == {"device-unspecified": 2, "pass": 1}
     from conformance.reports import cell_text, junit
 
     cell = summary["cells"]["planted-nan-accept"]["dynamic_quant"]
-    assert "1 accepted where the device behaviour is unspecified" in cell_text(cell)
+    assert "2 accepted where the device behaviour is unspecified" in cell_text(cell)
     assert "<failure" not in junit.render(f.records(), {}) and "<error" not in junit.render(f.records(), {})
 
 
