@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import validate
+
 HELP = "time the backends side by side on DeepSeek-V4-Flash shapes (verified results only)"
 DESCRIPTION = __doc__
 
@@ -26,14 +28,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--backend", action="append", metavar="NAME",
                         help="backend to time (repeatable; default: every available backend)")
     parser.add_argument("--op", action="append", metavar="OP", help="op to time (repeatable; default: all)")
-    parser.add_argument("--json", metavar="PATH", help="write the results in pytest-benchmark's JSON schema")
-    parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and bench-report.html into DIR")
-    parser.add_argument("--max-time", type=float, default=2.0, help="seconds of timed rounds per case (default 2)")
-    parser.add_argument("--min-rounds", type=int, default=3, help="minimum timed rounds per case (default 3)")
+    parser.add_argument("--json", metavar="PATH", help="write the results in pytest-benchmark's JSON schema "
+                                                       "(a writable file path)")
+    parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and bench-report.html into DIR "
+                                                     "(a directory or creatable, writable)")
+    parser.add_argument("--max-time", type=validate.real(0, open_low=True), default=2.0,
+                        help="seconds of timed rounds per case, a finite number > 0 (default 2)")
+    parser.add_argument("--min-rounds", type=validate.integer(1), default=3,
+                        help="minimum timed rounds per case, >= 1 (default 3)")
     parser.add_argument("--no-peak", action="store_true", help="skip the peak micro-benchmark")
-    parser.add_argument("--timeout", type=float, default=600.0,
+    parser.add_argument("--timeout", type=validate.real(0, open_low=True), default=600.0,
                         help="seconds one case may take on a backend before its process is killed and the case "
-                             "recorded 'timeout' (default 600)")
+                             "recorded 'timeout', a finite number > 0 (default 600)")
     parser.add_argument("--peers", action="store_true",
                         help="also time torch-cpu's w8a8_dynamic_linear round-robin with its CPU peers (onnxruntime, "
                              "torchao, torch bf16 matmul, the int8 GEMMs alone) in one process (extra 'bench')")
@@ -41,7 +47,17 @@ def add_arguments(parser) -> None:
                         help="list the cases (from the op declarations) with their tags and work, then exit")
 
 
+def check(args) -> None:
+    """The output paths, before any timing (:class:`~w8a8cli.validate.UsageError`); numbers are checked
+    while parsing, the op names against the bench cases in :func:`run`."""
+    if args.json:
+        validate.out_file(args.json, "--json")
+    if args.out:
+        validate.out_dir(args.out)
+
+
 def run(args) -> int:
+    check(args)
     import backends
     from rich.console import Console
 
@@ -78,9 +94,6 @@ def run(args) -> int:
             print(f"w8a8 bench: no benchmark cases for op(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
                   file=sys.stderr)
             return 2
-    if not 0 < args.timeout < float("inf"):  # NaN fails both comparisons
-        print(f"w8a8 bench: --timeout must be a finite number of seconds > 0; got {args.timeout:g}", file=sys.stderr)
-        return 2
     if args.list:
         for c in cases:
             print(f"{c.name:56s} {c.work:12.4g} {c.unit:4s} {','.join(c.tags)}" + (f" compute={c.compute}" if c.compute else ""))

@@ -17,6 +17,11 @@ from __future__ import annotations
 import json
 import sys
 
+from . import validate
+
+MAX_VERIFY_TOKENS = 4096
+"""The most activation rows ``--verify`` may build per module (``--tokens``)."""
+
 HELP = "inspect an msModelSlim W8A8 checkpoint: per-module scheme, kernel path, layout; --verify against the golden"
 DESCRIPTION = __doc__
 
@@ -36,9 +41,11 @@ def add_arguments(parser) -> None:
                         help="run the selected layers' real weights through --backend against the golden")
     parser.add_argument("--backend", default="numpy", help="backend for --verify (default: numpy, a self-check)")
     parser.add_argument("--layers", default="*", metavar="GLOB",
-                        help="--verify only modules (or layers, e.g. 'layers.0') matching GLOB (default: all)")
-    parser.add_argument("--tokens", type=int, default=16, help="--verify activation rows (default 16)")
-    parser.add_argument("--seed", type=int, default=0, help="--verify activation seed (default 0)")
+                        help="--verify only modules (or layers, e.g. 'layers.0') matching GLOB, which must match "
+                             "some module (default: all)")
+    parser.add_argument("--tokens", type=int, default=16,
+                        help=f"--verify activation rows (1..{MAX_VERIFY_TOKENS}; default 16)")
+    parser.add_argument("--seed", type=validate.integer(0), default=0, help="--verify activation seed (>= 0; default 0)")
     parser.add_argument("--reference", metavar="DIR",
                         help="--verify: the float model (safetensors, checkpoint names) for the SQNR reference, checked "
                              "against the checkpoint (names, shapes, distance); default: the dequantized weights")
@@ -55,9 +62,11 @@ def run(args) -> int:
     from checkpoints.recipes import checkpoint_linear_types, diff, load_recipe
     from checkpoints.verify import verify
 
-    if args.tokens < 1:
-        print(f"w8a8 inspect: --tokens must be >= 1; got {args.tokens}", file=sys.stderr)
-        return 2
+    validate.check_number(args.tokens, "--tokens", kind="int", low=1, high=MAX_VERIFY_TOKENS)
+    if args.reference:
+        validate.in_dir(args.reference, "--reference", "the float model's directory")
+    if args.prompts:
+        validate.in_file(args.prompts, "--prompts", "a file of prompts")
     try:
         report = analyze(args.path, loader=args.loader, read_data=not args.headers_only)
     except CheckpointError as exc:
@@ -78,6 +87,10 @@ def run(args) -> int:
         if (args.prompts or args.token_ids) and not args.reference:
             print("w8a8 inspect: --prompts / --token-ids need --reference (the float model to run)", file=sys.stderr)
             return 2
+        from checkpoints.verify import select
+
+        if not select(report.resolution, args.layers):
+            raise validate.no_match(args.layers, [m.name for m in report.resolution.modules])
         try:
             if args.reference and (args.prompts or args.token_ids):
                 from modelrun.capture import capture
@@ -85,10 +98,16 @@ def run(args) -> int:
                 from .run_cmd import _sequences
 
                 seqs = _sequences(_Seqs(args.path, args.reference, args.prompts, args.token_ids))
+                total = sum(len(s) for s in seqs)
+                if total > MAX_VERIFY_TOKENS:
+                    raise validate.UsageError("--prompts / --token-ids", f"at most {MAX_VERIFY_TOKENS} tokens in all",
+                                              total)
                 activations = capture(args.reference, seqs)
             results = verify(report.resolution, backend=args.backend, layers=args.layers, tokens=args.tokens,
                              seed=args.seed, reference=args.reference, error_modules=report.modules_with_errors(),
                              activations=activations)
+        except validate.UsageError:
+            raise
         except ValueError as exc:
             print(f"w8a8 inspect: {exc}", file=sys.stderr)
             return 2

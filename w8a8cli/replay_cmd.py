@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import validate
+
 HELP = "replay an msprobe dump of a real run through the golden: per-call verdicts, first divergence, repro"
 DESCRIPTION = __doc__
 
@@ -33,8 +35,10 @@ def add_arguments(parser) -> None:
                         help="replay only this op (golden or torch_npu name, repeatable)")
     parser.add_argument("--call", action="append", metavar="NAME",
                         help="replay only calls whose entry name contains NAME (repeatable)")
-    parser.add_argument("--rank", action="append", type=int, metavar="R", help="only rank R (repeatable)")
-    parser.add_argument("--step", action="append", type=int, metavar="N", help="only step N (repeatable)")
+    parser.add_argument("--rank", action="append", type=validate.integer(0), metavar="R",
+                        help="only rank R (>= 0; repeatable)")
+    parser.add_argument("--step", action="append", type=validate.integer(0), metavar="N",
+                        help="only step N (>= 0; repeatable)")
     parser.add_argument("--chain", action="store_true",
                         help="also replay chained: inputs produced by an earlier call take the golden's output of "
                              "that call (the drift of the whole layer); default: isolated only")
@@ -57,14 +61,17 @@ def add_arguments(parser) -> None:
                         help="another dump whose tensors supply inputs by CRC-32 (external inputs of an md5 dump)")
     parser.add_argument("--export-case", action="append", default=[], metavar="NAME",
                         help="export call NAME as a single-op case (the first divergence is always exported)")
-    parser.add_argument("--case-dir", metavar="DIR", help="folder for case files (default OUT/cases)")
+    parser.add_argument("--case-dir", metavar="DIR", help="folder for case files (default OUT/cases; a directory or "
+                                                          "creatable, writable)")
     parser.add_argument("--out", default="w8a8-replay", metavar="DIR",
-                        help="folder for results.jsonl, report.md, summary.json, report.html (default ./w8a8-replay)")
+                        help="folder for results.jsonl, report.md, summary.json, report.html (default ./w8a8-replay; "
+                             "a directory or creatable, writable)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out: calls already in "
                                                               "results.jsonl are not judged again")
-    parser.add_argument("--max-calls", type=int, metavar="K", help="judge at most K replayable calls")
-    parser.add_argument("--max-bytes", type=float, default=8.0, metavar="GiB",
-                        help="memory for golden outputs kept for --chain (default 8 GiB)")
+    parser.add_argument("--max-calls", type=validate.integer(1), metavar="K",
+                        help="judge at most K replayable calls (>= 1)")
+    parser.add_argument("--max-bytes", type=validate.real(0, open_low=True), default=8.0, metavar="GiB",
+                        help="memory for golden outputs kept for --chain (a finite number > 0; default 8 GiB)")
     parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
 
 
@@ -80,7 +87,7 @@ def _numerics(text: str | None, platform: str):
         return named[text]
     try:
         changes = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ValueError(f"--numerics: expected one of {sorted(named)} or a JSON object of Numerics fields; "
                          f"got {text!r}") from None
     if not isinstance(changes, dict):
@@ -99,6 +106,18 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def check(args) -> None:
+    """The files and folders, before any dump is read (UsageError); numbers are checked while parsing."""
+    if args.tolerances and not args.exact:
+        validate.tolerance_table(args.tolerances)
+    if args.checkpoint:
+        validate.in_dir(args.checkpoint, "--checkpoint", "a checkpoint directory")
+    if Path(args.dump).suffix != ".npz":
+        validate.out_dir(args.out)
+    if args.case_dir:
+        validate.out_dir(args.case_dir, "--case-dir")
+
+
 def run(args) -> int:
     try:
         numerics = _numerics(args.numerics, args.platform)
@@ -106,6 +125,7 @@ def run(args) -> int:
         return _fail(str(exc))
     if args.exact and args.tolerances:
         return _fail("--exact and --tolerances exclude each other")
+    check(args)
     path = Path(args.dump)
     if path.suffix == ".npz":
         return _run_case(path, args, numerics)
@@ -221,6 +241,25 @@ def _run_with_progress(console, path, options, results, resume) -> dict:
                            repro_base=f"w8a8 replay {path}")
 
 
+def check_case_file(path: Path) -> None:
+    """A case file is a regular file, a zip archive (.npz), and its members unpack to at most
+    :data:`conformance.case_check.CASE_BYTES` (the sizes its directory declares, which unpacking enforces)."""
+    import zipfile
+
+    from conformance import case_check
+
+    validate.in_file(str(path), "CASE", "a .npz case file written by --export-case")
+    try:
+        with zipfile.ZipFile(path) as z:
+            total = sum(info.file_size for info in z.infolist())
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise validate.UsageError("CASE", "a .npz case file written by --export-case", f"{str(path)!r}: not a readable .npz case ({exc})") \
+            from None
+    if total > case_check.CASE_BYTES:
+        raise validate.UsageError("CASE", f"a case of at most {case_check.CASE_BYTES / (1 << 30):g} GiB unpacked",
+                                  f"{total / (1 << 30):.3g} GiB")
+
+
 def _run_case(path: Path, args, numerics) -> int:
     from replay import engine
     from replay.case import load_case, python_snippet
@@ -228,6 +267,7 @@ def _run_case(path: Path, args, numerics) -> int:
 
     if not path.is_file():
         return _fail(f"CASE {path}: no such file")
+    check_case_file(path)
     try:
         case = load_case(path)
     except ValueError as exc:
