@@ -69,6 +69,9 @@ class Received:
     expert_token_nums: torch.Tensor      # int64 [E_loc]: rows per local expert (counts)
     ep_recv_counts: torch.Tensor         # int32 [E_loc * R]: cumulative over (l, src), row-major
     handle: Handle
+    block_pos: torch.Tensor              # int32 [T * K] (sender side): each copy's position among this rank's
+                                         # earlier copies to the same expert; -1 for a copy not sent
+    carried: torch.Tensor | None = None  # fp32 [A]: the per-copy values sent with the rows (``carry``), or None
     wire: dict = field(default_factory=dict)   # bytes sent to other ranks / to itself, per message kind
 
 
@@ -84,7 +87,7 @@ class _Clock:
 
 
 def _a2a(out: torch.Tensor, inp: torch.Tensor, out_splits, in_splits, group) -> torch.Tensor:
-    dist.all_to_all_single(out, inp, out_splits, in_splits, group=group)
+    dist.all_to_all_single(out, inp.contiguous(), out_splits, in_splits, group=group)
     return out
 
 
@@ -101,12 +104,14 @@ def send_order(ids: torch.Tensor, active: torch.Tensor | None, num_experts: int)
 
 
 def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ranks: int, rank: int,
-             quantize=None, smooth: torch.Tensor | None = None, active: torch.Tensor | None = None,
-             shared_ranks: int = 0, clock: dict | None = None) -> Received:
-    """Dispatch this rank's tokens (module docstring). ``x``: bf16 ``[T, H]``; ``ids``: int ``[T, K]``;
-    ``quantize``: ``fn(fp32 rows [S, H]) -> (int8 [S, H], fp32 [S])`` for int8 mode, None for bf16 mode;
-    ``smooth``: fp32 ``[E, H]`` rows multiplied into each copy before quantizing (row of its expert);
-    ``active``: bool ``[T, K]`` copies to send."""
+             quantize=None, smooth: torch.Tensor | None = None, smooth_offset: int = 0,
+             active: torch.Tensor | None = None, carry: torch.Tensor | None = None, shared_ranks: int = 0,
+             clock: dict | None = None) -> Received:
+    """Dispatch this rank's tokens (module docstring). ``x``: bf16 / fp16 ``[T, H]``; ``ids``: int ``[T, K]``;
+    ``quantize``: ``fn(fp32 rows [S, H]) -> (int8 [S, H], fp32 [S])`` for int8 mode, None to send x's rows;
+    ``smooth``: fp32 ``[E + smooth_offset, H]``: copy to expert e is ``fp32(x[t]) * smooth[e + smooth_offset]``
+    before quantizing; ``active``: bool ``[T, K]`` copies to send (None: all); ``carry``: fp32 ``[T, K]``
+    values sent with the copies (the v2 ``expert_scales``)."""
     c = _Clock(clock)
     dev = x.device
     t, h = x.shape
@@ -131,7 +136,7 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ran
             q_tok, s_tok = quantize(x.to(F32))
             q_send, s_send = q_tok.index_select(0, tok), s_tok.index_select(0, tok)
         else:                # per copy: the destination expert's smooth row
-            q_send, s_send = quantize(x.index_select(0, tok).to(F32).mul_(smooth.index_select(0, experts)))
+            q_send, s_send = quantize(x.index_select(0, tok).to(F32).mul_(smooth.index_select(0, experts + smooth_offset)))
         c.lap("dispatch_quant")
         scale_recv = _a2a(torch.empty(sum(out_splits), dtype=F32, device=dev), s_send.contiguous(), out_splits,
                           in_splits, group)
@@ -141,6 +146,10 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ran
     x_recv = _a2a(torch.empty(sum(out_splits), h, dtype=q_send.dtype, device=dev), q_send.contiguous(), out_splits,
                   in_splits, group)
     c.lap("dispatch_payload")
+    carried = None
+    if carry is not None:
+        carried = _a2a(torch.empty(sum(out_splits), dtype=F32, device=dev), carry.reshape(-1).to(F32)[order],
+                       out_splits, in_splits, group)
     # arrival order is (source, local expert, f): a stable sort by local expert makes it canonical
     keys = torch.repeat_interleave(torch.arange(e_loc, device=dev).repeat(ranks), cnt_recv.reshape(-1))
     perm = torch.sort(keys, stable=True).indices
@@ -149,11 +158,15 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ran
     x_c = x_recv.index_select(0, perm)
     s_c = None if scale_recv is None else scale_recv.index_select(0, perm)
     ep_recv_counts = torch.cumsum(cnt_recv.t().reshape(-1), 0).to(torch.int32)
+    block_pos = torch.full((t * k,), -1, dtype=torch.int32, device=dev)
+    block_pos[order] = (torch.arange(order.numel(), device=dev)
+                        - torch.searchsorted(experts, experts, right=False)).to(torch.int32)
     handle = Handle(ranks=ranks, e_loc=e_loc, tokens=t, k=k, order=order, input_splits=in_splits,
                     output_splits=out_splits, cnt_recv=cnt_recv, perm=perm)
     c.lap("dispatch_sort")
     return Received(x=x_c, scale=s_c, src=src, expert_token_nums=cnt_recv.sum(0), ep_recv_counts=ep_recv_counts,
-                    handle=handle, wire=wire_bytes(in_splits, rank, h, q_send.element_size(), quantize is not None))
+                    handle=handle, block_pos=block_pos,
+                    carried=None if carried is None else carried.index_select(0, perm), wire=wire_bytes(in_splits, rank, h, q_send.element_size(), quantize is not None))
 
 
 def wire_bytes(in_splits: list[int], rank: int, h: int, payload_itemsize: int, scales: bool) -> dict:
@@ -186,20 +199,89 @@ def return_rows(y: torch.Tensor, handle: Handle, group, clock: dict | None = Non
     return rows
 
 
-def weighted_sum(rows: torch.Tensor, weights: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
-    """fp32 ``acc [T, H]`` of spec §6.3 step 5: from +0, for k ascending ``acc = acc + fp32(row) * w[t, k]``
-    (separate multiply and add); ``active`` False copies are skipped. ``rows``: ``[T*K, H]`` flat order."""
+def weighted_sum(rows: torch.Tensor, weights: torch.Tensor, present: torch.Tensor | None,
+                 extra: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 ``acc [T, H]`` of spec §6.3 step 5 / §1.8: from +0, for k ascending, where the copy is
+    ``present`` (bool ``[T, K]``, None: all), ``acc = acc + fp32(row) * w[t, k]`` (a multiply, then an add);
+    then ``acc = acc + fp32(extra[t])`` (unweighted) if given. ``rows``: ``[T*K, H]`` in flat order."""
     t, k = weights.shape
     h = rows.shape[1]
     r = rows.view(t, k, h)
     wf = weights.to(F32)
     acc = torch.zeros(t, h, dtype=F32, device=rows.device)
+    zero = torch.zeros((), dtype=F32, device=rows.device)
     for j in range(k):
         term = r[:, j].to(F32).mul_(wf[:, j:j + 1])
-        if active is not None:
-            term = torch.where(active[:, j:j + 1], term, torch.zeros((), dtype=F32, device=rows.device))
-        acc = acc.add_(term)
+        acc = acc.add_(term if present is None else torch.where(present[:, j:j + 1], term, zero))
+    if extra is not None:
+        acc = acc.add_(extra.to(F32))
     return acc
 
 
-__all__ = ["Handle", "Received", "dispatch", "return_rows", "weighted_sum", "send_order", "wire_bytes"]
+def _scatter_last(slots: torch.Tensor, n_slots: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out [n_slots, H], present bool [n_slots])``: ``out[slots[i]] = rows[i]``, the last ``i`` winning
+    where slots repeat (NumPy's fancy assignment), zeros where no row lands."""
+    dev = rows.device
+    pos = torch.full((n_slots,), -1, dtype=torch.int64, device=dev)
+    if slots.numel():
+        pos.scatter_reduce_(0, slots, torch.arange(slots.numel(), device=dev), "amax", include_self=True)
+    present = pos >= 0
+    out = torch.zeros(n_slots, rows.shape[1], dtype=rows.dtype, device=dev)
+    out[present] = rows.index_select(0, pos[present])
+    return out, present
+
+
+def return_by_triples(y: torch.Tensor, triples: torch.Tensor, *, tokens: int, k: int, ranks: int, group,
+                      clock: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The v2 return trip (``assist_info_for_combine``): row i of ``y`` goes back to
+    ``triples[i] = (source rank, token, k)``. Expert side: rows sorted stably by source rank, counts
+    exchanged, then the rows and their ``(t, k)``. Token side: ``(rows [T*K, H], present [T*K])``; a slot
+    that several rows name keeps the last one in (source rank of the sender, row) order."""
+    c = _Clock(clock)
+    dev = y.device
+    trip = triples.to(torch.int64).view(-1, 3)
+    order = torch.sort(trip[:, 0], stable=True).indices
+    send = torch.bincount(trip[:, 0], minlength=ranks)
+    recv = _a2a(torch.empty_like(send), send, None, None, group)
+    in_splits, out_splits = send.tolist(), recv.tolist()
+    tk = _a2a(torch.empty(sum(out_splits), 2, dtype=torch.int64, device=dev), trip.index_select(0, order)[:, 1:],
+              out_splits, in_splits, group)
+    rows = _a2a(torch.empty(sum(out_splits), y.shape[1], dtype=y.dtype, device=dev),
+                y.index_select(0, order).contiguous(), out_splits, in_splits, group)
+    c.lap("combine_a2a")
+    out = _scatter_last(tk[:, 0] * k + tk[:, 1], tokens * k, rows)
+    c.lap("combine_scatter")
+    return out
+
+
+def return_by_blocks(y: torch.Tensor, ep_send_counts: torch.Tensor, expand_idx: torch.Tensor, ids: torch.Tensor, *,
+                     e_loc: int, ranks: int, group) -> tuple[torch.Tensor, torch.Tensor]:
+    """The v1 return trip (``expand_idx``, ``ep_send_counts``). Expert side: block (l, r) is rows
+    ``[cum[l*R + r - 1], cum[l*R + r])`` of ``y`` (``cum = ep_send_counts``, 0 before the first); rank r
+    gets its blocks for l = 0 .. E_loc-1 in that order, after their sizes. Token side: copy f with expert
+    ``e`` (on rank ``q = e // E_loc``, ``l = e % E_loc``) reads the received row ``expand_idx[f]`` of block
+    (q, l), if that is inside the block. Returns ``(rows [T*K, H], present [T*K])``."""
+    dev = y.device
+    cum = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), ep_send_counts.to(torch.int64)])
+    sizes = torch.diff(cum).view(e_loc, ranks)                    # [l, r]
+    dst = torch.arange(ranks, device=dev).repeat(e_loc)            # block (l, r) -> r, row-major
+    row_dst = torch.repeat_interleave(dst, sizes.reshape(-1))
+    order = torch.sort(row_dst, stable=True).indices               # (r, l, row) order
+    got = _a2a(torch.empty(ranks, e_loc, dtype=torch.int64, device=dev), sizes.t().contiguous(), None, None,
+               group)                                              # [q, l]: rows of block (q, l) for me
+    in_splits, out_splits = sizes.sum(0).tolist(), got.sum(1).tolist()
+    rows = _a2a(torch.empty(sum(out_splits), y.shape[1], dtype=y.dtype, device=dev),
+                y[:int(cum[-1])].index_select(0, order).contiguous(), out_splits, in_splits, group)
+    starts = (torch.cumsum(got.reshape(-1), 0) - got.reshape(-1)).view(ranks, e_loc)   # first row of block (q, l)
+    e = ids.reshape(-1).to(torch.int64)
+    q, l = torch.div(e, e_loc, rounding_mode="floor"), e % e_loc
+    pos = expand_idx.to(torch.int64)
+    present = pos < got[q, l]
+    row = torch.where(present, starts[q, l] + pos, torch.zeros((), dtype=torch.int64, device=dev))
+    out = torch.zeros(e.numel(), y.shape[1], dtype=y.dtype, device=dev)
+    out[present] = rows.index_select(0, row[present])
+    return out, present
+
+
+__all__ = ["Handle", "Received", "dispatch", "return_rows", "return_by_triples", "return_by_blocks", "weighted_sum",
+           "send_order", "wire_bytes"]

@@ -117,3 +117,78 @@ def moe_ep(ctx, payload) -> dict:
                          "ep_recv_counts": _numpy(recv.ep_recv_counts), "gmm1_x": _numpy(x8),
                          "gmm1_scale": _numpy(s8), "expert_out": _numpy(y_rows), "routed": _numpy(routed)}
     return out
+
+
+# -- the dispatch ops ----------------------------------------------------------------------------------------
+
+def _quantizer(spec):
+    from . import quant
+
+    return None if spec is None else quant.quantizer(**spec)
+
+
+def dispatch(ctx, payload) -> tuple:
+    """``moe_distribute_dispatch[_v2]`` on this rank: the 7 outputs of this rank (see the golden op).
+    Payload: ``x``, ``ids``, ``active`` (bool ``[T, K]`` or None), ``carry`` (fp32 ``[T, K]`` or None),
+    ``quant`` (the sender's formula, or None for quant_mode 0), ``smooth`` / ``smooth_offset``,
+    ``num_experts``, ``v2``, ``cumulative`` (expert_token_nums_type 0), ``tp_world_size``."""
+    import torch
+
+    p = payload
+    dev = ctx.device
+    recv = exchange.dispatch(_torch(p["x"], dev), _torch(p["ids"], dev), num_experts=p["num_experts"],
+                             group=ctx.group, ranks=ctx.ranks, rank=ctx.rank, quantize=_quantizer(p["quant"]),
+                             smooth=_torch(p["smooth"], dev), smooth_offset=p["smooth_offset"],
+                             active=_torch(p["active"], dev), carry=_torch(p["carry"], dev))
+    counts = recv.expert_token_nums
+    index = recv.src.reshape(-1) if p["v2"] else recv.block_pos
+    zeros = torch.zeros(0, dtype=torch.float32)
+    return (_numpy(recv.x), _numpy(recv.scale if recv.scale is not None else zeros), _numpy(index),
+            _numpy(torch.cumsum(counts, 0) if p["cumulative"] else counts), _numpy(recv.ep_recv_counts),
+            _numpy(torch.zeros(p["tp_world_size"], dtype=torch.int32)),
+            _numpy(recv.carried if recv.carried is not None else zeros))
+
+
+# -- the combine ops -------------------------------------------------------------------------------------------
+
+def combine(ctx, payload):
+    """``moe_distribute_combine[_v2]`` on this rank: its ``[BS, H]`` output. Payload: ``y`` (this rank's
+    expert rows), ``ep_send_counts``, ``index`` (v1 ``expand_idx`` / v2 ``assist_info_for_combine``),
+    ``ids``, ``weights`` (fp32 ``[BS, K]``; ``weights_bf16``: rounded to bf16 first), ``active`` (or None),
+    ``shared`` (``[BS, H]`` added unweighted, or None), ``v2``, ``comm_quant``, ``e_loc``."""
+    import torch
+
+    from ..torch_cpu.arith import to_float
+    from . import quant
+
+    p = payload
+    dev = ctx.device
+    y = _torch(p["y"], dev)
+    if p["comm_quant"]:
+        y = quant.comm_roundtrip(y)
+    counts = _torch(p["ep_send_counts"], dev)
+    a_rows = int(counts[-1]) if counts.numel() else 0
+    ids = _torch(p["ids"], dev)
+    t, k = ids.shape
+    if p["v2"]:
+        rows, present = exchange.return_by_triples(y[:a_rows], _torch(p["index"], dev)[:3 * a_rows], tokens=t, k=k,
+                                                   ranks=ctx.ranks, group=ctx.group)
+    else:
+        rows, present = exchange.return_by_blocks(y, counts, _torch(p["index"], dev), ids, e_loc=p["e_loc"],
+                                                  ranks=ctx.ranks, group=ctx.group)
+    present = present.view(t, k)
+    if p["active"] is not None:
+        present &= _torch(p["active"], dev)
+    acc = exchange.weighted_sum(rows, _weights(p), present, _torch(p["shared"], dev))
+    return _numpy(to_float(acc, y.dtype))
+
+
+def _weights(p):
+    """The fp32 routing weights the combine multiplies by: as given, or rounded to bf16 first
+    (``ep_combine_weights="bfloat16"``: ``weights_bf16``)."""
+    import torch
+
+    from ..torch_cpu.arith import to_float
+
+    w = _torch(p["weights"]).to(torch.float32)
+    return to_float(w, torch.bfloat16).to(torch.float32) if p.get("weights_bf16") else w

@@ -1,0 +1,89 @@
+"""The EP ops of the torch-dist backend (a mixin of :class:`backends.torch_dist.TorchDistBackend`).
+
+Each op's loader (untimed) maps the golden's checked Args (per-rank lists already in rank order) to one
+payload per rank — NumPy arrays, pickled to the rank processes — and loads what is loaded once (the
+layer's expert slices, under a key); its implementation (timed) sends the payloads, lets the ranks
+exchange and compute (:mod:`.tasks`), and puts the per-rank results back in the caller's entry order
+(``ep_rank_id``). Nothing of the golden computes here: the ranks run torch.
+
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..base import implements, loads
+
+_KEYS = itertools.count()
+
+
+def quant_spec(numerics, rows: int, h: int) -> dict:
+    """The sender's INT8 formula of ``numerics.ep_dispatch_quant`` for the rank processes
+    (:func:`.quant.quantizer`'s arguments): ``mc2``; ``deepep_normal`` = ``mc2`` with ``amax_eps = 1e-12``;
+    ``init_routing`` = the ``moe_init_routing_v2(quant_mode=1)`` formula with the rounding the golden's
+    ``dispatch_quant`` selects for ``rows`` bf16 rows of width ``h``."""
+    mode = numerics.ep_dispatch_quant
+    if mode == "mc2":
+        return {"formula": "mc2"}
+    if mode == "deepep_normal":
+        from w8a8.moe._ep import DEEPEP_AMAX_EPS
+
+        return {"formula": "mc2", "amax_eps": float(DEEPEP_AMAX_EPS)}
+    from w8a8.variants import moe as vmoe
+
+    variant = vmoe.init_routing_v2(n=max(rows, 1), k=1, h=h, x_dtype="bfloat16", quant_mode=1, scale_shape=None,
+                                   offset=False, start=0, end=1, expert_num=1, count_type=1, row_idx_type=0,
+                                   platform=numerics.platform_record)
+    return {"formula": "routing", "rounding": variant.numerics(numerics).routing_quant_round}
+
+
+def in_entry_order(per_rank: list, entry_of_rank: tuple) -> list:
+    """Per-rank values (rank order) in the caller's list order: entry ``entry_of_rank[q]`` holds rank q's."""
+    out = [None] * len(per_rank)
+    for q, value in enumerate(per_rank):
+        out[entry_of_rank[q]] = value
+    return out
+
+
+class EpOps:
+    """The expert-parallel ops of torch-dist (see the module docstring)."""
+
+    # -- dispatch ------------------------------------------------------------------------------------
+    @loads("moe_distribute_dispatch", "moe_distribute_dispatch_v2")
+    def _load_dispatch(self, a, *, numerics):
+        g = a.group
+        quant = None
+        if a.quant_mode == 2:
+            quant = quant_spec(numerics, sum(x.shape[0] for x in a.x), a.h)
+        payloads = [{"x": a.x[q], "ids": a.expert_ids[q], "active": None if a.active is None else a.active[q],
+                     "carry": None if a.expert_scales is None else a.expert_scales[q], "quant": quant,
+                     "smooth": a.scales, "smooth_offset": a.scale_row_offset, "num_experts": g.experts,
+                     "v2": a.op.endswith("_v2"), "cumulative": a.expert_token_nums_type == 0,
+                     "tp_world_size": g.tp_world_size} for q in range(g.ranks)]
+        return g.ranks, payloads, g.entry_of_rank
+
+    @implements("moe_distribute_dispatch", "moe_distribute_dispatch_v2")
+    def _dispatch(self, loaded):
+        ranks, payloads, entry = loaded
+        results = self.pool(ranks).call("dispatch", payloads, ranks=ranks)
+        return tuple(in_entry_order([r[i] for r in results], entry) for i in range(7))
+
+    # -- combine -------------------------------------------------------------------------------------
+    @loads("moe_distribute_combine", "moe_distribute_combine_v2")
+    def _load_combine(self, a, *, numerics):
+        g = a.group
+        payloads = [{"y": a.expand_x[q], "ep_send_counts": a.ep_send_counts[q], "index": a.index[q],
+                     "ids": a.expert_ids[q], "weights": a.expert_scales[q],
+                     "weights_bf16": numerics.ep_combine_weights == "bfloat16",
+                     "active": None if a.active is None else a.active[q],
+                     "shared": None if a.shared_expert_x is None else a.shared_expert_x[q], "v2": a.op.endswith("_v2"),
+                     "comm_quant": a.comm_quant_mode == 2, "e_loc": g.e_loc} for q in range(g.ranks)]
+        return g.ranks, payloads, g.entry_of_rank
+
+    @implements("moe_distribute_combine", "moe_distribute_combine_v2")
+    def _combine(self, loaded):
+        ranks, payloads, entry = loaded
+        return in_entry_order(self.pool(ranks).call("combine", payloads, ranks=ranks), entry)
