@@ -62,6 +62,8 @@ class TorchDistBackend(EpOps, Backend):
         if min_world < 1:
             raise ValueError(f"TorchDistBackend: W8A8_TORCH_DIST_WORLD / min_world must be an int >= 1; got {raw!r}")
         self.pg_backend, self.min_world = pg_backend, min_world
+        self.time_phases = False   # barriers around dispatch / experts / combine in w8a8_moe_ep (benchmarks)
+        self.last_phases: list = []   # per rank {"seconds", "wire"} of the latest w8a8_moe_ep run
         self.device = "npu" if pg_backend == "hccl" else "cpu"
         self._pool = None
         self._lock = threading.Lock()

@@ -16,6 +16,7 @@ import itertools
 import numpy as np
 
 from ..base import implements, loads
+from .tasks import KEEP
 
 _KEYS = itertools.count()
 
@@ -87,3 +88,80 @@ class EpOps:
     def _combine(self, loaded):
         ranks, payloads, entry = loaded
         return in_entry_order(self.pool(ranks).call("combine", payloads, ranks=ranks), entry)
+
+    # -- the EP layer ------------------------------------------------------------------------------------
+    @loads("w8a8_moe_ep")
+    def _load_moe_ep(self, a, *, numerics):
+        """Each rank's expert slice loaded into its process (untimed), and the per-call payloads."""
+        return _Layer.prepare(self, a, numerics)
+
+    @implements("w8a8_moe_ep")
+    def _moe_ep(self, layer):
+        return [r["y"] for r in layer.run(self)]
+
+    def w8a8_moe_ep_stages(self, *args, **kwargs) -> dict:
+        """``w8a8_moe_ep`` run by the rank processes, with what crossed the wire and every intermediate,
+        per rank (lists in rank order), under the names of the golden's :func:`w8a8.w8a8_moe_ep_stages`
+        (so that the invariants of spec §6.6 apply to this backend's real exchange), and ``seconds`` /
+        ``wire`` (per rank: the phases' seconds, the bytes each rank sent)."""
+        from w8a8 import registry
+
+        self._require_available()
+        numerics = self._numerics_for(kwargs.pop("numerics", None))
+        a = self.checked_args(registry.get("w8a8_moe_ep"), args, kwargs, numerics)
+        results = _Layer.prepare(self, a, numerics).run(self, stages=True)
+        stages = {name: [r["stages"][name] for r in results] for name in results[0]["stages"]}
+        stages.update(dispatch=a.dispatch, seconds=[r["seconds"] for r in results], wire=[r["wire"] for r in results])
+        return stages
+
+
+class _Layer:
+    """A prepared ``w8a8_moe_ep`` call: the weights loaded in the rank processes under ``key``, the per-rank
+    payloads of the call. ``timing``: barriers around the phases (:attr:`TorchDistBackend.time_phases`);
+    ``last`` keeps the ranks' ``seconds`` and ``wire`` of the latest run."""
+
+    def __init__(self, ranks, loads, payloads, dispatch):
+        self.ranks, self.loads, self.payloads, self.dispatch = ranks, loads, payloads, dispatch
+        self.pool = None
+        self.last: list = []
+
+    @classmethod
+    def prepare(cls, backend, a, numerics) -> "_Layer":
+        from w8a8 import dtypes as _dt
+        from w8a8.moe.swiglu import dequant_swiglu_quant_args
+
+        if a.swiglu_limit is not None:   # the golden's refusal of a bad swiglu_limit (its dequant_swiglu_quant)
+            dequant_swiglu_quant_args(np.zeros((0, 2), _dt.bfloat16), quant_mode=1, activate_left=True,
+                                      swiglu_limit=a.swiglu_limit, numerics=numerics)
+        ex, r, e_loc = a.experts, a.ranks, a.e_loc
+        key = f"layer-{next(_KEYS)}"
+        shared = None if a.shared_expert is None else dict(a.shared_expert)
+        loads = [{"key": key, "w13": ex.w13[q * e_loc:(q + 1) * e_loc], "w13_scale": ex.w13_scale[q * e_loc:(q + 1) * e_loc],
+                  "w2": ex.w2[q * e_loc:(q + 1) * e_loc], "w2_scale": ex.w2_scale[q * e_loc:(q + 1) * e_loc],
+                  "swiglu_limit": a.swiglu_limit, "shared": shared} for q in range(r)]
+        quant = quant_spec(numerics, max(h.shape[0] for h in a.hidden), a.h) if a.dispatch == "int8" else None
+        payloads = [{"key": key, "op": "w8a8_moe_ep", "x": a.hidden[q], "ids": a.topk_ids[q],
+                     "weights": a.topk_weights[q], "weights_bf16": numerics.ep_combine_weights == "bfloat16",
+                     "num_experts": ex.e, "quant": quant} for q in range(r)]
+        layer = cls(r, loads, payloads, a.dispatch)
+        layer.load(backend)
+        return layer
+
+    def load(self, backend) -> None:
+        self.pool = backend.pool(self.ranks)
+        self.pool.call("load_layer", self.loads, ranks=self.ranks)
+        keys = self.pool.__dict__.setdefault("layer_keys", [])   # mirrors the ranks' caches (tasks.KEEP)
+        key = self.loads[0]["key"]
+        if key in keys:
+            keys.remove(key)
+        keys.append(key)
+        del keys[:-KEEP]
+
+    def run(self, backend, *, stages: bool = False) -> list:
+        if self.pool is not backend.pool(self.ranks) or self.loads[0]["key"] not in self.pool.layer_keys:
+            self.load(backend)   # the pool was restarted (an error, a larger R) or dropped it since the load
+        extra = {"stages": stages, "timing": backend.time_phases}
+        results = self.pool.call("moe_ep", [{**p, **extra} for p in self.payloads], ranks=self.ranks)
+        self.last = [{"seconds": r["seconds"], "wire": r["wire"]} for r in results]
+        backend.last_phases = self.last
+        return results

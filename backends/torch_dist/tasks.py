@@ -52,70 +52,82 @@ def _loaded(ctx, key):
 
 def load_layer(ctx, payload) -> None:
     """Load this rank's experts (``w13``, ``w13_scale``, ``w2``, ``w2_scale``: its ``E_loc`` slice, checkpoint
-    layout; ``swiglu_limit``) and the shared expert (``shared``: the three Linears' weights, or None) under
+    layout; ``swiglu_limit``) and keep the shared expert's checkpoint tensors (``shared``, or None) under
     ``payload["key"]``."""
-    from . import experts, shared
+    from . import experts
 
     p = payload
     local = experts.load(_torch(p["w13"]), _torch(p["w13_scale"]), _torch(p["w2"]), _torch(p["w2_scale"]),
                          p["swiglu_limit"])
-    _keep(ctx, p["key"], (local, None if p["shared"] is None else shared.load(p["shared"])))
+    _keep(ctx, p["key"], (local, p["shared"]))
 
 
 def moe_ep(ctx, payload) -> dict:
     """The EP layer on this rank: dispatch -> local experts -> combine (+ the shared expert on this rank's
     own hidden). Payload: ``key`` (the loaded layer), ``x`` bf16 ``[T, H]``, ``ids`` int32 ``[T, K]``,
-    ``weights`` fp32 ``[T, K]``, ``num_experts``, ``quant`` (None: bf16 dispatch; else the sender's
-    formula: ``{"formula", "amax_eps", "rounding"}``), ``arrival`` (the on-arrival quantizer of the bf16
-    dispatch, same form), ``stages`` (return what crossed the wire), ``timing`` (barriers between phases
-    and their seconds). Returns ``{"y", "seconds", "wire"[, stages]}``."""
+    ``weights`` fp32 ``[T, K]`` (``weights_bf16``: rounded to bf16 first), ``num_experts``, ``quant`` (the
+    sender's formula, or None for the bf16 dispatch, which quantizes on arrival with ``dynamic_quant``),
+    ``stages`` (return what crossed the wire and every intermediate), ``timing`` (barriers around the
+    phases). Returns ``{"y", "seconds", "wire"[, "stages"]}``."""
     import time
 
     import torch
     import torch.distributed as dist
 
-    from . import experts, quant, shared
+    from ..torch_cpu.arith import to_float
+    from ..torch_cpu.quant import dynamic_quant
+    from . import experts, shared
 
     p = payload
-    local, shared_layer = _loaded(ctx, p["key"])
-    x, ids, w = _torch(p["x"]), _torch(p["ids"]), _torch(p["weights"])
+    local, shared_weights = _loaded(ctx, p["key"])
+    dev = ctx.device
+    x, ids = _torch(p["x"], dev), _torch(p["ids"], dev)
     clock: dict = {}
-    timing = p.get("timing", False)
+    calls = {"sender": 0, "arrival": 0}
+    sender = _quantizer(p["quant"])
+
+    def counted(xf):
+        calls["sender"] += 1
+        return sender(xf)
 
     def barrier():
-        if timing:
+        if p.get("timing"):
             dist.barrier(group=ctx.group)
 
-    send_q = None if p["quant"] is None else quant.quantizer(**p["quant"])
     barrier()
     t0 = time.perf_counter()
     recv = exchange.dispatch(x, ids, num_experts=p["num_experts"], group=ctx.group, ranks=ctx.ranks, rank=ctx.rank,
-                             quantize=send_q, clock=clock)
+                             quantize=None if sender is None else counted, clock=clock)
     barrier()
     t1 = time.perf_counter()
-    if recv.scale is None:   # bf16 dispatch: the single quantization, on arrival
-        x8, s8 = quant.quantizer(**p["arrival"])(recv.x.to(torch.float32))
+    if recv.scale is None:   # bf16 dispatch: the single quantization, on arrival (dynamic_quant's kernel choice)
+        x8, s8 = dynamic_quant(recv.x.cpu())
+        calls["arrival"] += 1
     else:
-        x8, s8 = recv.x, recv.scale
-    y_rows = experts.run(local, x8, s8, recv.expert_token_nums.tolist())
+        x8, s8 = recv.x.cpu(), recv.scale.cpu()
+    parts = experts.run(local, x8, s8, recv.expert_token_nums.tolist(), stages=p.get("stages", False))
     barrier()
     t2 = time.perf_counter()
-    rows = exchange.return_rows(y_rows, recv.handle, ctx.group, clock)
-    acc = exchange.weighted_sum(rows, w, None)
-    from ..torch_cpu.arith import to_float
-
+    rows = exchange.return_rows(parts["gmm2"].to(dev), recv.handle, ctx.group, clock)
+    acc = exchange.weighted_sum(rows, _weights(p).to(dev), None)
     routed = to_float(acc, torch.bfloat16)
     barrier()
     t3 = time.perf_counter()
-    y = routed if shared_layer is None else shared.add(routed, shared.forward(shared_layer, x))
+    sh = None if shared_weights is None else shared.forward(shared_weights, p["x"])
+    y = routed if sh is None else shared.add(routed, sh, p["op"])
     t4 = time.perf_counter()
     out = {"y": _numpy(y), "wire": recv.wire,
            "seconds": {"dispatch": t1 - t0, "experts": t2 - t1, "combine": t3 - t2, "shared": t4 - t3, **clock}}
     if p.get("stages"):
-        out["stages"] = {"recv_x": _numpy(recv.x), "recv_scale": _numpy(recv.scale), "src": _numpy(recv.src),
+        out["stages"] = {"payload": _numpy(recv.x), "payload_scale": _numpy(recv.scale), "src": _numpy(recv.src),
                          "expert_token_nums": _numpy(recv.expert_token_nums),
-                         "ep_recv_counts": _numpy(recv.ep_recv_counts), "gmm1_x": _numpy(x8),
-                         "gmm1_scale": _numpy(s8), "expert_out": _numpy(y_rows), "routed": _numpy(routed)}
+                         "ep_recv_counts": _numpy(recv.ep_recv_counts), "counts": _numpy(recv.handle.cnt_recv),
+                         "wire_bytes": int(recv.x.numel() * recv.x.element_size()
+                                           + (0 if recv.scale is None else recv.scale.numel() * 4)),
+                         "sender_quantizer_calls": calls["sender"], "quantizer_calls": calls["arrival"],
+                         "gmm1_x": _numpy(x8), "gmm1_x_scale": _numpy(s8),
+                         **{name: _numpy(parts[name]) for name in ("gmm1", "act_q", "act_scale", "gmm2")},
+                         "routed": _numpy(routed), "shared": _numpy(sh), "y": out["y"]}
     return out
 
 
