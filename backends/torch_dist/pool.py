@@ -45,7 +45,6 @@ from multiprocessing.connection import Connection, Listener, wait
 DEFAULT_TIMEOUT_S = 300.0
 _MARGIN_S = 30.0          # parent's wait beyond the collective timeout (the task's own compute)
 _START_TIMEOUT_S = 180.0  # importing torch in R processes on a loaded 2-core machine takes a while
-_RERAISED = (ValueError, TypeError, OverflowError)   # a task's argument / data errors, re-raised as they came
 
 
 class PoolError(RuntimeError):
@@ -160,10 +159,44 @@ class RankPool:
             try:
                 for rank in range(self.world):
                     self._conns[rank].send(("call", task, ranks, payloads[rank] if rank < ranks else None))
-                return [self._receive(rank, "result", self.timeout + _MARGIN_S) for rank in range(self.world)][:ranks]
+                return self._gather(self.timeout + _MARGIN_S)[:ranks]
             except BaseException:
-                self.close()
+                self.close(kill=True)   # ranks may be blocked in a collective the failed one never joins
                 raise
+
+    def _gather(self, timeout: float) -> list:
+        """Every rank's ``("result", value)``, waiting on all of them at once: the first failure reported
+        (the lowest rank's among those that arrive together) is raised at once, without waiting for the
+        ranks it leaves blocked in a collective."""
+        rank_of = {id(c): r for r, c in enumerate(self._conns)}
+        results: list = [None] * self.world
+        pending = set(range(self.world))
+        deadline = time.monotonic() + timeout
+        while pending:
+            ready = sorted(wait([self._conns[r] for r in pending], timeout=0.5), key=lambda c: rank_of[id(c)])
+            failures = []
+            for conn in ready:
+                rank = rank_of[id(conn)]
+                try:
+                    tag, value = conn.recv()
+                except (EOFError, OSError):
+                    self._check_alive(f"waiting for rank {rank}")
+                    raise PoolError(f"torch-dist: rank {rank} closed its connection{self._tails()}") from None
+                if tag == "result":
+                    results[rank] = value
+                    pending.discard(rank)
+                elif tag == "raise":
+                    failures.append(value)
+                else:
+                    failures.append(PoolError(f"torch-dist: rank {rank} failed:\n{value}{self._tails()}"
+                                              if tag == "error" else f"torch-dist: rank {rank} sent {tag!r}"))
+            if failures:
+                raise failures[0]
+            self._check_alive("waiting for results")
+            if time.monotonic() > deadline:
+                raise PoolError(f"torch-dist: ranks {sorted(pending)} gave no result within {timeout:.0f} s"
+                                f"{self._tails()}")
+        return results
 
     def _receive(self, rank: int, kind: str, timeout: float):
         """The next message of ``rank``, which must be ``(kind, value)``; its value. Raises what a worker
@@ -213,14 +246,17 @@ class RankPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs]
 
-    def close(self) -> None:
-        """Ask the workers to leave, wait up to 5 s, kill what is left (each by its pid), remove the socket."""
+    def close(self, kill: bool = False) -> None:
+        """Ask the workers to leave, wait up to 5 s, kill what is left (each by its pid), remove the socket.
+        ``kill``: kill them at once (after a failure: they may be blocked in a collective)."""
         if self.closed:
             return
         self.closed = True
         _OPEN.discard(self)
-        for conn in self._conns:
-            if conn is not None:
+        for conn, proc in zip(self._conns, self._procs):
+            if kill:
+                proc.kill()
+            elif conn is not None:
                 try:
                     conn.send(("exit", None))
                 except (OSError, ValueError):

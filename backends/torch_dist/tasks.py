@@ -204,3 +204,14 @@ def _weights(p):
 
     w = _torch(p["weights"]).to(torch.float32)
     return to_float(w, torch.bfloat16).to(torch.float32) if p.get("weights_bf16") else w
+
+
+def boom(ctx, payload):
+    """A task that fails on rank 1 with a ValueError while the others wait in a collective (tests)."""
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == 1:
+        raise ValueError("boom: argument 'x' must be fine; got rank 1")
+    dist.all_reduce(torch.zeros(1), group=ctx.group)
+    return ctx.rank

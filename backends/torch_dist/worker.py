@@ -7,7 +7,7 @@ authentication key comes in ``W8A8_TORCH_DIST_AUTHKEY`` (hex).
 Sequence: connect to the parent and say which rank this is; rank 0 opens the rendezvous ``TCPStore``
 on a free port of 127.0.0.1 and reports the port, the others receive it; ``init_process_group`` on
 that store with the timeout; report ``ready``; then serve ``("call", task, ranks, payload)`` messages
-until ``("exit", None)`` or the parent's socket closes. A call runs ``tasks.<task>(ctx, payload)`` on
+until ``("exit", None)`` or the parent's socket closes, then leaves at once (``os._exit``). A call runs ``tasks.<task>(ctx, payload)`` on
 ranks ``[0, ranks)`` with the process group of those ranks (:class:`Context`), and answers
 ``("result", value)``, ``("raise", exception)`` for a ``ValueError`` / ``TypeError`` / ``OverflowError``
 (re-raised by the parent as is), or ``("error", traceback)``. A watchdog thread ends the process when the
@@ -100,16 +100,16 @@ def main(argv: list[str]) -> int:
                 conn.send(("error", traceback.format_exc()))
     except (BrokenPipeError, OSError):
         pass
-    finally:
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - leaving anyway
-            pass
     return 0
 
 
 if __name__ == "__main__":
+    # os._exit: no interpreter teardown (unloading torch takes seconds on a busy machine, and a process
+    # group's destructor may wait for peers that are leaving too); nothing here needs flushing but stdio.
     try:
-        sys.exit(main(sys.argv[1:]))
+        code = main(sys.argv[1:])
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
