@@ -181,10 +181,19 @@ class OpDecl:
     bad_calls: Sequence[BadCall] = ()
     bench: Callable[[bool], Sequence[BenchCase]] | None = None
     variants: Any = None  # the op's kernel variants (issue 13)
+    ranked: bool = False  # the op runs on a list of simulated ranks (expert parallelism): see as_outputs
 
     def as_outputs(self, result) -> dict[str, np.ndarray]:
-        """Name the arrays an op returned (a single array or a tuple, in ``outputs`` order)."""
-        values = result if isinstance(result, (tuple, list)) else (result,)
+        """Name the arrays an op returned (a single array or a tuple, in ``outputs`` order).
+
+        A ``ranked`` op (one that takes and returns a list with one array per simulated rank) returns
+        a list per output (a single output: the list itself); each is compared as the concatenation of
+        its ranks' arrays along axis 0, in the op's list order."""
+        if self.ranked:
+            values = result if isinstance(result, tuple) else (result,)
+            values = tuple(np.concatenate(v) if isinstance(v, list) else v for v in values)
+        else:
+            values = result if isinstance(result, (tuple, list)) else (result,)
         if len(values) != len(self.outputs):
             raise ValueError(f"{self.name}: expected {len(self.outputs)} output(s) "
                              f"({', '.join(o.name for o in self.outputs)}), got {len(values)}")

@@ -98,6 +98,18 @@ gating_precision : ``"fp32"`` | ``"fp16"``
 static_zero_scale : ``"as_one"`` | ``"ieee"``
     ``dequant_swiglu_quant`` static quantization by a scalar ``quant_scale = 0``: treated as 1 (the
     group kernel's ``(s == 0) ? 1 : 1/s``) or IEEE ``1/0 = inf`` (the legacy kernels, no guard).
+ep_dispatch_quant : ``"mc2"`` | ``"deepep_normal"`` | ``"init_routing"``
+    Expert-parallel INT8 dispatch, the sender's per-row quantization (spec/expert-parallel.md §1.5,
+    §2.3, §2.5; read by ``moe_distribute_dispatch[_v2]`` with ``quant_mode=2`` and by ``w8a8_moe_ep``):
+    ``"mc2"``: the ``npu_dynamic_quant`` main formula of the MC2 kernels, ``inv = 127 / m``,
+    ``q = rint(x * inv)``, ``s = 1 / inv``; ``"deepep_normal"``: the Ascend DeepEP normal-mode kernel,
+    the same with ``inv = 127 / (m + 1e-12)`` (equal to ``"mc2"`` for ``m >= 2^-15``); ``"init_routing"``:
+    the sgl-kernel-npu ``alltoall`` strategy, which quantizes with ``npu_moe_init_routing_v2(quant_mode=1)``
+    (``s = m / 127``, ``q = x / s``, ``routing_quant_round``: :func:`w8a8.dispatch_quant`).
+ep_combine_weights : ``"float32"`` | ``"bfloat16"``
+    Expert-parallel combine (``moe_distribute_combine[_v2]``, ``w8a8_moe_ep``): the routing weights enter
+    the fp32 weighted sum as given (every EP combine kernel: ``expert_scales`` fp32, spec §1.8) or
+    rounded to bf16 first (as SGLang's single-process ascend_tp path and ``w8a8_moe`` do).
 
 Open numerics: the choices of kernels nobody here wrote
 -------------------------------------------------------
@@ -236,6 +248,8 @@ _CHOICES: dict[str, tuple] = {
     "dropped_slot_bias": ("apply", "skip"),
     "gating_precision": ("fp32", "fp16"),
     "static_zero_scale": ("as_one", "ieee"),
+    "ep_dispatch_quant": ("mc2", "deepep_normal", "init_routing"),
+    "ep_combine_weights": ("float32", "bfloat16"),
     "scale_divisor": ("qmax", "half_range"),
     "scale_dtype": ("float32", "input"),
     "scale_floor": ("none", "max_f32_eps", "max_dtype_tiny", "zero_to_dtype_eps"),
@@ -282,6 +296,8 @@ class Numerics:
     dropped_slot_bias: Literal["apply", "skip"] = "apply"
     gating_precision: Literal["fp32", "fp16"] = "fp32"
     static_zero_scale: Literal["as_one", "ieee"] = "as_one"
+    ep_dispatch_quant: Literal["mc2", "deepep_normal", "init_routing"] = "mc2"
+    ep_combine_weights: Literal["float32", "bfloat16"] = "float32"
     scale_divisor: Literal["qmax", "half_range"] = "qmax"
     scale_dtype: Literal["float32", "input"] = "float32"
     scale_floor: Literal["none", "max_f32_eps", "max_dtype_tiny", "zero_to_dtype_eps"] = "none"

@@ -36,7 +36,14 @@ GEMM_OPS = ("grouped_matmul", "w8a8_moe", "w8a8_moe_prequantized")
 
 
 def test_every_declared_op_is_implemented():
-    assert OPS == list(registry.specs())
+    # torch-cpu is a single-process backend: the expert-parallel ops (ranked: one array per simulated rank)
+    # belong to the torch.distributed backend (issue 15); on torch-cpu they are Unsupported, never a failure.
+    single = [op for op in registry.specs() if not registry.get(op).ranked]
+    assert OPS == single
+    for op in registry.specs():
+        if registry.get(op).ranked:
+            with pytest.raises(backends.Unsupported, match=f"does not implement op '{op}'"):
+                TC.prepare(op)
 
 
 @pytest.mark.parametrize("op, strategy", DRAWN, ids=[op if s == "main" else f"{op}:{s}" for op, s in DRAWN])

@@ -38,6 +38,19 @@ def moe_weights(e=2, h=16, i=8):
     return a((e, 2 * i, h), i8), a((e, 2 * i, 1), f32, 0.01, 0.02), a((e, h, i), i8), a((e, h, 1), f32, 0.01, 0.02)
 
 
+def ep_dispatch_call(r, h):
+    """Positional arguments of a valid MC2 dispatch: R ranks of 2 tokens, E = 2R, K = 2 (rank q's tokens to its
+    own experts 2q, 2q + 1 and to the next rank's)."""
+    ids = [np.array([[2 * q, 2 * q + 1], [(2 * q + 2) % (2 * r), (2 * q + 3) % (2 * r)]], i32) for q in range(r)]
+    return [a((2, h), BF16) for _ in range(r)], ids, "ep", r, list(range(r)), 2 * r
+
+
+def ep_combine_call(r, h, dispatch):
+    args = ep_dispatch_call(r, h)
+    out = dispatch(*args)
+    return (out[0], args[1], out[2], out[4], [a((2, 2), f32, 0.1, 1) for _ in range(r)], *args[2:]), {}
+
+
 # One valid call of every op: (args, kwargs). Small, but every array argument the op has a rule for.
 VALID = {
     "dynamic_quant": lambda: ((a((3, 16), BF16),), {}),
@@ -71,6 +84,13 @@ VALID = {
                          dict(topk_ids=a((3, 1), i32, 0, 2), topk_weights=a((3, 1), f32, 0.1, 1))),
     "w8a8_moe_prequantized": lambda: ((a((3, 16), i8), a((3,), f32, 0.01, 0.02), *moe_weights()),
                                       dict(topk_ids=a((3, 1), i32, 0, 2), topk_weights=a((3, 1), f32, 0.1, 1))),
+    "moe_distribute_dispatch": lambda: (ep_dispatch_call(8, 7168), dict(quant_mode=2)),
+    "moe_distribute_dispatch_v2": lambda: (ep_dispatch_call(2, 1024), dict(quant_mode=2)),
+    "moe_distribute_combine": lambda: ep_combine_call(8, 7168, w8a8.moe_distribute_dispatch),
+    "moe_distribute_combine_v2": lambda: ep_combine_call(2, 1024, w8a8.moe_distribute_dispatch_v2),
+    "w8a8_moe_ep": lambda: (([a((3, 16), BF16), a((0, 16), BF16)], *moe_weights()),
+                            dict(topk_ids=[a((3, 1), i32, 0, 2), a((0, 1), i32)],
+                                 topk_weights=[a((3, 1), f32, 0.1, 1), a((0, 1), f32)])),
     "int4_group_quantize": lambda: ((a((4, 32), f32),), dict(group_size=16)),
     "int4_group_dequantize": lambda: ((a((4, 32), i8, -8, 8), a((4, 2), f16, 0.1, 1)), {}),
     "weight_quant_batchmatmul": lambda: ((a((3, 16), f16), a((16, 8), i8), a((8,), f16, 0.01, 0.02)), {}),
@@ -105,7 +125,7 @@ NAMES = [op.name for op in OPS]
 # -- the registry ----------------------------------------------------------------------------------------
 
 def test_every_public_op_is_registered_once_in_its_family():
-    assert len(NAMES) == len(set(NAMES)) == 39
+    assert len(NAMES) == len(set(NAMES)) == 44
     assert set(NAMES) == set(VALID)
     assert {op.family for op in OPS} == set(registry.FAMILIES)
     by_family = [op.name for fam in registry.FAMILIES for op in registry.ops(fam)]
@@ -214,10 +234,27 @@ def _raised(fn, args, kwargs):
     return None
 
 
+def _rank_bad_calls(args: tuple, kwargs: dict):
+    """The breakages of :func:`backends.testing.bad_calls` applied to rank 0's array of every per-rank list
+    argument (the expert-parallel ops take one array per simulated rank)."""
+    slots = list(enumerate(args)) + list(kwargs.items())
+    for key, v in slots:
+        if not (isinstance(v, list) and v and all(isinstance(e, np.ndarray) for e in v)):
+            continue
+        for how, (new,), _ in bad_calls((v[0],), {}):
+            if how.startswith("0 "):
+                a2, k2 = list(args), dict(kwargs)
+                if isinstance(key, int):
+                    a2[key] = [new, *v[1:]]
+                else:
+                    k2[key] = [new, *v[1:]]
+                yield f"{key}[0] {how[2:]}", tuple(a2), k2
+
+
 @pytest.mark.parametrize("op", OPS, ids=NAMES)
 def test_the_op_raises_exactly_what_its_check_raises(op):
     refused = 0
-    for how, args, kwargs in bad_calls(*VALID[op.name]()):
+    for how, args, kwargs in [*bad_calls(*VALID[op.name]()), *_rank_bad_calls(*VALID[op.name]())]:
         by_check = _raised(op.args, args, kwargs)
         if by_check is None:   # accepted (e.g. a NaN where NaN is an ordinary value): nothing to compare
             continue
