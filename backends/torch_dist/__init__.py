@@ -23,6 +23,7 @@ This module imports no torch.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import threading
 
@@ -39,7 +40,8 @@ class TorchDistBackend(EpOps, Backend):
     """Expert parallelism on torch.distributed (see the module docstring).
 
     ``pg_backend``: the process-group backend, ``"gloo"`` (default; ``$W8A8_TORCH_DIST_BACKEND``) or
-    ``"hccl"`` (Ascend; needs torch_npu and a device per rank); ``min_world``: processes started at least
+    ``"hccl"`` (Ascend: rank r on NPU ``r % device_count``, the exchange on the device through the same
+    calls, the experts still torch-cpu's on the host; written, never run: no Ascend device here); ``min_world``: processes started at least
     (``$W8A8_TORCH_DIST_WORLD``, default 4), so that calls of 1, 2 and 4 ranks share one pool."""
 
     name = "torch-dist"
@@ -83,11 +85,8 @@ class TorchDistBackend(EpOps, Backend):
             return False, f"torch {torch.__version__} was built without torch.distributed"
         if self.pg_backend == "gloo" and not dist.is_gloo_available():
             return False, f"torch {torch.__version__} has no gloo backend (torch.distributed.is_gloo_available())"
-        if self.pg_backend == "hccl":
-            if importlib.util.find_spec("torch_npu") is None:
-                return False, "pg_backend 'hccl' needs torch_npu (not installed)"
-            return False, "pg_backend 'hccl': the experts of this backend run on torch-cpu; an Ascend run is " \
-                          "the torch-npu backend's EP lowering"
+        if self.pg_backend == "hccl" and importlib.util.find_spec("torch_npu") is None:
+            return False, "pg_backend 'hccl' needs torch_npu (not installed) and an Ascend device per rank"
         from ..torch_cpu import runtime
 
         return runtime.availability()

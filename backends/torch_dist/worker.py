@@ -69,6 +69,10 @@ def main(argv: list[str]) -> int:
     from . import tasks
 
     torch.set_num_threads(threads)
+    if backend == "hccl":   # Ascend: one NPU per rank (never run here: no device)
+        import torch_npu  # noqa: F401
+
+        torch.npu.set_device(rank % torch.npu.device_count())
     if rank == 0:
         store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, timeout=timedelta(seconds=timeout),
                               wait_for_workers=False)
