@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import w8a8
-
 from ...declare import BadCall, Case, OpDecl, declare, outputs, varied
 from ._common import BF16, F32
 from ._ep import (GROUP, TWO_RANK_H, TWO_RANK_ROW_VALUES, TWO_RANK_SRC, TWO_RANK_WHY, dispatch_base, group_bad_calls,
@@ -18,7 +16,6 @@ OUTPUTS = outputs(("expand_x", "float"), ("dynamic_scales", "scale"), ("assist_i
                   ("expert_token_nums", "int"), ("ep_recv_counts", "int"), ("tp_recv_counts", "int"),
                   ("expand_scales", "scale"))
 FIELDS = ("ep_dispatch_quant", "round_mode", "zero_row")
-DEEPEP = w8a8.ASCEND.replace(ep_dispatch_quant="deepep_normal")
 
 
 def _tie_and_zero(**kw):
@@ -66,12 +63,6 @@ CASES = [
          "Rank 0 receives rank 1's zero row: m = 0, inv = inf, 0 * inf = NaN -> code 0 (zero_row 'zero'; the "
          "device's integer is not confirmed), scale 1 / inf = 0. Rank 1 receives [2, 1, ...]: m = 2, inv = 63.5, "
          "2 * 63.5 = 127, 1 * 63.5 = 63.5 -> 64 (half to even), scale 1 / 63.5."),
-    Case("deepep_normal_zero_row", lambda: _tie_and_zero(numerics=DEEPEP),
-         {"expand_x": _tie_codes(), "dynamic_scales": np.array(
-             [np.float32(1) / (np.float32(127) / np.float32(1e-12)), np.float32(1) / np.float32(63.5)], F32)},
-         "Ascend DeepEP normal: inv = 127 / (m + 1e-12). Zero row: inv = 1.27e14, codes 0, scale 1 / 1.27e14 "
-         "(finite). m = 2: fp32(2 + 1e-12) = 2, so the codes and scale are the MC2 ones (numerics "
-         "ep_dispatch_quant='deepep_normal')."),
     Case("rank_with_no_active_token", _masked_rank,
          {"expand_x": np.full((2, 1024), 1, F32).astype(BF16), "assist_info_for_combine":
           np.array([0, 0, 0, 0, 1, 0], np.int32), "expert_token_nums": np.array([1, 1], np.int64),
