@@ -66,6 +66,7 @@ class TorchDistBackend(EpOps, Backend):
         self.pg_backend, self.min_world = pg_backend, min_world
         self.time_phases = False   # barriers around dispatch / experts / combine in w8a8_moe_ep (benchmarks)
         self.last_phases: list = []   # per rank {"seconds", "wire"} of the latest w8a8_moe_ep run
+        self.plant: str | None = None   # tests only: a deliberate bug in w8a8_moe_ep's ranks (tasks.PLANTS)
         self.device = "npu" if pg_backend == "hccl" else "cpu"
         self._pool = None
         self._lock = threading.Lock()

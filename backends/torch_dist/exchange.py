@@ -106,12 +106,13 @@ def send_order(ids: torch.Tensor, active: torch.Tensor | None, num_experts: int)
 def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ranks: int, rank: int,
              quantize=None, smooth: torch.Tensor | None = None, smooth_offset: int = 0,
              active: torch.Tensor | None = None, carry: torch.Tensor | None = None, shared_ranks: int = 0,
-             clock: dict | None = None) -> Received:
+             canonical: bool = True, clock: dict | None = None) -> Received:
     """Dispatch this rank's tokens (module docstring). ``x``: bf16 / fp16 ``[T, H]``; ``ids``: int ``[T, K]``;
     ``quantize``: ``fn(fp32 rows [S, H]) -> (int8 [S, H], fp32 [S])`` for int8 mode, None to send x's rows;
     ``smooth``: fp32 ``[E + smooth_offset, H]``: copy to expert e is ``fp32(x[t]) * smooth[e + smooth_offset]``
     before quantizing; ``active``: bool ``[T, K]`` copies to send (None: all); ``carry``: fp32 ``[T, K]``
-    values sent with the copies (the v2 ``expert_scales``)."""
+    values sent with the copies (the v2 ``expert_scales``); ``canonical=False`` keeps the arrival order
+    (a planted bug: ``tasks.PLANTS``)."""
     c = _Clock(clock)
     dev = x.device
     t, h = x.shape
@@ -152,7 +153,7 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ran
                        out_splits, in_splits, group)
     # arrival order is (source, local expert, f): a stable sort by local expert makes it canonical
     keys = torch.repeat_interleave(torch.arange(e_loc, device=dev).repeat(ranks), cnt_recv.reshape(-1))
-    perm = torch.sort(keys, stable=True).indices
+    perm = torch.sort(keys, stable=True).indices if canonical else torch.arange(keys.numel(), device=dev)
     src_rank = torch.repeat_interleave(torch.arange(ranks, device=dev), torch.tensor(out_splits, device=dev))
     src = torch.cat([src_rank[:, None].to(torch.int32), tk_recv], 1).index_select(0, perm)
     x_c = x_recv.index_select(0, perm)

@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 
 from ..base import implements, loads
-from .tasks import KEEP
+from .tasks import KEEP, PLANTS
 
 _KEYS = itertools.count()
 
@@ -158,9 +158,11 @@ class _Layer:
         del keys[:-KEEP]
 
     def run(self, backend, *, stages: bool = False) -> list:
+        if backend.plant not in (None, *PLANTS):
+            raise ValueError(f"torch-dist: plant must be None or one of {PLANTS}; got {backend.plant!r}")
         if self.pool is not backend.pool(self.ranks) or self.loads[0]["key"] not in self.pool.layer_keys:
             self.load(backend)   # the pool was restarted (an error, a larger R) or dropped it since the load
-        extra = {"stages": stages, "timing": backend.time_phases}
+        extra = {"stages": stages, "timing": backend.time_phases, "plant": backend.plant}
         results = self.pool.call("moe_ep", [{**p, **extra} for p in self.payloads], ranks=self.ranks)
         self.last = [{"seconds": r["seconds"], "wire": r["wire"]} for r in results]
         backend.last_phases = self.last

@@ -10,6 +10,12 @@ from __future__ import annotations
 from . import exchange
 
 KEEP = 4   # loaded weight sets kept per rank (oldest dropped first)
+PLANTS = ("quantizes_twice", "drops_scale_requantizes_with_routing_formula", "combine_bf16_weights", "arrival_order")
+"""Deliberate bugs :func:`moe_ep` can run with (``TorchDistBackend.plant``; tests only), the mistakes of
+:mod:`conformance.ep_planted` made in the real exchange: the runner handed dequantized rows without their
+scale (it quantizes a second time); the sender dropping the int8 path and the runner re-quantizing with the
+``moe_init_routing_v2`` formula; a combine rounding the weights to bf16; a receiver keeping the arrival
+order (no sort by local expert)."""
 
 
 def ping(ctx, payload):
@@ -68,7 +74,8 @@ def moe_ep(ctx, payload) -> dict:
     ``weights`` fp32 ``[T, K]`` (``weights_bf16``: rounded to bf16 first), ``num_experts``, ``quant`` (the
     sender's formula, or None for the bf16 dispatch, which quantizes on arrival with ``dynamic_quant``),
     ``stages`` (return what crossed the wire and every intermediate), ``timing`` (barriers around the
-    phases). Returns ``{"y", "seconds", "wire"[, "stages"]}``."""
+    phases), ``plant`` (a deliberate bug, tests only: :data:`PLANTS`). Returns ``{"y", "seconds", "wire"[,
+    "stages"]}``."""
     import time
 
     import torch
@@ -84,7 +91,8 @@ def moe_ep(ctx, payload) -> dict:
     x, ids = _torch(p["x"], dev), _torch(p["ids"], dev)
     clock: dict = {}
     calls = {"sender": 0, "arrival": 0}
-    sender = _quantizer(p["quant"])
+    plant = p.get("plant")
+    sender = None if plant == "drops_scale_requantizes_with_routing_formula" else _quantizer(p["quant"])
 
     def counted(xf):
         calls["sender"] += 1
@@ -97,19 +105,29 @@ def moe_ep(ctx, payload) -> dict:
     barrier()
     t0 = time.perf_counter()
     recv = exchange.dispatch(x, ids, num_experts=p["num_experts"], group=ctx.group, ranks=ctx.ranks, rank=ctx.rank,
-                             quantize=None if sender is None else counted, clock=clock)
+                             quantize=None if sender is None else counted, canonical=plant != "arrival_order",
+                             clock=clock)
     barrier()
     t1 = time.perf_counter()
-    if recv.scale is None:   # bf16 dispatch: the single quantization, on arrival (dynamic_quant's kernel choice)
-        x8, s8 = dynamic_quant(recv.x.cpu())
+    arriving = recv.x.cpu()
+    if plant == "quantizes_twice" and recv.scale is not None:   # the runner gets dequantized rows, no scale
+        arriving, recv_scale = to_float(arriving.to(torch.float32).mul_(recv.scale.cpu()[:, None]), torch.bfloat16), None
+    else:
+        recv_scale = None if recv.scale is None else recv.scale.cpu()
+    if recv_scale is None:   # bf16 dispatch: the single quantization, on arrival (dynamic_quant's kernel choice)
+        if plant == "drops_scale_requantizes_with_routing_formula":
+            x8, s8 = _quantizer({"formula": "routing"})(arriving.to(torch.float32))
+        else:
+            x8, s8 = dynamic_quant(arriving)
         calls["arrival"] += 1
     else:
-        x8, s8 = recv.x.cpu(), recv.scale.cpu()
+        x8, s8 = arriving, recv_scale
     parts = experts.run(local, x8, s8, recv.expert_token_nums.tolist(), stages=p.get("stages", False))
     barrier()
     t2 = time.perf_counter()
     rows = exchange.return_rows(parts["gmm2"].to(dev), recv.handle, ctx.group, clock)
-    acc = exchange.weighted_sum(rows, _weights(p).to(dev), None)
+    acc = exchange.weighted_sum(rows, _weights({**p, "weights_bf16": p.get("weights_bf16") or
+                                                plant == "combine_bf16_weights"}).to(dev), None)
     routed = to_float(acc, torch.bfloat16)
     barrier()
     t3 = time.perf_counter()
