@@ -229,7 +229,8 @@ def dispatch_args(op: str, v2: bool, x, expert_ids, group_ep, ep_world_size, ep_
     sc = None
     if scales is not None:
         if qm != 2:
-            _check.fail(op, "scales", "None with quant_mode 0 (smooth scales need quant_mode 2)", _check.describe(scales))
+            _check.fail(op, "scales", "None with quant_mode 0 (smooth scales need quant_mode 2)",
+                        _check.describe(scales))
         sc = _check.array(op, "scales", scales, dtypes=(_dt.float32,), ndim=2)
         _check.shape(op, "scales", sc, [(g.experts + offset, h)],
                      f"of shape [E + {offset}, H] = [{g.experts + offset}, {h}]")

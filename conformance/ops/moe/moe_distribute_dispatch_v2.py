@@ -48,7 +48,8 @@ CASES = [
           "expert_token_nums": np.array([3, 3, 3, 3], np.int64), "ep_recv_counts": np.array([2, 3, 4, 6, 1, 3, 5, 6],
                                                                                             np.int32),
           "tp_recv_counts": _EMPTY_I, "expand_scales": _EMPTY_F},
-         TWO_RANK_WHY + " quant_mode 0: the bf16 rows travel unchanged; no scales (dynamic_scales, expand_scales [0])."),
+         TWO_RANK_WHY + " quant_mode 0: the bf16 rows travel unchanged; no scales (dynamic_scales, expand_scales "
+         "[0])."),
     Case("two_ranks_prefix_sums", lambda: two_rank_dispatch_inputs(expert_token_nums_type=0),
          {"expert_token_nums": np.array([3, 6, 3, 6], np.int64)},
          "expert_token_nums_type 0: the running sum of the per-local-expert counts [3, 3] on each rank."),
@@ -104,7 +105,8 @@ BAD_CALLS = group_bad_calls(OP, _BASE, {"ids": 1, "group_ep": 2, "ep_world_size"
         expert_scales=[np.ones((3, 2), F32)] * 2),
     _bc("expert_token_nums_type_2", ValueError, r"'expert_token_nums_type' must be in \[0, 1\]",
         expert_token_nums_type=2),
-    _bc("elastic_info_not_modelled", ValueError, r"'elastic_info' must be None / 0", elastic_info=np.zeros(4, np.int32)),
+    _bc("elastic_info_not_modelled", ValueError, r"'elastic_info' must be None / 0",
+        elastic_info=np.zeros(4, np.int32)),
     _bc("y_dtype_not_modelled", ValueError, r"'y_dtype' must be None / 0", y_dtype=2),
 ]
 

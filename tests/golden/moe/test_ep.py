@@ -296,3 +296,32 @@ def test_v1_and_v2_agree_on_the_same_call(p):
     y1 = w8a8.moe_distribute_combine(rows, ids, v1[2], v1[4], w, group, r, rank_ids, e, **gbs)
     y2 = w8a8.moe_distribute_combine_v2(rows, ids, v2[2], v2[4], w, group, r, rank_ids, e, **gbs)
     assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(y1, y2))
+
+
+@pytest.mark.parametrize("field", ["ep_dispatch_quant", "ep_combine_weights"])
+def test_ep_numerics_fields_are_named_documented_and_default_to_the_kernels(field):
+    with pytest.raises(ValueError, match=field):
+        w8a8.Numerics(**{field: "nonsense"})
+    doc = w8a8.numerics.__doc__
+    assert f"{field} : " in doc and all(f'"{v}"' in doc for v in w8a8.Numerics.choices()[field])
+    assert getattr(w8a8.ASCEND, field) == {"ep_dispatch_quant": "mc2", "ep_combine_weights": "float32"}[field]
+
+
+@settings(max_examples=15, deadline=None)
+@given(p=mc2_params())
+def test_dispatch_matches_the_op_plugin_test_construction(p):
+    # op-plugin's test_moe_distribute_dispatch builds the expected expand_x by concatenating every rank's x in
+    # rank order, sorting the copies stably by expert (npu_moe_init_routing) and slicing the result per rank
+    # (spec §1.6): an independent derivation of the canonical (expert, source rank, f) order
+    p = {**p, "quant": 0, "mask": "none", "perm": False, "ent": 1}   # counts, not prefix sums
+    args, kw = mc2_call(p)
+    x, ids, _, r, _, e = args
+    out = w8a8.moe_distribute_dispatch_v2(*args, **kw)
+    rows, _, counts, _ = w8a8.moe_init_routing_v2(
+        np.concatenate(x), np.concatenate(ids), active_num=sum(p["bs"]) * p["k"], expert_num=e,
+        expert_tokens_num_type=1, expert_tokens_num_flag=True, active_expert_range=[0, e])
+    ends = np.cumsum(counts.reshape(r, p["e_loc"]).sum(axis=1))
+    for q in range(r):
+        want = rows[(ends[q - 1] if q else 0):ends[q]]
+        assert np.array_equal(out[0][q].view(np.uint16), want.view(np.uint16))
+        assert np.array_equal(out[3][q], counts[q * p["e_loc"]:(q + 1) * p["e_loc"]])
