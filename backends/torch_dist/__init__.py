@@ -41,8 +41,9 @@ class TorchDistBackend(EpOps, Backend):
 
     ``pg_backend``: the process-group backend, ``"gloo"`` (default; ``$W8A8_TORCH_DIST_BACKEND``) or
     ``"hccl"`` (Ascend: rank r on NPU ``r % device_count``, the exchange on the device through the same
-    calls, the experts still torch-cpu's on the host; written, never run: no Ascend device here); ``min_world``: processes started at least
-    (``$W8A8_TORCH_DIST_WORLD``, default 4), so that calls of 1, 2 and 4 ranks share one pool."""
+    calls, the experts still torch-cpu's on the host; written, never run: no Ascend device here);
+    ``min_world``: processes started at least (``$W8A8_TORCH_DIST_WORLD``, default 4), so that calls of 1,
+    2 and 4 ranks share one pool."""
 
     name = "torch-dist"
     description = ("expert parallelism in R processes: torch.distributed all_to_all_single (gloo on 127.0.0.1; "
@@ -54,7 +55,8 @@ class TorchDistBackend(EpOps, Backend):
     def __init__(self, pg_backend: str | None = None, min_world: int | None = None):
         pg_backend = pg_backend or os.environ.get("W8A8_TORCH_DIST_BACKEND", "gloo")
         if pg_backend not in PG_BACKENDS:
-            raise ValueError(f"TorchDistBackend: argument 'pg_backend' must be one of {PG_BACKENDS}; got {pg_backend!r}")
+            raise ValueError(f"TorchDistBackend: argument 'pg_backend' must be one of {PG_BACKENDS}; "
+                             f"got {pg_backend!r}")
         raw = os.environ.get("W8A8_TORCH_DIST_WORLD", "4") if min_world is None else min_world
         try:
             min_world = int(raw)

@@ -137,7 +137,8 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ran
             q_tok, s_tok = quantize(x.to(F32))
             q_send, s_send = q_tok.index_select(0, tok), s_tok.index_select(0, tok)
         else:                # per copy: the destination expert's smooth row
-            q_send, s_send = quantize(x.index_select(0, tok).to(F32).mul_(smooth.index_select(0, experts + smooth_offset)))
+            rows = x.index_select(0, tok).to(F32).mul_(smooth.index_select(0, experts + smooth_offset))
+            q_send, s_send = quantize(rows)
         c.lap("dispatch_quant")
         scale_recv = _a2a(torch.empty(sum(out_splits), dtype=F32, device=dev), s_send.contiguous(), out_splits,
                           in_splits, group)
@@ -167,7 +168,8 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ran
     c.lap("dispatch_sort")
     return Received(x=x_c, scale=s_c, src=src, expert_token_nums=cnt_recv.sum(0), ep_recv_counts=ep_recv_counts,
                     handle=handle, block_pos=block_pos,
-                    carried=None if carried is None else carried.index_select(0, perm), wire=wire_bytes(in_splits, rank, h, q_send.element_size(), quantize is not None))
+                    carried=None if carried is None else carried.index_select(0, perm),
+                    wire=wire_bytes(in_splits, rank, h, q_send.element_size(), quantize is not None))
 
 
 def wire_bytes(in_splits: list[int], rank: int, h: int, payload_itemsize: int, scales: bool) -> dict:

@@ -88,7 +88,8 @@ def run(experts: LocalExperts, x8: torch.Tensor, scale: torch.Tensor, counts: li
     a8, s2 = dequant_swiglu_quant(g, total=total, quant_mode=1, activate_left=True,
                                   swiglu_limit=experts.swiglu_limit, scalar=False)
     if any_nonfinite(s2):
-        _golden_refuses(grouped_matmul_args, from_torch(a8), from_torch(experts.w2_view), scale=from_torch(experts.s2_bf16),
+        _golden_refuses(grouped_matmul_args, from_torch(a8), from_torch(experts.w2_view),
+                        scale=from_torch(experts.s2_bf16),
                         per_token_scale=from_torch(s2), group_list=np.asarray(counts, np.int64), group_list_type=1,
                         output_dtype="bfloat16", split_item=2, group_type=0)
     y = grouped_matmul(a8, experts.w2, scale=experts.s2, bias=None, per_token_scale=s2, segments=segments,

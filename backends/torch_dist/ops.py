@@ -136,8 +136,9 @@ class _Layer:
         ex, r, e_loc = a.experts, a.ranks, a.e_loc
         key = f"layer-{next(_KEYS)}"
         shared = None if a.shared_expert is None else dict(a.shared_expert)
-        loads = [{"key": key, "w13": ex.w13[q * e_loc:(q + 1) * e_loc], "w13_scale": ex.w13_scale[q * e_loc:(q + 1) * e_loc],
-                  "w2": ex.w2[q * e_loc:(q + 1) * e_loc], "w2_scale": ex.w2_scale[q * e_loc:(q + 1) * e_loc],
+        mine = [slice(q * e_loc, (q + 1) * e_loc) for q in range(r)]
+        loads = [{"key": key, "w13": ex.w13[mine[q]], "w13_scale": ex.w13_scale[mine[q]], "w2": ex.w2[mine[q]],
+                  "w2_scale": ex.w2_scale[mine[q]],
                   "swiglu_limit": a.swiglu_limit, "shared": shared} for q in range(r)]
         quant = quant_spec(numerics, max(h.shape[0] for h in a.hidden), a.h) if a.dispatch == "int8" else None
         payloads = [{"key": key, "op": "w8a8_moe_ep", "x": a.hidden[q], "ids": a.topk_ids[q],

@@ -82,7 +82,6 @@ def moe_ep(ctx, payload) -> dict:
     import torch.distributed as dist
 
     from ..torch_cpu.arith import to_float
-    from ..torch_cpu.quant import dynamic_quant
     from . import experts, shared
 
     p = payload
@@ -109,19 +108,7 @@ def moe_ep(ctx, payload) -> dict:
                              clock=clock)
     barrier()
     t1 = time.perf_counter()
-    arriving = recv.x.cpu()
-    if plant == "quantizes_twice" and recv.scale is not None:   # the runner gets dequantized rows, no scale
-        arriving, recv_scale = to_float(arriving.to(torch.float32).mul_(recv.scale.cpu()[:, None]), torch.bfloat16), None
-    else:
-        recv_scale = None if recv.scale is None else recv.scale.cpu()
-    if recv_scale is None:   # bf16 dispatch: the single quantization, on arrival (dynamic_quant's kernel choice)
-        if plant == "drops_scale_requantizes_with_routing_formula":
-            x8, s8 = _quantizer({"formula": "routing"})(arriving.to(torch.float32))
-        else:
-            x8, s8 = dynamic_quant(arriving)
-        calls["arrival"] += 1
-    else:
-        x8, s8 = arriving, recv_scale
+    x8, s8 = _runner_input(recv, plant, calls)
     parts = experts.run(local, x8, s8, recv.expert_token_nums.tolist(), stages=p.get("stages", False))
     barrier()
     t2 = time.perf_counter()
@@ -147,6 +134,29 @@ def moe_ep(ctx, payload) -> dict:
                          **{name: _numpy(parts[name]) for name in ("gmm1", "act_q", "act_scale", "gmm2")},
                          "routed": _numpy(routed), "shared": _numpy(sh), "y": out["y"]}
     return out
+
+
+def _runner_input(recv, plant, calls: dict):
+    """GMM1's ``(int8 rows, fp32 scales)`` on the host: the received payload and scale (int8 dispatch: no
+    second quantization), or ``dynamic_quant`` of the received bf16 rows (the one on-arrival quantization,
+    counted in ``calls["arrival"]``, with the kernel variant its row count selects). Plants: ``quantizes_twice``
+    hands the runner the dequantized bf16 rows without their scale; the routing-formula plant quantizes
+    with ``s = m / 127``, ``q = rint(x / s)``."""
+    import torch
+
+    from ..torch_cpu.arith import to_float
+    from ..torch_cpu.quant import dynamic_quant
+
+    rows = recv.x.cpu()
+    scale = None if recv.scale is None else recv.scale.cpu()
+    if plant == "quantizes_twice" and scale is not None:
+        rows, scale = to_float(rows.to(torch.float32).mul_(scale[:, None]), torch.bfloat16), None
+    if scale is not None:
+        return rows, scale
+    calls["arrival"] += 1
+    if plant == "drops_scale_requantizes_with_routing_formula":
+        return _quantizer({"formula": "routing"})(rows.to(torch.float32))
+    return dynamic_quant(rows)
 
 
 # -- the dispatch ops ----------------------------------------------------------------------------------------
@@ -186,8 +196,6 @@ def combine(ctx, payload):
     expert rows), ``ep_send_counts``, ``index`` (v1 ``expand_idx`` / v2 ``assist_info_for_combine``),
     ``ids``, ``weights`` (fp32 ``[BS, K]``; ``weights_bf16``: rounded to bf16 first), ``active`` (or None),
     ``shared`` (``[BS, H]`` added unweighted, or None), ``v2``, ``comm_quant``, ``e_loc``."""
-    import torch
-
     from ..torch_cpu.arith import to_float
     from . import quant
 

@@ -7,8 +7,9 @@ authentication key comes in ``W8A8_TORCH_DIST_AUTHKEY`` (hex).
 Sequence: connect to the parent and say which rank this is; rank 0 opens the rendezvous ``TCPStore``
 on a free port of 127.0.0.1 and reports the port, the others receive it; ``init_process_group`` on
 that store with the timeout; report ``ready``; then serve ``("call", task, ranks, payload)`` messages
-until ``("exit", None)`` or the parent's socket closes, then leaves at once (``os._exit``). A call runs ``tasks.<task>(ctx, payload)`` on
-ranks ``[0, ranks)`` with the process group of those ranks (:class:`Context`), and answers
+until ``("exit", None)`` or the parent's socket closes, then leaves at once (``os._exit``). A call
+runs ``tasks.<task>(ctx, payload)`` on ranks ``[0, ranks)`` with the process group of those ranks
+(:class:`Context`), and answers
 ``("result", value)``, ``("raise", exception)`` for a ``ValueError`` / ``TypeError`` / ``OverflowError``
 (re-raised by the parent as is), or ``("error", traceback)``. A watchdog thread ends the process when the
 parent is gone (its pid changes).

@@ -157,10 +157,13 @@ def test_layer_with_the_shared_expert_and_an_empty_rank(td):
     rng = np.random.default_rng(11)
     args, kw = _layer(rng, [3, 0, 4, 2])
     hs = 32
-    kw["shared_expert"] = {
-        "gate_weight": rng.integers(-127, 128, (hs, H), dtype=np.int8), "gate_scale": (rng.random((hs, 1)) * 1e-2).astype(F32),
-        "up_weight": rng.integers(-127, 128, (hs, H), dtype=np.int8), "up_scale": (rng.random((hs, 1)) * 1e-2).astype(F32),
-        "down_weight": rng.integers(-127, 128, (H, hs), dtype=np.int8), "down_scale": (rng.random((H, 1)) * 1e-2).astype(F32)}
+
+    def linear(n, k):
+        return rng.integers(-127, 128, (n, k), dtype=np.int8), (rng.random((n, 1)) * 1e-2).astype(F32)
+
+    (gw, gs), (uw, us), (dw, ds) = linear(hs, H), linear(hs, H), linear(H, hs)
+    kw["shared_expert"] = {"gate_weight": gw, "gate_scale": gs, "up_weight": uw, "up_scale": us,
+                           "down_weight": dw, "down_scale": ds}
     _same(w8a8.w8a8_moe_ep(*args, **kw), td.w8a8_moe_ep(*args, **kw), "y")
 
 
