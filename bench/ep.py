@@ -21,6 +21,8 @@ Per configuration (R, dispatch):
   ``combine`` (the return all_to_all, the scatter and the fp32 weighted sum); and the whole call as the
   parent sees it (``call``: the phases plus the payloads pickled to the ranks and the outputs back).
   Median over the timed rounds.
+* for reference, torch-cpu's single-process ``w8a8_moe_prequantized`` on the same tokens (the experts and
+  the combine's work without an exchange; ``--no-baseline`` skips it).
 * the output, **bit-identical to the golden** ``w8a8_moe_ep`` on the same inputs (checked once per
   configuration unless ``--no-verify``; the golden takes ~10-60 s per configuration here).
 
@@ -119,17 +121,48 @@ def measure(backend, ranks: int, dispatch: str, *, tokens: int, experts: int, ro
     return record
 
 
+def single_process(ranks: int, tokens: int, experts: int, *, rounds: int, seed: int = 0) -> float:
+    """Median seconds of torch-cpu's single-process ``w8a8_moe_prequantized`` (all threads, every expert)
+    on the same tokens, routing and weights as :func:`measure`'s, already quantized with the MC2 sender's
+    formula: the work of the EP call's experts and combine, without an exchange. A reference for the
+    EP phase times, not the same numerics (its finalize takes bf16 weights)."""
+    import backends
+    import w8a8
+
+    (hidden, w13, s13, w2, s2), kw = layer_inputs(ranks, tokens, experts, seed=seed)
+    h = np.concatenate(hidden)
+    q, sc = w8a8.dynamic_quant(h, numerics=w8a8.ASCEND.replace(variants="fixed"))
+    prepared = backends.get("torch-cpu").prepare("w8a8_moe_prequantized", q, sc, w13, s13, w2, s2,
+                                                  topk_ids=np.concatenate(kw["topk_ids"]),
+                                                  topk_weights=np.concatenate(kw["topk_weights"]))
+    prepared.run()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        prepared.run()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def table(records: list) -> str:
     """The Markdown table of :func:`main`'s records."""
     lines = ["| R | dispatch | dispatch bytes/token (payload + scale): all / to other ranks | combine bytes/token: "
              "all / to other ranks | dispatch | experts | combine | whole call | bit-identical to the golden |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    base = [r for r in records if "single_process_s" in r]
     for r in records:
         w, p = r["wire_bytes_per_token"], r["phases_s"]
         ok = {True: "yes", False: "**no**", None: "not checked"}[r["verified"]]
         lines.append(f"| {r['ranks']} | {r['dispatch']} | {w['dispatch_all']:,.0f} / {w['dispatch_remote']:,.0f} | "
                      f"{w['combine_all']:,.0f} / {w['combine_remote']:,.0f} | {p['dispatch'] * 1e3:.1f} ms | "
                      f"{p['experts'] * 1e3:.1f} ms | {p['combine'] * 1e3:.1f} ms | {r['call_s'] * 1e3:.1f} ms | {ok} |")
+    seen = set()
+    for r in base:
+        if r["ranks"] not in seen:
+            seen.add(r["ranks"])
+            lines.append(f"\nSingle process, torch-cpu `w8a8_moe_prequantized` on the same {r['ranks']} x "
+                         f"{r['tokens_per_rank']} tokens (all threads, all {r['experts']} experts, no exchange): "
+                         f"{r['single_process_s'] * 1e3:.1f} ms")
     return "\n".join(lines)
 
 
@@ -141,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experts", type=int, default=32, help="routed experts E (default 32; DSV4: 256)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per configuration (default 5)")
     parser.add_argument("--no-verify", action="store_true", help="skip the golden check")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip torch-cpu's single-process w8a8_moe_prequantized on the same tokens")
     parser.add_argument("--json", metavar="PATH", help="write the records as JSON")
     args = parser.parse_args(argv)
     import backends
@@ -160,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                 rec = measure(backend, ranks, dispatch, tokens=args.tokens, experts=args.experts, rounds=args.rounds,
                               verify=not args.no_verify)
                 records.append(rec)
+            if not args.no_baseline:
+                base = single_process(ranks, args.tokens, args.experts, rounds=args.rounds)
+                for rec in records[-len(args.dispatch):]:
+                    rec["single_process_s"] = base
                 print(f"R={ranks} {dispatch}: " + json.dumps({k: rec[k] for k in ("call_s", "phases_s", "verified")}),
                       file=sys.stderr, flush=True)
     finally:
