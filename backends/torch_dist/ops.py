@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 
 from ..base import implements, loads
-from .tasks import KEEP, PLANTS
+from ._common import KEEP, PLANTS
 
 _KEYS = itertools.count()
 

@@ -345,6 +345,13 @@ def test_available_says_why_not(monkeypatch):
     assert not ok and why.startswith("pg_backend 'hccl' needs torch_npu")
 
 
+def test_the_backend_imports_no_torch_until_used():
+    code = ("import sys, backends\nb = backends.get('torch-dist')\nassert b.ops()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=os.getcwd())
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="pg_backend"):
         TorchDistBackend(pg_backend="nccl")
