@@ -2,8 +2,8 @@
 
 Runs on one rank, inside a rank process (:mod:`.worker`); the same code runs on gloo (CPU tensors) and
 on HCCL (NPU tensors: ``device`` is where the buffers live). Vocabulary of the spec: R ranks, E routed
-experts, ``E_loc = E / (R - S)`` per expert rank, expert ``e`` on rank ``S + e // E_loc`` as local expert
-``e % E_loc`` (S = shared-expert ranks, which receive no routed copy), K slots per token, a *copy* is
+experts, ``E_loc = E / R`` per rank, expert ``e`` on rank ``e // E_loc`` as local expert ``e % E_loc`` (no
+shared-expert ranks: the golden refuses S > 0), K slots per token, a *copy* is
 ``(t, k)`` with flat index ``f = t*K + k``.
 
 **Dispatch** (:func:`dispatch`), in this order:
@@ -105,8 +105,7 @@ def send_order(ids: torch.Tensor, active: torch.Tensor | None, num_experts: int)
 
 def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ranks: int, rank: int,
              quantize=None, smooth: torch.Tensor | None = None, smooth_offset: int = 0,
-             active: torch.Tensor | None = None, carry: torch.Tensor | None = None, shared_ranks: int = 0,
-             canonical: bool = True, clock: dict | None = None) -> Received:
+             active: torch.Tensor | None = None, carry: torch.Tensor | None = None, canonical: bool = True, clock: dict | None = None) -> Received:
     """Dispatch this rank's tokens (module docstring). ``x``: bf16 / fp16 ``[T, H]``; ``ids``: int ``[T, K]``;
     ``quantize``: ``fn(fp32 rows [S, H]) -> (int8 [S, H], fp32 [S])`` for int8 mode, None to send x's rows;
     ``smooth``: fp32 ``[E + smooth_offset, H]``: copy to expert e is ``fp32(x[t]) * smooth[e + smooth_offset]``
@@ -117,13 +116,9 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ran
     dev = x.device
     t, h = x.shape
     k = ids.shape[1] if ids.ndim == 2 else 0
-    e_loc = num_experts // (ranks - shared_ranks)
+    e_loc = num_experts // ranks       # no shared-expert ranks (S = 0: the only value the golden computes)
     order, experts = send_order(ids, active, num_experts)
-    cnt_send = torch.zeros(ranks * e_loc, dtype=torch.int64, device=dev)
-    if shared_ranks:
-        cnt_send[shared_ranks * e_loc:] = torch.bincount(experts, minlength=num_experts)
-    else:
-        cnt_send += torch.bincount(experts, minlength=num_experts)
+    cnt_send = torch.bincount(experts, minlength=num_experts)   # [R * E_loc]: (destination, local expert)
     cnt_recv = _a2a(torch.empty_like(cnt_send), cnt_send, None, None, group).view(ranks, e_loc)
     in_splits = cnt_send.view(ranks, e_loc).sum(1).tolist()
     out_splits = cnt_recv.sum(1).tolist()
@@ -133,12 +128,13 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ran
     tk_recv = _a2a(torch.empty(sum(out_splits), 2, dtype=torch.int32, device=dev), tk, out_splits, in_splits, group)
     scale_recv = None
     if quantize is not None:
+        # the quantizers are torch-cpu's: they run on the host (a no-op move on gloo)
         if smooth is None:   # one quantization per token, gathered per copy (identical copies, identical bits)
-            q_tok, s_tok = quantize(x.to(F32))
+            q_tok, s_tok = (v.to(dev) for v in quantize(x.cpu().to(F32)))
             q_send, s_send = q_tok.index_select(0, tok), s_tok.index_select(0, tok)
         else:                # per copy: the destination expert's smooth row
             rows = x.index_select(0, tok).to(F32).mul_(smooth.index_select(0, experts + smooth_offset))
-            q_send, s_send = quantize(rows)
+            q_send, s_send = (v.to(dev) for v in quantize(rows.cpu()))
         c.lap("dispatch_quant")
         scale_recv = _a2a(torch.empty(sum(out_splits), dtype=F32, device=dev), s_send.contiguous(), out_splits,
                           in_splits, group)
@@ -174,7 +170,8 @@ def dispatch(x: torch.Tensor, ids: torch.Tensor, *, num_experts: int, group, ran
 
 def wire_bytes(in_splits: list[int], rank: int, h: int, payload_itemsize: int, scales: bool) -> dict:
     """Bytes this rank sends in the dispatch, to other ranks (``remote_*``) and to itself (``local_*``):
-    the payload rows, the fp32 scales, the (t, k) metadata (int32 pairs) and the counts."""
+    the payload rows, the fp32 scales, the (t, k) metadata (int32 pairs); not the ``R * E_loc`` int64
+    counts (``in_splits[q]`` copies to rank q, of ``payload_itemsize``-byte elements, ``h`` per row)."""
     remote = sum(n for q, n in enumerate(in_splits) if q != rank)
     local = in_splits[rank] if rank < len(in_splits) else 0
     out = {}

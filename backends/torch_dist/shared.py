@@ -38,7 +38,7 @@ def add(routed: torch.Tensor, shared: torch.Tensor, op: str = "w8a8_moe_ep") -> 
     if tuple(shared.shape) != tuple(routed.shape):
         _check.fail(op, "shared_expert", f"a down projection to [T, H] = {tuple(routed.shape)}",
                     f"{tuple(shared.shape)}")
-    return to_float(routed.to(torch.float32).add_(shared.to(torch.float32)), _BF16)
+    return to_float(routed.to(torch.float32).add_(shared.to(routed.device, torch.float32)), _BF16)
 
 
 __all__ = ["forward", "add"]

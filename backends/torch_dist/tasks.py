@@ -197,7 +197,7 @@ def combine(ctx, payload):
     dev = ctx.device
     y = _torch(p["y"], dev)
     if p["comm_quant"]:
-        y = quant.comm_roundtrip(y)
+        y = quant.comm_roundtrip(y.cpu()).to(dev)
     counts = _torch(p["ep_send_counts"], dev)
     a_rows = int(counts[-1]) if counts.numel() else 0
     ids = _torch(p["ids"], dev)
@@ -211,7 +211,7 @@ def combine(ctx, payload):
     present = present.view(t, k)
     if p["active"] is not None:
         present &= _torch(p["active"], dev)
-    acc = exchange.weighted_sum(rows, _weights(p), present, _torch(p["shared"], dev))
+    acc = exchange.weighted_sum(rows, _weights(p).to(dev), present, _torch(p["shared"], dev))
     return _numpy(to_float(acc, y.dtype))
 
 
