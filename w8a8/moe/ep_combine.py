@@ -45,6 +45,8 @@ class MoeDistributeCombineArgs:
     shared_expert_x: list | None     # per rank r: [BS_r, H] of expand_x's dtype, added unweighted (v2), or None
     comm_quant_mode: int             # 0, or 2 (int8 return trip in groups of 8)
     global_bs: int                   # as given
+    expand_scales: list | None       # as given (v2 hierarchy: the dispatch's expand_scales; not read by the golden)
+    tp_send_counts: object           # as given (reserved; not read by the golden)
 
 
 MoeDistributeCombineV2Args = MoeDistributeCombineArgs
@@ -75,8 +77,8 @@ def _index_args(op: str, v2: bool, index, g: EpGroup, rows: list, bs: list, k: i
 
 
 def combine_args(op: str, v2: bool, expand_x, expert_ids, index, ep_send_counts, expert_scales, group_ep,
-                 ep_world_size, ep_rank_id, moe_expert_num, tp_send_counts, x_active_mask, shared_expert_x, reserved,
-                 group_tp, tp_world_size, tp_rank_id, expert_shard_type, shared_expert_num, shared_expert_rank_num,
+                 ep_world_size, ep_rank_id, moe_expert_num, tp_send_counts, x_active_mask, shared_expert_x,
+                 expand_scales, reserved, group_tp, tp_world_size, tp_rank_id, expert_shard_type, shared_expert_num, shared_expert_rank_num,
                  global_bs, comm_quant_mode, comm_alg, special, numerics) -> MoeDistributeCombineArgs:
     """The checks of both combine ops, in this order (A3 rules of spec §1.7, §1.8)."""
     C.check_numerics(op, numerics)
@@ -129,7 +131,8 @@ def combine_args(op: str, v2: bool, expand_x, expert_ids, index, ep_send_counts,
     not_modelled(op, g, special)
     return MoeDistributeCombineArgs(op=op, expand_x=ys, expert_ids=ids, index=idx, ep_send_counts=cnt,
                                     expert_scales=w, group=g, k=k, h=h, active=active, shared_expert_x=shared,
-                                    comm_quant_mode=cqm, global_bs=gbs)
+                                    comm_quant_mode=cqm, global_bs=gbs, expand_scales=expand_scales,
+                                    tp_send_counts=tp_send_counts)
 
 
 def _combine(a: MoeDistributeCombineArgs, numerics: Numerics, v2: bool) -> list:
@@ -206,7 +209,7 @@ def moe_distribute_combine_args(expand_x, expert_ids, expand_idx, ep_send_counts
                 "expand_scales": expand_scales, "out_dtype": out_dtype, "group_list_type": group_list_type}
     return combine_args("moe_distribute_combine", False, expand_x, expert_ids, expand_idx, ep_send_counts,
                         expert_scales, group_ep, ep_world_size, ep_rank_id, moe_expert_num, tp_send_counts,
-                        x_active_mask, shared_expert_x, reserved, group_tp, tp_world_size, tp_rank_id,
+                        x_active_mask, shared_expert_x, expand_scales, reserved, group_tp, tp_world_size, tp_rank_id,
                         expert_shard_type, shared_expert_num, shared_expert_rank_num, global_bs, comm_quant_mode, "",
                         {}, numerics)
 
@@ -257,8 +260,8 @@ def moe_distribute_combine_v2_args(expand_x, expert_ids, assist_info_for_combine
                "copy_expert_num": copy_expert_num, "const_expert_num": const_expert_num}
     return combine_args("moe_distribute_combine_v2", True, expand_x, expert_ids, assist_info_for_combine,
                         ep_send_counts, expert_scales, group_ep, ep_world_size, ep_rank_id, moe_expert_num,
-                        tp_send_counts, x_active_mask, shared_expert_x, {}, group_tp, tp_world_size, tp_rank_id,
-                        expert_shard_type, shared_expert_num, shared_expert_rank_num, global_bs, comm_quant_mode,
+                        tp_send_counts, x_active_mask, shared_expert_x, expand_scales, {}, group_tp, tp_world_size,
+                        tp_rank_id, expert_shard_type, shared_expert_num, shared_expert_rank_num, global_bs, comm_quant_mode,
                         comm_alg, special, numerics)
 
 

@@ -91,6 +91,10 @@ class EpGroup:
     shared_expert_num: int           # shared experts (v1: 1; v2: [0, 4])
     tp_world_size: int               # 0 or 1
     comm_alg: str                    # v2: "", "fullmesh_v1", "fullmesh_v2" or "hierarchy"; v1: ""
+    group_ep: str                    # the HCCL EP group name, as given (what a lowering passes on)
+    group_tp: str                    # the TP group name, as given
+    tp_rank_id: int                  # 0
+    expert_shard_type: int           # 0 (shared-expert ranks first)
 
 
 def group_args(op: str, v2: bool, r: int, group_ep, ep_world_size, ep_rank_id, moe_expert_num, group_tp,
@@ -108,8 +112,8 @@ def group_args(op: str, v2: bool, r: int, group_ep, ep_world_size, ep_rank_id, m
     if tp not in (0, 1):
         _check.fail(op, "tp_world_size", "0 or 1 (the docs: reserved; the golden does not model the kernels' tp = 2 "
                     "all-gather path)", str(tp))
-    _check.integer(op, "tp_rank_id", tp_rank_id, minimum=0, maximum=0)
-    _check.integer(op, "expert_shard_type", expert_shard_type, minimum=0, maximum=0)
+    tp_rank = _check.integer(op, "tp_rank_id", tp_rank_id, minimum=0, maximum=0)
+    shard = _check.integer(op, "expert_shard_type", expert_shard_type, minimum=0, maximum=0)
     sen = _check.integer(op, "shared_expert_num", shared_expert_num, minimum=0 if v2 else 1, maximum=4 if v2 else 1)
     s = _check.integer(op, "shared_expert_rank_num", shared_expert_rank_num, minimum=0, maximum=r - 1)
     if s and not v2 and r % s:
@@ -126,7 +130,8 @@ def group_args(op: str, v2: bool, r: int, group_ep, ep_world_size, ep_rank_id, m
     if v2 and e_loc * r > 2048:
         _check.fail(op, "moe_expert_num", "such that E_loc * ep_world_size <= 2048 (v2)", f"E_loc = {e_loc}, R = {r}")
     return EpGroup(entry_of_rank=entry, ranks=r, experts=e, e_loc=e_loc, shared_ranks=s, shared_expert_num=sen,
-                   tp_world_size=tp, comm_alg=comm_alg)
+                   tp_world_size=tp, comm_alg=comm_alg, group_ep=group_ep, group_tp=group_tp, tp_rank_id=tp_rank,
+                   expert_shard_type=shard)
 
 
 def tokens_args(op: str, v2: bool, arg: str, xs: list, g: EpGroup, numerics: Numerics) -> tuple[int, list]:
