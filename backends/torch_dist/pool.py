@@ -129,6 +129,9 @@ class RankPool:
                                 f"{_START_TIMEOUT_S:.0f} s{self._tails()}")
         if any(c is None for c in self._conns):
             raise PoolError(f"torch-dist: a rank process did not connect{self._tails()}")
+        for rank in range(self.world):   # every rank has imported torch: the rendezvous can start
+            self._receive(rank, "imported", _START_TIMEOUT_S)
+        self._conns[0].send(("open", None))
         port = self._receive(0, "store", _START_TIMEOUT_S)   # rank 0 opened the rendezvous store
         for rank in range(1, self.world):
             self._conns[rank].send(("store", port))

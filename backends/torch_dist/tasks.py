@@ -235,3 +235,17 @@ def boom(ctx, payload):
         raise ValueError("boom: argument 'x' must be fine; got rank 1")
     dist.all_reduce(torch.zeros(1), group=ctx.group)
     return ctx.rank
+
+
+def stall(ctx, payload):
+    """Rank 1 sleeps ``payload`` seconds before an all_reduce the others wait in (tests: the collective's
+    timeout)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == 1:
+        time.sleep(payload)
+    dist.all_reduce(torch.zeros(1), group=ctx.group)
+    return ctx.rank

@@ -4,8 +4,9 @@ Arguments: the parent's socket address, this rank, the world size, the process-g
 (``gloo`` / ``hccl``), the collective timeout in seconds, torch's intra-op thread count. The
 authentication key comes in ``W8A8_TORCH_DIST_AUTHKEY`` (hex).
 
-Sequence: connect to the parent and say which rank this is; rank 0 opens the rendezvous ``TCPStore``
-on a free port of 127.0.0.1 and reports the port, the others receive it; ``init_process_group`` on
+Sequence: connect to the parent and say which rank this is; import torch and say so; when every rank
+has (the parent's ``open``), rank 0 opens the rendezvous ``TCPStore`` on a free port of 127.0.0.1 and
+reports the port, the others receive it (a rank slow to import torch never eats into the timeout); ``init_process_group`` on
 that store with the timeout; report ``ready``; then serve ``("call", task, ranks, payload)`` messages
 until ``("exit", None)`` or the parent's socket closes, then leaves at once (``os._exit``). A call
 runs ``tasks.<task>(ctx, payload)`` on ranks ``[0, ranks)`` with the process group of those ranks
@@ -26,6 +27,7 @@ from datetime import timedelta
 from multiprocessing.connection import Client
 
 _RERAISED = (ValueError, TypeError, OverflowError)
+_STORE_TIMEOUT_S = 60.0   # the rendezvous store's own timeout (at least): the ranks reach it within seconds
 
 
 def _watch_parent(parent: int) -> None:
@@ -74,15 +76,18 @@ def main(argv: list[str]) -> int:
         import torch_npu  # noqa: F401
 
         torch.npu.set_device(rank % torch.npu.device_count())
+    conn.send(("imported", None))   # the rendezvous starts once every rank is this far (torch imported)
+    store_timeout = timedelta(seconds=max(timeout, _STORE_TIMEOUT_S))
     if rank == 0:
-        store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, timeout=timedelta(seconds=timeout),
-                              wait_for_workers=False)
+        if conn.recv()[0] != "open":
+            return 2
+        store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, timeout=store_timeout, wait_for_workers=False)
         conn.send(("store", store.port))
     else:
         tag, port = conn.recv()
         if tag != "store":
             return 2
-        store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=timeout))
+        store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=store_timeout)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
     ctx = Context(rank, world, backend)
     conn.send(("ready", os.getpid()))

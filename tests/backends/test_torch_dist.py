@@ -298,6 +298,14 @@ def test_a_failing_rank_tears_the_pool_down_at_once():
             pool.call("ping", [None] * 3)
 
 
+def test_a_collective_that_never_completes_times_out():
+    with RankPool(2, timeout=5) as pool:
+        t0 = time.monotonic()
+        with pytest.raises(PoolError, match="rank 0 failed"):
+            pool.call("stall", [120, 120])    # rank 1 joins the all_reduce after 120 s; the timeout is 5 s
+        assert pool.closed and time.monotonic() - t0 < 100
+
+
 def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
