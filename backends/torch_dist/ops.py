@@ -19,6 +19,7 @@ from ..base import implements, loads
 from ._common import KEEP, PLANTS
 
 _KEYS = itertools.count()
+F32 = np.float32
 
 
 def quant_spec(numerics, rows: int, h: int) -> dict:
@@ -115,6 +116,34 @@ class EpOps:
         return stages
 
 
+def expert_checks(a, numerics) -> None:
+    """The argument checks the golden's expert ranks make before computing, rank by rank in its order
+    (``grouped_matmul`` of GMM1 with the rank's slice of W13 and its scale as loaded in bf16, then
+    ``dequant_swiglu_quant``'s ``swiglu_limit``, then GMM2), on empty stand-ins of the rows: the golden's
+    exception and message (a scale that is Inf once rounded to bf16, a bad ``swiglu_limit``) before any
+    rank process runs."""
+    from w8a8 import dtypes as _dt
+    from w8a8.moe.grouped_matmul import grouped_matmul_args
+    from w8a8.moe.swiglu import dequant_swiglu_quant_args
+    from w8a8.rounding import to_float
+
+    def bf16(scale):
+        return scale if scale.dtype == _dt.bfloat16 else to_float(scale.astype(np.float32), _dt.bfloat16)
+
+    def gmm(k, weight, scale):
+        grouped_matmul_args(np.zeros((0, k), np.int8), weight, scale=bf16(scale), per_token_scale=np.zeros(0, F32),
+                            group_list=np.zeros(weight.shape[0], np.int64), group_list_type=1,
+                            output_dtype=_dt.bfloat16, split_item=2, group_type=0, numerics=numerics)
+
+    ex, e_loc = a.experts, a.e_loc
+    for q in range(a.ranks):
+        mine = slice(q * e_loc, (q + 1) * e_loc)
+        gmm(a.h, ex.w13[mine].transpose(0, 2, 1), ex.w13_scale[mine])
+        dequant_swiglu_quant_args(np.zeros((0, ex.w13.shape[1]), _dt.bfloat16), quant_mode=1, activate_left=True,
+                                  swiglu_limit=a.swiglu_limit, numerics=numerics)
+        gmm(ex.w2.shape[2], ex.w2[mine].transpose(0, 2, 1), ex.w2_scale[mine])
+
+
 class _Layer:
     """A prepared ``w8a8_moe_ep`` call: the weights loaded in the rank processes under ``key``, the per-rank
     payloads of the call. ``timing``: barriers around the phases (:attr:`TorchDistBackend.time_phases`);
@@ -127,12 +156,7 @@ class _Layer:
 
     @classmethod
     def prepare(cls, backend, a, numerics) -> "_Layer":
-        from w8a8 import dtypes as _dt
-        from w8a8.moe.swiglu import dequant_swiglu_quant_args
-
-        if a.swiglu_limit is not None:   # the golden's refusal of a bad swiglu_limit (its dequant_swiglu_quant)
-            dequant_swiglu_quant_args(np.zeros((0, 2), _dt.bfloat16), quant_mode=1, activate_left=True,
-                                      swiglu_limit=a.swiglu_limit, numerics=numerics)
+        expert_checks(a, numerics)
         ex, r, e_loc = a.experts, a.ranks, a.e_loc
         key = f"layer-{next(_KEYS)}"
         shared = None if a.shared_expert is None else dict(a.shared_expert)

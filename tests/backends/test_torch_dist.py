@@ -167,6 +167,26 @@ def test_layer_with_the_shared_expert_and_an_empty_rank(td):
     _same(w8a8.w8a8_moe_ep(*args, **kw), td.w8a8_moe_ep(*args, **kw), "y")
 
 
+@pytest.mark.parametrize("bad", ["w13_scale_inf_in_bf16", "w2_scale_inf_in_bf16", "swiglu_limit"])
+def test_the_expert_ranks_refusals_are_the_goldens(td, bad):
+    # 3.4e38 is finite in fp32 and Inf once loaded as bf16: the golden's GMM refuses it on the expert rank that
+    # holds it, naming the index inside that rank's slice; a negative swiglu_limit: its dequant_swiglu_quant
+    args, kw = _layer(np.random.default_rng(15), [2, 3])
+    hidden, w13, s13, w2, s2 = args
+    s13, s2 = s13.copy(), s2.copy()
+    if bad == "w13_scale_inf_in_bf16":
+        s13[6, 5] = 3.4e38
+    elif bad == "w2_scale_inf_in_bf16":
+        s2[5, 1] = 3.4e38
+    else:
+        kw["swiglu_limit"] = -1.0
+    with pytest.raises(ValueError) as want:
+        w8a8.w8a8_moe_ep(hidden, w13, s13, w2, s2, **kw)
+    with pytest.raises(ValueError) as got:
+        td.w8a8_moe_ep(hidden, w13, s13, w2, s2, **kw)
+    assert str(got.value) == str(want.value)
+
+
 def test_a_prepared_layer_reloads_after_the_pool_restarts(td):
     rng = np.random.default_rng(12)
     args, kw = _layer(rng, [2, 3, 1, 4])
