@@ -167,7 +167,7 @@ def test_layer_with_the_shared_expert_and_an_empty_rank(td):
     _same(w8a8.w8a8_moe_ep(*args, **kw), td.w8a8_moe_ep(*args, **kw), "y")
 
 
-@pytest.mark.parametrize("bad", ["w13_scale_inf_in_bf16", "w2_scale_inf_in_bf16", "swiglu_limit"])
+@pytest.mark.parametrize("bad", ["w13_scale_inf_in_bf16", "w2_scale_inf_in_bf16", "swiglu_limit", "gmm1_overflows"])
 def test_the_expert_ranks_refusals_are_the_goldens(td, bad):
     # 3.4e38 is finite in fp32 and Inf once loaded as bf16: the golden's GMM refuses it on the expert rank that
     # holds it, naming the index inside that rank's slice; a negative swiglu_limit: its dequant_swiglu_quant
@@ -178,6 +178,8 @@ def test_the_expert_ranks_refusals_are_the_goldens(td, bad):
         s13[6, 5] = 3.4e38
     elif bad == "w2_scale_inf_in_bf16":
         s2[5, 1] = 3.4e38
+    elif bad == "gmm1_overflows":   # finite in bf16, but acc * scale * token scale overflows: a data error of
+        s13[4:] = 3e38              # rank 1 (experts 4-7) raised by dequant_swiglu_quant on GMM1's output
     else:
         kw["swiglu_limit"] = -1.0
     with pytest.raises(ValueError) as want:
