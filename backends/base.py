@@ -170,6 +170,9 @@ class Backend:
     compute: str = "int8"  # what its GEMMs run on: "int8" (int8 units) or "fp32" (float BLAS); bench's peak
     capabilities = None    # a backends.capabilities.Capabilities: what the kernels take (read by declines)
     in_default_runs = True  # False: run only when named (`--backend`): a library judged here, bugs and all
+    float_sum_order = "golden"  # "golden": float sums in the golden's order (bitwise under the same record);
+    #                             "library": the library's own order (float outputs may differ by reassociation,
+    #                             which no Numerics field models: `w8a8 tune` measures it, no bound caps it at 0)
 
     _implementations: dict[str, str] = {}   # op -> the name of its registered method (implements)
     _loaders: dict[str, str] = {}           # op -> the name of its registered method (loads)

@@ -17,6 +17,9 @@ family -> ACLNN entry), with the load-time facts that decide it (spec/serving-pa
   model), i.e. they are *rounded*; how many values change is counted. A static ``deq_scale`` stays
   fp32 (bf16 model) or int64 (fp16 model, read as FP19 by the fix-pipe: the truncation is counted).
 * **static parameters**: present and consistent (see :mod:`.validate`).
+* **EP dispatch** (MoE): under the serving launch given (:class:`~.dispatch.LaunchConfig`), per phase,
+  whether the INT8 wire path is taken (int8 payload + per-token scale, W13 does not quantize again) or W13
+  quantizes on arrival, and why (:mod:`.dispatch`); its warnings become ``dispatch`` findings.
 
 Shapes are unpartitioned (tensor parallel degree 1): under TP the alignment rule applies to each
 partition.
@@ -33,6 +36,7 @@ from w8a8.layout import nz_fallback_reason, nz_supported_by_matmul
 from w8a8.quant_matmul import DIM_LIMIT
 from w8a8.trans_quant_param import decode_quant_param
 
+from .dispatch import DispatchPath, LaunchConfig, dispatch_paths
 from .issues import Findings
 from .naming import layer_sort_key
 from .reader import Checkpoint
@@ -56,6 +60,7 @@ class ModuleReport:
     static: str
     bytes: int
     warnings: list[str] = field(default_factory=list)
+    dispatch: list[DispatchPath] = field(default_factory=list)   # MoE: the EP dispatch path per phase
 
     def as_dict(self) -> dict:
         m = self.module
@@ -65,7 +70,8 @@ class ModuleReport:
                 "layout": self.layout, "nd_reason": self.nd_reason, "scales_after_load": self.scales,
                 "static_params": self.static, "bytes": self.bytes, "notes": list(m.notes),
                 "warnings": self.warnings, "chain": self.chain,
-                "experts": len(m.moe.experts) if m.moe else None}
+                "experts": len(m.moe.experts) if m.moe else None,
+                **({"dispatch": [p.as_dict() for p in self.dispatch]} if self.dispatch else {})}
 
 
 @dataclass
@@ -261,7 +267,7 @@ def _static(res: Resolution, m: Module, read_data: bool, report: ModuleReport) -
     return deq, "; ".join(parts) or "-"
 
 
-def _moe(res: Resolution, m: Module, read_data: bool) -> ModuleReport:
+def _moe(res: Resolution, m: Module, read_data: bool, launch: LaunchConfig) -> ModuleReport:
     info = m.moe
     gate, up, down = info.naming
     e = len(info.experts)
@@ -272,7 +278,7 @@ def _moe(res: Resolution, m: Module, read_data: bool) -> ModuleReport:
                                                    f".weight = {info.w13_scheme}  (expert 0 decides for all "
                                                    f"{e} experts)"],
                           checkpoint_shape="?", loaded="?", layout="-", nd_reason=None, scales="-", static="-",
-                          bytes=_bytes(res, prefixes))
+                          bytes=_bytes(res, prefixes), dispatch=dispatch_paths(launch, m.scheme))
     if g_shape is None or d_shape is None or len(g_shape) != 2 or len(d_shape) != 2:
         return report
     inter, h = g_shape
@@ -303,8 +309,8 @@ def _moe(res: Resolution, m: Module, read_data: bool) -> ModuleReport:
         f"load: w13 int8 [E, 2I, H] = {_fmt((e, 2 * inter, h))} -> transpose(1, 2) -> {_fmt((e, h, 2 * inter))} "
         f"-> {nz13}; w2 {_fmt((e, d_shape[0], d_shape[1]))} -> {_fmt((e, d_shape[1], d_shape[0]))} -> {nz2}",
         f"load: {report.scales} (SGLang legacy path keeps w13 fp32; vllm-ascend also keeps fp32 copies)",
-        "dispatch: npu_moe_init_routing_v2(quant_mode=1) -> int8 [M, H] + fp32 [M], counts int64 [E] "
-        "(DeepEP: int8 dispatch with hidden_states_scale; W13 re-quantizes only if no scale arrives)",
+        *[f"dispatch ({p.phase}): {p.transport}; wire {p.wire}; quantized at {p.quantized_at}: {p.formula}"
+          for p in report.dispatch],
         f"W13: npu_grouped_matmul(x int8, w13 {l13}, scale=[E, 2I], per_token_scale, group_list_type=1, "
         f"output_dtype={_dt.name(mdt)}) -> [M, {2 * inter}]",
         f"npu_dequant_swiglu_quant(quant_mode=1, activate_left=True) -> int8 [M, {inter}] + fp32 [M]",
@@ -316,8 +322,17 @@ def _moe(res: Resolution, m: Module, read_data: bool) -> ModuleReport:
     return report
 
 
-def analyze(checkpoint: Checkpoint | str, *, loader: str = "sglang", read_data: bool = True) -> Report:
-    """Resolve, validate and trace every module of ``checkpoint`` (a :class:`Checkpoint` or a path)."""
+def analyze(checkpoint: Checkpoint | str, *, loader: str = "sglang", read_data: bool = True,
+            launch: LaunchConfig | None = None) -> Report:
+    """Resolve, validate and trace every module of ``checkpoint`` (a :class:`Checkpoint` or a path).
+
+    ``launch``: the serving launch whose EP dispatch path each MoE layer reports
+    (:mod:`.dispatch`); default: ``loader``'s engine with its default options.
+    """
+    if launch is None:
+        launch = LaunchConfig(engine=loader)
+    elif launch.engine != loader:
+        raise ValueError(f"analyze: argument 'launch' is a {launch.engine} launch, but loader is {loader!r}")
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.open(checkpoint)
     res = resolve(ckpt, loader)
     findings = Findings()
@@ -327,13 +342,14 @@ def analyze(checkpoint: Checkpoint | str, *, loader: str = "sglang", read_data: 
     reports = []
     for m in res.modules:
         before = len(m.findings)
-        r = _moe(res, m, read_data) if m.kind == "moe" else _dense(res, m, read_data)
+        r = _moe(res, m, read_data, launch) if m.kind == "moe" else _dense(res, m, read_data)
         findings.extend(m.findings[before:])
         for w in r.warnings:
             findings.warning(m.name, w, "path")
         r.warnings = [str(f) for f in m.findings] + r.warnings
         reports.append(r)
     _router_bias(res, findings)
+    _dispatch_warnings(reports, findings)
     n_layers = (ckpt.config or {}).get("num_hidden_layers")
     if isinstance(n_layers, int) and not res.dsv4:
         for r in reports:
@@ -348,10 +364,23 @@ def analyze(checkpoint: Checkpoint | str, *, loader: str = "sglang", read_data: 
         "model_dtype": _dt.name(ckpt.model_dtype) if ckpt.model_dtype is not None else None,
         "architectures": (ckpt.config or {}).get("architectures"),
         "files": len(ckpt.files), "tensors": len(ckpt.entries),
+        "launch": launch.as_dict(),
         "errors": len(findings.errors), "warnings": sum(f.severity == "warning" for f in findings),
     }
     reports.sort(key=lambda r: (layer_sort_key(r.module.layer.split(" ")[0]), r.module.name))
     return Report(res, reports, findings, totals, summary)
+
+
+def _dispatch_warnings(reports: list[ModuleReport], findings: Findings) -> None:
+    """One warning finding per distinct dispatch-path warning, naming the MoE layers it concerns."""
+    where: dict[str, list[str]] = {}
+    for r in reports:
+        for p in r.dispatch:
+            for w in p.warnings:
+                where.setdefault(f"dispatch, {p.phase}: {w}", []).append(r.module.name)
+    for text, names in where.items():
+        more = f" (and {len(names) - 1} more MoE layers)" if len(names) > 1 else ""
+        findings.warning(names[0], text + more, "dispatch")
 
 
 DEEPSEEK_ROUTED = ("deepseek_v3", "deepseek_v32", "kimi_k2", "deepseek_v4")

@@ -17,7 +17,6 @@ from memory maps, lazily (:meth:`Checkpoint.tensor`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from w8a8 import dtypes as _dt
 
+from . import safe_files
 from .issues import CheckpointError, Findings
 from .safetensors_io import MappedFile, SafetensorsError, TensorEntry, validate_with_safetensors
 
@@ -89,10 +89,8 @@ def parse_description(raw: dict, findings: Findings, where: str = DESCRIPTION) -
 
 
 def _load_json(path: Path, what: str):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: {what} is not readable JSON ({exc})") from None
+    """A JSON file of the checkpoint: a regular file (no FIFO), depth-limited (:mod:`checkpoints.safe_files`)."""
+    return safe_files.load_json(path, what, CheckpointError)
 
 
 class Checkpoint:
@@ -123,9 +121,10 @@ class Checkpoint:
                                   f"{DESCRIPTION} and {WEIGHTS} or its shards)")
         findings = Findings()
         desc_path = path / DESCRIPTION
-        if not desc_path.is_file():
+        if not desc_path.exists() and not desc_path.is_symlink():
             raise CheckpointError(f"{path}: {DESCRIPTION} is missing: SGLang and vllm-ascend recognise a "
                                   "ModelSlim checkpoint and decide every layer's scheme from this file")
+        safe_files.contained(path, desc_path, DESCRIPTION, CheckpointError)
         raw = _load_json(desc_path, DESCRIPTION)
         if not isinstance(raw, dict):
             raise CheckpointError(f"{desc_path}: must be a JSON object of tensor name -> quant type; got "
@@ -133,7 +132,8 @@ class Checkpoint:
         description = parse_description(raw, findings)
         config = None
         cfg_path = path / CONFIG
-        if cfg_path.is_file():
+        if cfg_path.exists() or cfg_path.is_symlink():
+            safe_files.contained(path, cfg_path, CONFIG, CheckpointError)
             config = _load_json(cfg_path, CONFIG)
             if not isinstance(config, dict):
                 raise CheckpointError(f"{cfg_path}: must be a JSON object; got {type(config).__name__}")
@@ -146,9 +146,10 @@ class Checkpoint:
     @staticmethod
     def _open_file(file: Path, check: bool) -> MappedFile:
         try:
+            mapped = MappedFile(file)  # the project's parser first: it refuses FIFOs, overlaps, bad types
             if check:
                 validate_with_safetensors(file)
-            return MappedFile(file)
+            return mapped
         except SafetensorsError as exc:
             raise CheckpointError(str(exc)) from None
 
@@ -157,15 +158,14 @@ class Checkpoint:
         index_path = path / INDEX
         files: dict[str, MappedFile] = {}
         entries: dict[str, TensorEntry] = {}
-        if index_path.is_file():
+        if index_path.exists() or index_path.is_symlink():
+            safe_files.contained(path, index_path, INDEX, CheckpointError)
             index = _load_json(index_path, INDEX)
             weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
                 raise CheckpointError(f"{index_path}: must hold \"weight_map\": {{tensor name: shard file}}")
             for shard in sorted(set(weight_map.values())):
-                file = path / shard
-                if not file.is_file():
-                    raise CheckpointError(f"{index_path}: names shard {shard!r}, which does not exist in {path}")
+                file = safe_files.inside(path, shard, index_path, "shard", CheckpointError)
                 files[shard] = cls._open_file(file, check)
             for name, shard in weight_map.items():
                 entry = files[shard].entries.get(name)
@@ -182,7 +182,9 @@ class Checkpoint:
                                           else f"places it in {weight_map[name]}"), "index-mismatch")
             return files, entries
         single = path / WEIGHTS
-        candidates = [single] if single.is_file() else sorted(path.glob("quant_model_weights*.safetensors"))
+        candidates = [single] if single.exists() or single.is_symlink() else \
+            sorted(path.glob("quant_model_weights*.safetensors"))
+        candidates = [safe_files.contained(path, c, "weights file", CheckpointError) for c in candidates]
         if not candidates:
             raise CheckpointError(f"{path}: no weights: expected {WEIGHTS}, or shards "
                                   f"quant_model_weights-0000i-of-0000n.safetensors with {INDEX}")

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from . import safe_files
 from .naming import layer_of
 
 W8A8_DYNAMIC_QCONFIG = {
@@ -198,22 +200,41 @@ def load_recipe(spec) -> Recipe:
     if isinstance(spec, str) and spec in BUILTIN:
         return Recipe.from_dict(BUILTIN[spec], spec)
     path = Path(spec)
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         raise ValueError(f"recipe: {spec!r} is neither a built-in ({', '.join(BUILTIN)}) nor a file")
-    text = path.read_text(encoding="utf-8")
+    text = safe_files.read_text(path, "recipe", ValueError, limit=16 << 20)  # a regular file: no FIFO hang
     if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ModuleNotFoundError:
-            raise ValueError(f"recipe: {path} is YAML and PyYAML is not installed: pip install pyyaml, or convert "
-                             "the recipe to JSON with the same structure") from None
-        data = yaml.safe_load(text)
+        data = _load_yaml(path, text)
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"recipe: {path} is not JSON ({exc})") from None
+        data = safe_files.loads_json(text, path, "recipe (JSON)", ValueError)
     return Recipe.from_dict(data, default_name=path.stem)
+
+
+_LANGUAGE_TAG = re.compile(r"!!?python|!<tag:yaml\.org,2002:python", re.IGNORECASE)
+
+
+def _load_yaml(path: Path, text: str):
+    """A YAML recipe as plain data: ``yaml.safe_load`` only, and a ``!!python`` tag refused by name (it
+    asks to build Python objects, which a recipe never needs). Every YAML error is a ValueError naming
+    the file."""
+    try:
+        import yaml
+    except ModuleNotFoundError:
+        raise ValueError(f"recipe: {path} is YAML and PyYAML is not installed: pip install pyyaml, or convert "
+                         "the recipe to JSON with the same structure") from None
+    tag = _LANGUAGE_TAG.search(text)
+    if tag:
+        line = text.count("\n", 0, tag.start()) + 1
+        raise ValueError(f"recipe: {path}: line {line}: must be plain YAML data (recipes are read with "
+                         f"yaml.safe_load); got the language tag {tag.group(0)!r}")
+    depth = safe_files.json_depth(text)  # flow collections ([...], {...}) nest like JSON's
+    if depth > safe_files.MAX_JSON_DEPTH:
+        raise ValueError(f"recipe: {path}: must nest at most {safe_files.MAX_JSON_DEPTH} levels; got {depth}")
+    try:
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        what = str(exc).replace("\n", " ")[:300] if not isinstance(exc, RecursionError) else "nested too deeply"
+        raise ValueError(f"recipe: {path}: must be plain YAML data; got {type(exc).__name__}: {what}") from None
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ import numpy as np
 
 from w8a8 import dtypes as _dt
 
+from .safe_files import check_regular, loads_json, open_regular
+
 DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
     "U8": np.dtype(np.uint8), "I8": np.dtype(np.int8),
@@ -89,13 +91,19 @@ def st_dtype_name(dtype) -> str:
 def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """Parse the header of ``path``: ``({name: TensorEntry}, metadata)``.
 
-    Raises :class:`SafetensorsError` naming the file for a truncated file, a header that is not
-    JSON, an unknown dtype, a buffer whose size disagrees with dtype x shape, or a buffer outside
-    the file.
+    The project's own parser, which does not rely on the ``safetensors`` package (it checks the same
+    things whether or not that is installed). Raises :class:`SafetensorsError` naming the file, the
+    tensor, what was expected and what came, for: a path that is not a regular file (a FIFO is refused
+    before it is opened, and it is opened non-blocking: :func:`checkpoints.safe_files.open_regular`), a
+    symlink loop, a truncated file, a header that is not JSON or nests deeper than
+    :data:`checkpoints.safe_files.MAX_JSON_DEPTH`, metadata that is not ``{str: str}``, an entry that is not
+    an object, a dtype that is not one of the known strings, a shape that is not a list of integers
+    >= 0, ``data_offsets`` that are not two integers ``0 <= begin <= end``, a buffer whose size
+    disagrees with dtype x shape, a buffer outside the file, and two buffers that overlap.
     """
     path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    with open_regular(path, "a safetensors weights file", SafetensorsError) as f:
+        size = os.fstat(f.fileno()).st_size
         head = f.read(8)
         if len(head) < 8:
             raise SafetensorsError(f"{path}: not a safetensors file (shorter than the 8-byte header length)")
@@ -105,33 +113,62 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorEntry], dict[s
                                    "a safetensors file")
         raw = f.read(n)
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise SafetensorsError(f"{path}: header is not UTF-8 JSON ({exc})") from None
+    header = loads_json(text, path, "header", SafetensorsError)
     if not isinstance(header, dict):
         raise SafetensorsError(f"{path}: header must be a JSON object; got {type(header).__name__}")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise SafetensorsError(f"{path}: __metadata__ must be an object of strings; got {metadata!r:.120}")
     start = 8 + n
     entries: dict[str, TensorEntry] = {}
     for name, info in header.items():
-        try:
-            st, shape, (lo, hi) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise SafetensorsError(f"{path}: tensor {name!r}: header entry must have dtype, shape and "
-                                   f"data_offsets [begin, end]; got {info!r}") from None
-        if st not in DTYPES:
-            raise SafetensorsError(f"{path}: tensor {name!r}: dtype {st!r} is not supported here "
-                                   f"(known: {', '.join(sorted(DTYPES))})")
+        st, shape, lo, hi = _entry_fields(path, name, info)
         dtype = DTYPES[st]
         expected = math.prod(shape) * dtype.itemsize
-        if hi - lo != expected or lo < 0:
+        if hi - lo != expected:
             raise SafetensorsError(f"{path}: tensor {name!r}: data_offsets [{lo}, {hi}] hold {hi - lo} bytes; "
                                    f"{st} x {list(shape)} needs {expected}")
         if start + hi > size:
             raise SafetensorsError(f"{path}: tensor {name!r}: data [{lo}, {hi}] lies beyond the end of the file "
                                    f"({size - start} data bytes): truncated file")
         entries[name] = TensorEntry(name, st, dtype, shape, start + lo, expected, path)
-    return entries, {str(k): str(v) for k, v in metadata.items()}
+    _no_overlap(path, entries)
+    return entries, dict(metadata)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _entry_fields(path: Path, name: str, info) -> tuple[str, tuple[int, ...], int, int]:
+    """``(dtype string, shape, begin, end)`` of one header entry, every field type- and range-checked."""
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise SafetensorsError(f"{where}: header entry must be an object with dtype, shape and data_offsets "
+                               f"[begin, end]; got {info!r:.120}")
+    st, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(st, str) or st not in DTYPES:
+        raise SafetensorsError(f"{where}: dtype {st!r:.60} is not supported here: must be one of "
+                               f"{', '.join(sorted(DTYPES))}")
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise SafetensorsError(f"{where}: shape must be a list of integers >= 0; got {shape!r:.120}")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(v) for v in offsets)
+            and 0 <= offsets[0] <= offsets[1]):
+        raise SafetensorsError(f"{where}: data_offsets must be two integers [begin, end] with 0 <= begin <= end; "
+                               f"got {offsets!r:.120}")
+    return st, tuple(shape), offsets[0], offsets[1]
+
+
+def _no_overlap(path: Path, entries: dict[str, TensorEntry]) -> None:
+    """Refuse two non-empty buffers that share bytes (the format's buffers are disjoint)."""
+    spans = sorted((e.begin, e.begin + e.nbytes, name) for name, e in entries.items() if e.nbytes)
+    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise SafetensorsError(f"{path}: tensors {n0!r} and {n1!r} must not overlap; got data "
+                                   f"[{b0}, {e0}) and [{b1}, {e1}) (file offsets) sharing {min(e0, e1) - b1} bytes")
 
 
 def validate_with_safetensors(path: str | os.PathLike) -> None:
@@ -141,6 +178,7 @@ def validate_with_safetensors(path: str | os.PathLike) -> None:
         from safetensors import safe_open
     except ModuleNotFoundError:
         return
+    check_regular(path, "a safetensors weights file", SafetensorsError)  # the library would block on a FIFO
     try:
         with safe_open(str(path), framework="numpy") as f:
             f.keys()
@@ -161,8 +199,9 @@ class MappedFile:
         e = self.entries[name]
         if e.nbytes == 0:
             return np.zeros(e.shape, e.dtype)
-        if self._map is None:
-            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+        if self._map is None:  # reopened as a regular file: a FIFO swapped in since the header cannot block
+            with open_regular(self.path, "a safetensors weights file", SafetensorsError) as f:
+                self._map = np.memmap(f, dtype=np.uint8, mode="r")
         raw = self._map[e.begin:e.begin + e.nbytes]
         return raw.view(e.dtype).reshape(e.shape)
 

@@ -43,10 +43,12 @@ from pathlib import Path
 import numpy as np
 
 import w8a8
+from w8a8 import _check
 from w8a8 import dtypes as _dt
 from w8a8.rounding import to_float
 from w8a8.ulp import ulp_distance
 
+from . import safe_files
 from .issues import Findings
 from .reference import check_reference
 from .safetensors_io import MappedFile
@@ -85,7 +87,8 @@ class ReferenceWeights:
         self.path = Path(path)
         if not self.path.is_dir():
             raise ValueError(f"--reference: {self.path} is not a directory")
-        self.files = [MappedFile(f) for f in sorted(self.path.glob("*.safetensors"))]
+        self.files = [MappedFile(safe_files.contained(self.path, f, "--reference weights file"))
+                      for f in sorted(self.path.glob("*.safetensors"))]
         if not self.files:
             raise ValueError(f"--reference: {self.path} holds no .safetensors files")
 
@@ -277,14 +280,45 @@ def select(res: Resolution, layers: str = "*") -> list[Module]:
             or fnmatchcase(m.serving_name, layers)]
 
 
+_BYTES_PER_VALUE = 64
+"""What one activation value of the widest module costs verify at most: the float64 draw, its fp32 and
+bf16 copies, the backend's and the golden's outputs and the float64 reference (an upper estimate)."""
+
+
+def _tokens_within_budget(res: Resolution, modules: list[Module], tokens: int) -> None:
+    """Refuse a ``tokens`` whose activations would exceed the golden's allocation budget, before any
+    module runs: ``tokens`` rows of the widest selected weight dimension (times top-k plus the expert
+    count for an MoE layer: its rows are expanded per expert and routed from a ``[T, E]`` draw),
+    :data:`_BYTES_PER_VALUE` bytes each."""
+    entries = res.checkpoint.entries
+    cfg = res.checkpoint.config or {}
+    top_k = cfg.get("num_experts_per_tok", 2)
+    top_k = top_k if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0 else 2
+    width = 1
+    for m in modules:
+        if m.kind == "moe" and m.moe is not None and m.moe.experts:
+            prefixes = [m.moe.expert_prefix(m.moe.experts[0], p) for p in m.moe.naming]
+            factor = top_k + len(m.moe.experts)
+        else:
+            prefixes, factor = list(m.shards), 1
+        for prefix in prefixes:
+            entry = entries.get(prefix + ".weight")
+            if entry is not None and entry.shape:
+                width = max(width, max(entry.shape) * factor)
+    _check.within_budget("verify", "tokens", (tokens, width), _BYTES_PER_VALUE,
+                         f"{tokens} token rows of the widest selected module ({width} values a row)")
+
+
 def verify(res: Resolution, *, backend: str = "numpy", layers: str = "*", tokens: int = 16, seed: int = 0,
            reference=None, error_modules: set[str] | None = None, activations=None) -> list[VerifyResult]:
     """Run the selected quantized modules of ``res`` through ``backend`` against the golden.
 
     ``activations``: real inputs (module docstring; an object with ``linear`` {name: x}, ``moe``
     {name: (x, ids, weights)} and ``source``), else synthetic ones.
-    Raises ValueError for an unknown or unavailable backend (with its reason), bad arguments, or a
-    ``reference`` that is not this checkpoint's float model (with the findings).
+    Raises ValueError for an unknown or unavailable backend (with its reason), bad arguments, a
+    ``layers`` glob that matches no module, a ``tokens`` whose activations exceed the golden's
+    allocation budget (:func:`_tokens_within_budget`, before any work), or a ``reference`` that is not
+    this checkpoint's float model (with the findings).
     Modules listed in ``error_modules`` (those with checkpoint errors) are skipped.
     """
     import backends as _backends
@@ -298,23 +332,27 @@ def verify(res: Resolution, *, backend: str = "numpy", layers: str = "*", tokens
     ok, why = be.available()
     if not ok:
         raise ValueError(f"verify: backend {backend!r} is not available here: {why}")
+    modules = select(res, layers)
+    if not modules:
+        names = ", ".join(m.name for m in res.modules[:3]) + (", ..." if len(res.modules) > 3 else "")
+        raise ValueError(f"verify: argument 'layers' must match at least one module (by name, layer or serving "
+                         f"name); got {layers!r}, which matches none of the {len(res.modules)} modules ({names})")
+    _tokens_within_budget(res, modules, tokens)
     ref = ReferenceWeights(reference) if reference is not None else None
     if ref is not None:
         arrays = {name: f.tensor(name) for f in ref.files for name in f.entries}
         cfg = None
         if (ref.path / "config.json").is_file():
-            import json
-
             try:
-                cfg = json.loads((ref.path / "config.json").read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError):
+                cfg = safe_files.load_json(ref.path / "config.json", "config.json")
+            except ValueError:  # unreadable, not JSON or nested too deep: no config to check against
                 cfg = None
         found, _ = check_reference(res, arrays, cfg if isinstance(cfg, dict) else None)
         if found.errors:
             raise ValueError(f"verify: --reference {ref.path} is not this checkpoint's float model:\n  "
                              + "\n  ".join(str(f) for f in found.errors))
     out: list[VerifyResult] = []
-    for m in select(res, layers):
+    for m in modules:
         if error_modules and m.name in error_modules:
             out.append(VerifyResult(m.name, "moe" if m.kind == "moe" else "linear", m.scheme, "skip",
                                     "the checkpoint has errors for this module"))

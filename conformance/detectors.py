@@ -19,7 +19,10 @@ mismatch (then the cause is complete: nothing else differs).
 * ``int8-k1-one-row`` — torchao's int8 linear on one row with K = 1 returns values it never wrote
   (nondeterministic; tests/backends/test_torchao.py ``test_bug_int8_k_equals_1``);
 * ``nvfp4-zero-tensor`` — an all-zero tensor whose per-tensor scale is 0 (torchao
-  ``per_tensor_amax_to_scale``) makes every block scale NaN.
+  ``per_tensor_amax_to_scale``) makes every block scale NaN;
+* ``k0-stale-output`` — an integer GEMM with K = 0 returns an int32 output it never wrote (the sum of no
+  terms is 0): onnxruntime 1.32 ``MatMulInteger`` hands back a reused buffer that still holds the previous
+  run's results (tests/backends/test_onnxruntime.py ``test_bug_matmul_integer_k0_returns_a_stale_buffer``).
 
 Errors (the backend raised where the golden returned): ``int8-k1`` — torchao's int8 path with K = 1
 raises a RuntimeError (a reshape of a 1-wide row); ``mxfp4-mm-n1`` — torchao's emulated MXFP4 mm
@@ -220,6 +223,14 @@ def _int8_k1_one_row(ctx: Context):
     return {"y": np.ones(np.shape(ctx.got["y"]), bool)}
 
 
+def _k0_stale_output(ctx: Context):
+    a = ctx.args[0] if ctx.args else ctx.kwargs.get("a")
+    ref, got = ctx.ref.get("acc"), ctx.got.get("acc")
+    if a is None or ref is None or got is None or np.shape(a)[-1] != 0 or np.shape(got) != np.shape(ref):
+        return None
+    return {"acc": np.asarray(got) != 0}
+
+
 DETECTORS: tuple[Detector, ...] = (
     Detector("mx-byte0-half", ("mx_quantize",),
              "torchao to_mx bug: a block whose exponent clamps to -127 writes scale byte 0 (2^-127) but its elements "
@@ -242,6 +253,9 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("nvfp4-zero-tensor", ("nvfp4_quantize",),
              "NVFP4 all-zero tensor: a per-tensor scale of 0 makes every block scale NaN (0/0; torchao "
              "per_tensor_amax_to_scale)", _nvfp4_zero),
+    Detector("k0-stale-output", ("int_matmul",),
+             "integer GEMM with K = 0 returns values it never wrote instead of zeros (onnxruntime 1.32 MatMulInteger "
+             "reuses an output buffer: the previous run's results come back)", _k0_stale_output),
 )
 
 

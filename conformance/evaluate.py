@@ -297,11 +297,30 @@ def run_both(spec, case: CaseSpec, args, kwargs, backend, *, tolerance=None, str
     return judge(spec, case, args, kwargs, ref, got, backend, tolerance=tolerance, strict=strict), got
 
 
-def record(spec, params: dict, backend, case: CaseSpec, verdict: Verdict, duration_s: float) -> dict:
+def variant_of(op: str, args, kwargs, numerics) -> str | None:
+    """The kernel variant the golden models for this call under ``numerics`` (its label, e.g.
+    ``"dynamic_quant/single-row[100]"``; ``"fixed"`` under ``variants="fixed"``), or None for an op with
+    one kernel or a call the golden refuses."""
+    from w8a8 import variants
+
+    if op not in variants.explainable_ops():
+        return None
+    if numerics.variants == "fixed":
+        return "fixed"
+    try:
+        return variants.select(op, *args, **{**kwargs, "numerics": numerics}).label
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+def record(spec, params: dict, backend, case: CaseSpec, verdict: Verdict, duration_s: float,
+           variant: str | None = None) -> dict:
     """The result record of a case (what the results file, the reports and the runner read)."""
     rec = {"op": spec.name, "backend": backend.name, "case_id": case_id(spec.name, params), "params": params,
            "kind": case.kind, "name": case.name, "numerics": backend.numerics.name,
            "repro": repro_command(getattr(backend, "spec", backend.name), spec.name, params), "status": verdict.status}
+    if variant is not None:
+        rec["variant"] = variant
     if verdict.note:
         rec["note"] = verdict.note
     if verdict.comparisons:
@@ -339,6 +358,7 @@ def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures:
     t0 = time.perf_counter()
     case = resolve_case(spec, params, kind=kind, name=name, expected=expected)
     args, kwargs = case.build()
+    variant = variant_of(spec.name, args, kwargs, backend.numerics)
     verdict, got = run_both(spec, case, args, kwargs, backend, tolerance=tolerance, strict=strict)
     if verdict.status == FAIL and attribute_failures and verdict.comparisons:
         verdict.attribution = _attribute(spec, args, kwargs, backend, got, verdict)
@@ -347,8 +367,8 @@ def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures:
             verdict.attribution = attribute_error(spec, args, kwargs, backend, _describe(got.error))
         except Exception:  # noqa: BLE001 - best effort: the error stands
             verdict.attribution = None
-    return record(spec, params, backend, case, verdict, time.perf_counter() - t0)
+    return record(spec, params, backend, case, verdict, time.perf_counter() - t0, variant)
 
 
-__all__ = ["run_case", "run_both", "judge", "record", "resolve_case", "case_id", "repro_command", "bits_differ", "FINAL_STATUSES",
+__all__ = ["run_case", "run_both", "judge", "record", "variant_of", "resolve_case", "case_id", "repro_command", "bits_differ", "FINAL_STATUSES",
            "BAD_STATUSES", "PASS", "FAIL", "TOLERATED", "MISTRUSTED"]

@@ -8,16 +8,32 @@ Per op it runs its drawn cases (one test per strategy of the declaration), its n
 error cases (:mod:`conformance.suite`).
 
 Options: ``--backend NAME`` (repeatable; default: every available backend except the golden),
-``--conformance-op OP`` (repeatable; default: every op). Hypothesis profiles ``dev``, ``ci``,
-``thorough`` are registered on import. A failing case is shrunk by Hypothesis; its message carries
-the attribution and the ``w8a8 conformance --case`` repro line, and Hypothesis prints the
-``@reproduce_failure`` blob.
+``--conformance-op OP`` (repeatable; default: every op), ``--conformance-reproduce BLOB`` (replay
+the failing example Hypothesis printed). Hypothesis profiles ``dev``, ``ci``, ``thorough`` are
+registered on import. The suite's drawn tests run under the profile ``--hypothesis-profile`` (or
+``HYPOTHESIS_PROFILE``) names, else under the one the user's conftest loaded, else ``ci`` — always
+without a deadline (a backend's first call may compile kernels; time is not what is judged), from
+any directory, without the repository's conftest (:func:`suite_settings`).
+
+A failing case is shrunk by Hypothesis; its message carries the attribution and the
+``w8a8 conformance --case`` repro line, and the report adds a section with the command that replays
+Hypothesis's ``@reproduce_failure`` blob from the user's own checkout (the test lives in the
+installed package, where a decorator cannot be added)::
+
+    pytest --pyargs conformance.suite --backend B --conformance-op OP -k 'TEST[ID]' --conformance-reproduce BLOB
 
 The plugin only adds options and fixtures; it imports nothing heavy until a suite test runs, so it
 is harmless in any pytest run of an environment where w8a8 is installed.
 """
 
 from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+DEFAULT_PROFILE = "ci"
 
 try:  # register the profiles before Hypothesis's own plugin reads --hypothesis-profile
     from .profiles import register as _register_profiles
@@ -34,10 +50,78 @@ def pytest_addoption(parser):
                          "'package.module:Class'; default: every available backend except the golden)")
     group.addoption("--conformance-op", action="append", default=[], metavar="OP",
                     help="op of the conformance suite to run (repeatable; default: all)")
+    group.addoption("--conformance-reproduce", default=None, metavar="BLOB",
+                    help="replay a failing drawn example: the blob of the @reproduce_failure line Hypothesis printed "
+                         "(select its test with -k)")
+
+
+def suite_settings(config):
+    """The Hypothesis settings of the suite's drawn tests: the profile named by ``--hypothesis-profile`` or
+    ``HYPOTHESIS_PROFILE``, else the one loaded (a conftest's), else :data:`DEFAULT_PROFILE` when only
+    Hypothesis's own ``default`` is loaded — with no deadline and the reproduce blob printed."""
+    from hypothesis import settings
+
+    named = config.getoption("--hypothesis-profile", default=None) or os.environ.get("HYPOTHESIS_PROFILE")
+    if named:
+        base = settings.get_profile(named)
+    elif getattr(settings, "_current_profile", "default") == "default":
+        base = settings.get_profile(DEFAULT_PROFILE)
+    else:
+        base = settings.default
+    return settings(base, deadline=None, print_blob=True)
+
+
+def reproduce_blob(config) -> bytes | None:
+    """The ``--conformance-reproduce`` blob as bytes: the bare blob, ``b'...'`` or the whole printed line."""
+    text = config.getoption("--conformance-reproduce", default=None)
+    if not text:
+        return None
+    m = re.search(r"b'([^']+)'", text)
+    return (m.group(1) if m else text.strip()).encode()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed conformance test whose output carries Hypothesis's blob gets the command that replays it."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when != "call" or not rep.failed or item.get_closest_marker("conformance") is None:
+        return
+    m = re.search(r"@reproduce_failure\('[^']+', b'([^']+)'\)", str(rep.longrepr))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if m and "conformance_backend" in params:
+        op = params.get("conformance_drawn", ("",))[0]
+        rep.sections.append(("w8a8: reproduce from your checkout",
+                             f"pytest --pyargs conformance.suite --backend {params['conformance_backend']} "
+                             f"--conformance-op {op} -k '{item.name}' --conformance-reproduce {m.group(1)}"))
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: a conformance-suite test (backend x op)")
+    check_options(config)
+
+
+def check_options(config) -> None:
+    """``--backend`` and ``--conformance-op`` name something that exists (checked only when given):
+    ``pytest.UsageError`` (one line, exit 4) instead of a KeyError in every test."""
+    requested = config.getoption("--backend", default=None) or []
+    if requested:
+        import backends
+
+        for name in requested:
+            try:
+                backends.get(name)
+            except (KeyError, ImportError, AttributeError) as exc:
+                raise pytest.UsageError(f"--backend: expected a backend name (see 'w8a8 backends') or "
+                                        f"'package.module:Class', got {name!r} ({exc})") from None
+    ops = config.getoption("--conformance-op", default=None) or []
+    if ops:
+        from .registry import specs
+
+        unknown = [op for op in ops if op not in specs()]
+        if unknown:
+            raise pytest.UsageError(f"--conformance-op: expected an op of 'w8a8 conformance --list-ops', "
+                                    f"got {unknown[0]!r}")
 
 
 def selected_backends(config) -> list[str]:

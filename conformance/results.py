@@ -155,17 +155,21 @@ def summarize(records: list[dict]) -> dict:
     """Counts per (backend, op) and status, the failures, and merged histograms.
 
     Returns ``{"cells": {backend: {op: {status: n, ..., "hist": {output: {bin: n}}}}},
-    "totals": {status: n}, "failures": [records], "ok": bool}``.
+    "totals": {status: n}, "failures": [records], "ok": bool, "variants": {op: {variant: n}}}``
+    (``variants``: the kernel variants the golden modelled, over every backend's cases).
     """
     cells: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     by_cell: dict = defaultdict(list)
     hists: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(int))))
     worst_ulp: dict = defaultdict(lambda: defaultdict(int))
     totals: dict = defaultdict(int)
+    variants: dict = defaultdict(lambda: defaultdict(int))
     failures = []
     for r in latest(records):
         b, op, status = r["backend"], r["op"], r["status"]
         cells[b][op][status] += 1
+        if r.get("variant"):
+            variants[op][r["variant"]] += 1
         by_cell[(b, op)].append(r)
         totals[status] += 1
         for name, comp in (r.get("outputs") or {}).items():
@@ -186,4 +190,5 @@ def summarize(records: list[dict]) -> dict:
             cell["worst_text"] = worst_text(by_cell[(b, op)])
             result_cells[b][op] = cell
     return {"cells": result_cells, "totals": dict(totals), "failures": failures,
-            "ok": not any(totals.get(s, 0) for s in BAD_STATUSES)}
+            "ok": not any(totals.get(s, 0) for s in BAD_STATUSES),
+            "variants": {op: dict(sorted(v.items())) for op, v in sorted(variants.items())}}

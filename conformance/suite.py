@@ -82,13 +82,15 @@ def _implemented(backend, op: str) -> None:
 
 
 @pytest.mark.conformance
-def test_backend_agrees_with_golden(conformance_backend, conformance_drawn):
+def test_backend_agrees_with_golden(conformance_backend, conformance_drawn, pytestconfig):
     """Drawn inside what the backend takes (:mod:`conformance.drawing`): a draw it declines is rejected
-    (Hypothesis draws another); an op it declines every draw of is skipped, saying so."""
-    from hypothesis import HealthCheck, assume, given, settings
+    (Hypothesis draws another); an op it declines every draw of is skipped, saying so. Settings:
+    :func:`conformance.pytest_plugin.suite_settings` (no deadline; ``ci`` unless a profile is chosen)."""
+    from hypothesis import HealthCheck, __version__, assume, given, reproduce_failure, settings
     from hypothesis.errors import Unsatisfiable
 
     from .drawing import can_decline, declined
+    from .pytest_plugin import reproduce_blob, suite_settings
     from .registry import get
 
     op, strategy = conformance_drawn
@@ -98,7 +100,7 @@ def test_backend_agrees_with_golden(conformance_backend, conformance_drawn):
     filtering = can_decline(backend)
     reasons: list[str] = []
 
-    @settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+    @settings(suite_settings(pytestconfig), suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
     @given(spec.all_strategies()[strategy]())
     def check(params):
         if filtering:
@@ -107,6 +109,10 @@ def test_backend_agrees_with_golden(conformance_backend, conformance_drawn):
                 reasons.append(reason)
             assume(not reason)
         check_drawn(backend, op, params)
+
+    blob = reproduce_blob(pytestconfig)
+    if blob is not None:
+        check = reproduce_failure(__version__, blob)(check)
 
     try:
         check()

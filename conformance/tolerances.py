@@ -29,11 +29,19 @@ Lookup order for (backend, op, output, dtype): the backend's own entry, then ``b
 The keys derive from the op declarations: a table read from a file is validated against them
 (:meth:`ToleranceTable.validate`), so an entry naming an op or an output that no declaration has is
 an error that names the entry — not a tolerance silently never looked up.
+
+Every value is checked when a table is read (:func:`check_entry`, before any entry is built): ``ulp``,
+``samples`` integers >= 0; ``mismatch_rate`` in [0, 1]; ``atol``, ``rtol``, ``tie_eps`` finite and
+>= 0; ``max_observed`` >= 0; ``tie_off_by_one`` a boolean; the names and texts strings. The only other
+keys an entry may have are the statistics ``w8a8 tune`` records (:data:`STATISTIC_KEYS`); the only
+top-level tables are ``meta`` and ``entry``. A violation is a ValueError naming the entry, the key,
+what was expected and what came — a negative ULP or a rate of 2 is refused, never accepted.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -43,6 +51,58 @@ from .compare import Tolerance
 from .results import write_atomic
 
 TOLERANCE_FIELDS = {f.name for f in dataclasses.fields(Tolerance)}
+
+STATISTIC_KEYS = ("p50", "p99", "max_abs", "max_rel", "elements", "target")
+"""Keys besides :class:`Entry`'s fields that an entry may carry: the statistics ``w8a8 tune`` records."""
+
+_TEXT_KEYS = ("backend", "op", "output", "dtype", "against", "basis", "bound", "numerics", "versions", "date", "notes")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int_ge0(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _finite_ge0(v) -> bool:
+    return _is_number(v) and math.isfinite(v) and v >= 0
+
+
+# key -> (what it must be, test)
+_VALUE_CHECKS = {
+    "ulp": ("an integer >= 0", _int_ge0),
+    "samples": ("an integer >= 0", _int_ge0),
+    "mismatch_rate": ("a number in [0, 1]", lambda v: _is_number(v) and 0 <= v <= 1),
+    "atol": ("a finite number >= 0", _finite_ge0),
+    "rtol": ("a finite number >= 0", _finite_ge0),
+    "tie_eps": ("a finite number >= 0", _finite_ge0),
+    "max_observed": ("a number >= 0", lambda v: _is_number(v) and v >= 0),
+    "tie_off_by_one": ("true or false", lambda v: isinstance(v, bool)),
+    **{k: ("a number", lambda v: _is_number(v) and not math.isnan(v)) for k in STATISTIC_KEYS},
+    **{k: ("a string", lambda v: isinstance(v, str)) for k in _TEXT_KEYS},
+}
+
+
+def check_entry(raw, index: int, source: str) -> None:
+    """Raise ValueError unless the raw table ``raw`` (entry number ``index`` of ``source``) is a valid
+    entry: the required keys, known keys only, every value of its type and range (module docstring)."""
+    where = f"tolerance table {source}: entry {index}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a table ([[entry]]), got {type(raw).__name__} {raw!r}")
+    named = "/".join(str(raw.get(k, "*" if k == "dtype" else "?")) for k in ("backend", "op", "output", "dtype"))
+    where += f" ({named})"
+    missing = [k for k in ("backend", "op", "output") if k not in raw]
+    if missing:
+        raise ValueError(f"{where}: lacks {', '.join(missing)}")
+    for key, value in raw.items():
+        if key not in _VALUE_CHECKS:
+            raise ValueError(f"{where}: key {key!r}: expected one of {', '.join(sorted(_VALUE_CHECKS))}, "
+                             f"got an unknown key")
+        expected, ok = _VALUE_CHECKS[key]
+        if not ok(value):
+            raise ValueError(f"{where}: {key}: expected {expected}, got {value!r}")
 
 
 @dataclass
@@ -144,21 +204,32 @@ class ToleranceTable:
 
     @classmethod
     def load(cls, path: str | Path, *, validate: bool = True) -> "ToleranceTable":
+        """Read a TOML table; every value is checked (:func:`check_entry`), and with ``validate`` every
+        entry's op and output against the declarations. ValueError naming the problem (a missing file:
+        OSError)."""
         path = Path(path)
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"tolerance table {path}: not valid TOML: {exc}") from None
         return cls.from_dict(data, source=str(path), validate=validate)
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "(dict)", *, validate: bool = False) -> "ToleranceTable":
+        """The table of a parsed TOML document: ``meta`` (a table) and ``entry`` (an array of tables), each
+        entry checked by :func:`check_entry`. ValueError naming the entry, key, expectation and value."""
         known = {f.name for f in dataclasses.fields(Entry)} - {"extra"}
+        strangers = sorted(set(data) - {"meta", "entry"})
+        if strangers:
+            raise ValueError(f"tolerance table {source}: top-level key {strangers[0]!r}: expected 'meta' or "
+                             f"'entry', got an unknown key")
+        if not isinstance(data.get("meta", {}), dict) or not isinstance(data.get("entry", []), list):
+            raise ValueError(f"tolerance table {source}: expected 'meta' a table and 'entry' an array of tables "
+                             f"([[entry]]), got {type(data.get('meta')).__name__} and "
+                             f"{type(data.get('entry')).__name__}")
         entries = []
         for i, raw in enumerate(data.get("entry", [])):
-            missing = [k for k in ("backend", "op", "output") if k not in raw]
-            if missing:
-                raise ValueError(f"tolerance table {source}: entry {i} lacks {', '.join(missing)}")
+            check_entry(raw, i, source)
             entries.append(Entry(**{k: v for k, v in raw.items() if k in known},
                                  extra={k: v for k, v in raw.items() if k not in known}))
         table = cls(entries, data.get("meta", {}), source)

@@ -182,9 +182,13 @@ def fit_tail(per_case_max: list[int], target: float) -> int:
     return int(max(d.max(), math.ceil(u)))
 
 
-def _analytic_cap(op: str, output: str, dtype: str, numerics_equal: bool) -> tuple[int | None, str]:
+def _analytic_cap(op: str, output: str, dtype: str, numerics_equal: bool,
+                  library_order: bool = False) -> tuple[int | None, str]:
     from .bounds import bounds_for
 
+    if numerics_equal and library_order:
+        return None, ("the same record, float sums in the library's own order (reassociation, which no Numerics "
+                      "field models): no closed-form bound, measured")
     if numerics_equal:
         return 0, "bitwise: both sides run the same numerics"
     candidates = [b for b in bounds_for(op) if b.output == output and b.kind in ("ulp", "relative")]
@@ -212,8 +216,11 @@ def _nmant(dtype: str) -> int:
 
 
 def recommend(stats: dict, *, target: float = DEFAULT_TARGET, backend: str, against: str, numerics_equal: bool,
-              numerics: str = "", versions: str = "") -> list:
-    """A tolerance :class:`~conformance.tolerances.Entry` per (op, output, dtype) of ``stats``."""
+              numerics: str = "", versions: str = "", library_order: bool = False) -> list:
+    """A tolerance :class:`~conformance.tolerances.Entry` per (op, output, dtype) of ``stats``.
+
+    ``library_order``: backend A sums floats in its library's own order (``Backend.float_sum_order``), so
+    under the same record its float outputs are measured, not bitwise by construction."""
     from .tolerances import Entry
 
     entries = []
@@ -222,7 +229,7 @@ def recommend(stats: dict, *, target: float = DEFAULT_TARGET, backend: str, agai
         u_obs = max(s.per_case_max) if s.per_case_max else 0
         conf = 3.0 / s.cases if s.cases else 1.0
         cap, bound_text = (0, "bitwise by construction") if s.kind == "int" and numerics_equal else \
-            _analytic_cap(op, output, dtype, numerics_equal)
+            _analytic_cap(op, output, dtype, numerics_equal, library_order)
         notes = []
         if u_obs == 0:
             ulp = 0

@@ -5,12 +5,12 @@ call — isolated replay, chained replay, the statistics invariants, an exported
 it, so that the platform reaches the golden at a single point.
 
 **Platform.** The dump came from one chip; ``platform`` names it (``ascend910_93`` = A3 / 910C, the
-default; ``ascend910b`` = A2). The golden of this branch implements one :class:`w8a8.Numerics` record
-for A2 and A3 (:data:`w8a8.ASCEND`), so today the platform is validated, recorded in every result and
-otherwise does not change the arithmetic. The kernel-variant work (issue 13) makes the golden apply
-the variant the platform's host tiling selects for the call's shapes; when it lands, this function
-passes ``platform`` on and nothing else in replay changes. An explicit ``numerics`` (``--numerics``)
-overrides everything, as it does for the golden.
+default; ``ascend910b`` = A2; any platform registered with :func:`w8a8.platforms.register`). The
+golden applies the kernel variant that platform's host tiling selects for each call's shapes
+(:mod:`w8a8.variants`, ``Numerics.variants = "select"``): :func:`declared_numerics` is the platform's
+record, and every golden call gets it. An explicit ``numerics`` (``--numerics``) is taken as it is:
+its own ``platform`` and ``variants`` fields decide (``'{"variants": "fixed"}'`` replays every call
+under the record's main-path formulas, what a kernel-variant-unaware reference computes).
 """
 
 from __future__ import annotations
@@ -18,15 +18,21 @@ from __future__ import annotations
 import inspect
 
 import w8a8
+from w8a8 import platforms as _platforms
 from w8a8.numerics import Numerics
 
-PLATFORMS = {"ascend910_93": "Ascend A3 (910C)", "ascend910b": "Ascend A2 (910B)"}
-DEFAULT_PLATFORM = "ascend910_93"
+DEFAULT_PLATFORM = _platforms.A3.name
+_RECORDS = {w8a8.ASCEND.platform: w8a8.ASCEND, w8a8.ASCEND_A2.platform: w8a8.ASCEND_A2}
+
+
+def platform_names() -> tuple[str, ...]:
+    """The platforms a dump may come from: every registered :mod:`w8a8.platforms` name."""
+    return tuple(_platforms.names())
 
 
 def check_platform(platform: str) -> str:
-    if platform not in PLATFORMS:
-        raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}; got {platform!r}")
+    if platform not in platform_names():
+        raise ValueError(f"platform must be one of {', '.join(platform_names())}; got {platform!r}")
     return platform
 
 
@@ -37,22 +43,44 @@ def golden_function(op: str):
     return fn
 
 
-def declared_numerics(platform: str = DEFAULT_PLATFORM, numerics: Numerics | None = None) -> Numerics:
-    """The record the golden computes under for ``platform`` (or ``numerics`` when given)."""
+def platform_numerics(platform: str = DEFAULT_PLATFORM) -> Numerics:
+    """The Ascend record of ``platform``: its kernels, variants selected by its host tiling."""
     check_platform(platform)
-    return numerics if numerics is not None else w8a8.ASCEND
+    return _RECORDS.get(platform) or w8a8.ASCEND.replace(name=f"ascend-{platform}", platform=platform)
+
+
+def declared_numerics(platform: str = DEFAULT_PLATFORM, numerics: Numerics | None = None) -> Numerics:
+    """The record the golden computes under for ``platform`` (``numerics`` itself when given)."""
+    check_platform(platform)
+    return numerics if numerics is not None else platform_numerics(platform)
+
+
+def variant_label(op: str, args, kwargs, *, platform: str = DEFAULT_PLATFORM,
+                  numerics: Numerics | None = None) -> str | None:
+    """The kernel variant the golden models for this call (``"dynamic_quant/single-row[100]"``), or
+    None for an op with one kernel (no selector) or a call whose arguments the golden refuses."""
+    record = declared_numerics(platform, numerics)
+    if op not in w8a8.variants.explainable_ops():
+        return None
+    if record.variants == "fixed":
+        return "fixed (the record's main-path formulas)"
+    try:
+        return w8a8.variants.select(op, *args, **{**dict(kwargs), "numerics": record}).label
+    except (ValueError, TypeError):
+        return None
 
 
 def run(op: str, args, kwargs, *, platform: str = DEFAULT_PLATFORM, numerics: Numerics | None = None):
     """Call golden op ``op`` with the device's arguments; return what it returns (an array or a tuple).
 
-    ``numerics`` is passed only when given (so the golden's own default — and, with issue 13, its
-    variant selection — applies otherwise). Raises what the golden raises (ValueError / TypeError for
-    refused inputs).
+    The golden gets :func:`declared_numerics` (``platform``'s record, or ``numerics`` when given), so the
+    kernel variant the record's platform selects for these shapes is what it computes. Raises what the
+    golden raises (ValueError / TypeError for refused inputs).
     """
-    check_platform(platform)
     fn = golden_function(op)
     kwargs = dict(kwargs)
-    if numerics is not None and "numerics" in inspect.signature(fn).parameters:
-        kwargs["numerics"] = numerics
+    if "numerics" in inspect.signature(fn).parameters:
+        kwargs["numerics"] = declared_numerics(platform, numerics)
+    else:
+        check_platform(platform)
     return fn(*args, **kwargs)

@@ -81,7 +81,8 @@ def _divergence_details(r: dict) -> list[tuple[str, str]]:
 
 def _annotations(r: dict) -> list[str]:
     """Lines under a call: inferred arguments, inputs taken from the checkpoint or another dump, notes."""
-    out = list(r.get("inferred") or [])
+    out = [f"kernel: {r['variant']}"] if r.get("variant") else []
+    out += list(r.get("inferred") or [])
     out += [f"{where}: {src}" for where, src in (r.get("inputs") or {}).items() if src != "dump file"]
     return out + list(r.get("notes") or [])
 
@@ -102,8 +103,8 @@ def markdown(summary: dict, meta: dict) -> str:
     lines += ["", *[f"- {k}: `{v}`" for k, v in meta.items() if k in ("dump", "platform", "numerics", "mode", "date",
                                                                        "command", "tolerances", "checkpoint")]]
     lines += ["", "Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items())), ""]
-    if meta.get("variant_note"):
-        lines += [f"> {meta['variant_note']}", ""]
+    if meta.get("variants"):
+        lines += [f"Kernel variants: {meta['variants']}.", ""]
     for p in summary["dump_problems"]:
         lines.append(f"- **{p.get('rank_label', '')} {p['name']}**: {p['note']}")
     if summary["first_divergence"]:
@@ -193,8 +194,8 @@ def html(summary: dict, meta: dict) -> str:
            f" (exit status {summary['exit_status']})</div>",
            "<p>" + " · ".join(f"{_e(k)}: <code>{_e(v)}</code>" for k, v in meta.items()
                               if k in ("dump", "platform", "numerics", "mode", "date", "tolerances", "checkpoint")) + "</p>"]
-    if meta.get("variant_note"):
-        out.append(f"<p><i>{_e(meta['variant_note'])}</i></p>")
+    if meta.get("variants"):
+        out.append(f"<p>Kernel variants: {_e(meta['variants'])}.</p>")
     out.append("<p class='legend'>" + "".join(f"<span style='background:{c}'>{_e(v)}</span>" for v, c in COLORS.items())
                + "</p>")
     for p in summary["dump_problems"]:

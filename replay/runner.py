@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+import w8a8
 from w8a8 import dtypes as _dt
 
 from . import engine, golden, msprobe_criteria, stats
@@ -360,7 +361,8 @@ def judge_call(call: MappedCall, args, kwargs, device: dict, options: Options) -
         if verdict == "mistrusted" and any(o["verdict"] == "agree-bitwise" for o in outs.values()):
             verdict = "agree-bitwise"
         judged.append({"verdict": verdict, "outputs": outs, "alternative": label, "golden": ref, "kwargs": kw,
-                       "masks": masks})
+                       "masks": masks, "variant": golden.variant_label(call.op, args, kw, platform=options.platform,
+                                                                       numerics=options.numerics)})
     ok = [j for j in judged if j["verdict"] not in BAD and j["verdict"] != "not-replayable"]
     best = ok[0] if ok else (next((j for j in judged if j["verdict"] != "not-replayable"), judged[0]))
     if call.alternatives and best.get("alternative"):
@@ -485,6 +487,8 @@ def replay_call(session: Session, call: MappedCall, options: Options, repro_base
         verdict = "missing-data"
         rec["missing"] = [d.describe() for d in file_problems]
     rec["outputs"] = best.get("outputs")
+    if best.get("variant"):
+        rec["variant"] = best["variant"]
     if best.get("reason"):
         rec["reason"] = best["reason"]
     if best.get("note_alternative"):
@@ -517,7 +521,8 @@ def replay_call(session: Session, call: MappedCall, options: Options, repro_base
                   "inferred": call.inferred})
         rec["case"] = str(path)
         rec["repro"] = f"w8a8 replay {path}"
-        rec["repro_python"] = python_snippet(path, call.op, options.numerics.as_dict() if options.numerics else None)
+        record = golden.declared_numerics(options.platform, options.numerics)
+        rec["repro_python"] = python_snippet(path, call.op, None if record == w8a8.ASCEND else record.as_dict())
     return _finish(rec, verdict)
 
 

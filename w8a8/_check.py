@@ -3,10 +3,16 @@
 Every failure names the op, the argument, what was expected and what came, so that a bad call fails
 at the boundary with a readable message instead of deep inside NumPy (or, worse, silently). Dtype
 mismatches raise ``TypeError``; everything else (rank, shape, values) raises ``ValueError``.
+
+Beyond shapes and dtypes: the NaN policy (:func:`finite`, :func:`finite_under`,
+:func:`nonzero_divisor`) and the allocation budget of argument-sized arrays (:func:`within_budget`,
+:data:`BUDGET_ENV`), both checked before an op does any work.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterable
 
 import numpy as np
@@ -73,16 +79,44 @@ def same_shape(op: str, arg: str, value: np.ndarray, other_arg: str, other: np.n
     shape(op, arg, value, [other.shape], f"of {other_arg}'s shape {tuple(other.shape)}")
 
 
-def finite(op: str, arg: str, value: np.ndarray) -> None:
-    """Raise ``ValueError`` naming the first NaN/Inf position of a float array."""
+def finite(op: str, arg: str, value: np.ndarray, *, ieee_escape: bool = True) -> None:
+    """Raise ``ValueError`` naming the first NaN/Inf position of a float array.
+
+    ``ieee_escape``: the op takes ``numerics=`` and computes through NaN/Inf under
+    ``nan_policy="ieee"`` (the message says so); False for an op that refuses them always."""
     as_f32 = value.astype(np.float32) if value.dtype.kind == "V" else value
     bad = ~np.isfinite(as_f32)
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
         kind = "NaN" if np.isnan(as_f32[pos]) else "Inf"
-        fail(op, arg, "finite (this op's device behaviour on NaN/Inf is not specified, so the golden "
-             "refuses them; pass numerics=Numerics(nan_policy='ieee') to compute through them)",
-             f"{kind} at index {pos}")
+        escape = "; pass numerics=Numerics(nan_policy='ieee') to compute through them" if ieee_escape else ""
+        fail(op, arg, f"finite (this op's device behaviour on NaN/Inf is not specified, so the golden "
+             f"refuses them{escape})", f"{kind} at index {pos}")
+
+
+def finite_under(op: str, numerics, named: Iterable[tuple[str, np.ndarray | None]]) -> None:
+    """The NaN policy on several inputs: under ``numerics.nan_policy="raise"`` every float array of
+    ``named`` (``(argument, value)`` pairs; None, integer arrays and non-arrays — whose type check
+    comes later — are skipped) must be finite."""
+    if numerics.nan_policy != "raise":
+        return
+    for arg, value in named:
+        if isinstance(value, np.ndarray) and _dt.is_float(value.dtype):
+            finite(op, arg, value)
+
+
+def nonzero_divisor(op: str, arg: str, value: np.ndarray, numerics) -> None:
+    """Under ``numerics.nan_policy="raise"``, a zero in a scale the op divides by is refused (it would
+    make ``x / 0 = +-Inf`` codes that saturate, or ``0 / 0 = NaN``: a broken calibration, not a
+    value the device behaviour is specified for). ValueError naming the first zero's index."""
+    if numerics.nan_policy != "raise":
+        return
+    as_f32 = value.astype(np.float32)
+    zero = as_f32 == 0
+    if zero.any():
+        pos = tuple(int(i) for i in np.argwhere(zero)[0])
+        fail(op, arg, "non-zero (the op divides by it; pass numerics=Numerics(nan_policy='ieee') to compute "
+             "x / 0 with IEEE semantics)", f"0 at index {pos}")
 
 
 def integer(op: str, arg: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -101,3 +135,50 @@ def choice(op: str, arg: str, value, allowed: Iterable):
     if value not in allowed:
         fail(op, arg, f"one of {allowed}", repr(value))
     return value
+
+
+BUDGET_ENV = "W8A8_GOLDEN_MAX_BYTES"
+"""The environment variable that sets the golden's allocation budget (bytes, an integer >= 1; ``4GiB`` /
+``512MiB`` suffixes accepted)."""
+DEFAULT_BUDGET = 4 << 30
+"""The default allocation budget: 4 GiB per argument-sized allocation."""
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12}
+
+
+def allocation_budget(budget: int | None = None) -> int:
+    """The allocation budget in bytes: ``budget`` if given, else :data:`BUDGET_ENV` if set, else
+    :data:`DEFAULT_BUDGET`. ValueError naming the variable for a value that is not a positive size."""
+    if budget is not None:
+        return integer("allocation_budget", "budget", budget, minimum=1)
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return DEFAULT_BUDGET
+    text = raw.lower().replace(" ", "")
+    digits = text.rstrip("kmgtib")
+    unit = text[len(digits):]
+    if not digits.isdigit() or unit not in _UNITS or int(digits) * _UNITS[unit] < 1:
+        raise ValueError(f"environment variable {BUDGET_ENV} must be a positive number of bytes (e.g. 4294967296 "
+                         f"or 4GiB); got {raw!r}")
+    return int(digits) * _UNITS[unit]
+
+
+def _bytes_text(n: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n} bytes ({n / size:.3g} {unit})"
+    return f"{n} bytes"
+
+
+def within_budget(op: str, arg: str, shape: Iterable[int], itemsize: int, what: str,
+                  budget: int | None = None) -> None:
+    """Refuse, before allocating it, an array of ``shape`` x ``itemsize`` bytes whose size an argument
+    decides (``arg``: a capacity, a block size, the shapes of a product) when it exceeds the allocation
+    budget (:func:`allocation_budget`). ValueError naming the op, the argument, ``what`` is allocated, the
+    bytes it would take and the budget. Python integers throughout: no overflow for absurd sizes."""
+    nbytes = math.prod(int(d) for d in shape) * int(itemsize)
+    limit = allocation_budget(budget)
+    if nbytes > limit:
+        fail(op, arg, f"small enough that {what} fits the golden's allocation budget of {_bytes_text(limit)} "
+             f"(set {BUDGET_ENV} to raise it)", f"{tuple(int(d) for d in shape)} x {int(itemsize)} B = "
+             f"{_bytes_text(nbytes)}")

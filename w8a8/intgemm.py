@@ -55,8 +55,9 @@ class IntMatmulArgs:
 def int_matmul_args(a, b, *, op: str = "int_matmul") -> IntMatmulArgs:
     """The argument checks of :func:`int_matmul` (``op`` names the op in the messages).
 
-    TypeError for a non-integer operand, ValueError for rank < 2 or mismatched K; batch dims that
-    do not broadcast raise NumPy's ``ValueError`` of ``np.broadcast_shapes``.
+    TypeError for a non-integer operand, ValueError for rank < 2 or mismatched K, or a result beyond the
+    allocation budget (:func:`w8a8._check.within_budget`); batch dims that do not broadcast raise NumPy's
+    ``ValueError`` of ``np.broadcast_shapes``.
     """
     a = _check.array(op, "a", a, dtypes=_INT_DTYPES, min_ndim=2)
     b = _check.array(op, "b", b, dtypes=_INT_DTYPES, min_ndim=2)
@@ -64,6 +65,7 @@ def int_matmul_args(a, b, *, op: str = "int_matmul") -> IntMatmulArgs:
     if b.shape[-2] != k:
         _check.fail(op, "b", f"of shape [..., K={k}, N] to match a {tuple(a.shape)}", _check.describe(b))
     out_shape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) + (a.shape[-2], b.shape[-1])
+    _check.within_budget(op, "b", out_shape, 4, f"the int32 result [..., M, N] = {out_shape}")
     return IntMatmulArgs(a=a, b=b, k=int(k), out_shape=tuple(int(d) for d in out_shape), op=op)
 
 

@@ -62,7 +62,9 @@ class FormatCastNzArgs:
 def format_cast_nz_args(w) -> FormatCastNzArgs:
     """The argument check of :func:`format_cast_nz` (an ndarray of at least 2 dims)."""
     w = _check.array("format_cast_nz", "w", w, min_ndim=2)
-    return FormatCastNzArgs(w=w, c0=nz_c0(w.dtype), storage_shape=nz_storage_shape(w.shape, w.dtype))
+    storage = nz_storage_shape(w.shape, w.dtype)
+    _check.within_budget("format_cast_nz", "w", storage, w.dtype.itemsize, f"the padded NZ storage {storage}")
+    return FormatCastNzArgs(w=w, c0=nz_c0(w.dtype), storage_shape=storage)
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +95,8 @@ def format_cast_nz(w: np.ndarray) -> np.ndarray:
     """ND ``[..., R, C]`` -> NZ storage ``[..., ceil(C/C0), ceil(R/16), 16, C0]``, zero padded.
 
     Any dtype of itemsize 1, 2 or 4 (and 8, treated like 4 — torch_npu never casts those).
-    Raises ValueError for fewer than 2 dims.
+    Raises ValueError for fewer than 2 dims, or an NZ storage (zero padded to 16 x C0 tiles) beyond
+    the allocation budget (:func:`w8a8._check.within_budget`; 4 GiB or ``W8A8_GOLDEN_MAX_BYTES``). NaN / Inf values are moved bit for bit like any other.
     """
     a = format_cast_nz_args(w)
     w, c0 = a.w, a.c0

@@ -149,6 +149,7 @@ def w8a8_dynamic_linear_args(x, weight, weight_scale, *, bias=None,
     op = _DYN
     x = _check.array(op, "x", x, dtypes=_X_DTYPES, min_ndim=1)
     weight, n, k = _weight(op, x, weight)
+    _check.finite_under(op, numerics, (("x", x), ("weight_scale", weight_scale), ("bias", bias)))
     ws, b = _dynamic_load(op, _DYN_NAMES, x.dtype, n, weight_scale, bias)
     x2 = x.reshape(-1, k)
     if numerics.act_quant == "asymmetric":
@@ -346,6 +347,7 @@ def w8a8_static_linear_args(x, weight, *, input_scale, input_offset, deq_scale, 
     weight, n, k = _weight(op, x, weight)
     s_in, o_in = _activation_inputs(op, input_scale, input_offset)
     deq = _vector(op, "deq_scale", deq_scale, n, (_dt.float32, _dt.int64))
+    _check.finite_under(op, numerics, (("x", x), ("input_offset", o_in), ("deq_scale", deq), ("bias", bias)))
     qb = None if quant_bias is None else _vector(op, "quant_bias", quant_bias, n, (_dt.int32,))
     if qb is not None and bias is not None:
         _check.fail(op, "bias", "None when quant_bias is given (msModelSlim folds the float bias into quant_bias)",

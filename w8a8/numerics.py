@@ -35,10 +35,12 @@ zero_row : ``"zero"`` | ``"int_min"``
     The device's integer for NaN is not confirmed (spec §10.1); the golden writes 0. The scale of
     such a row is 0 either way, so downstream matmuls produce 0.
 nan_policy : ``"raise"`` | ``"ieee"``
-    NaN/Inf in the input of a quantizer. ``"raise"``: the golden refuses them (ValueError naming
-    the argument), since the device behaviour is unspecified. ``"ieee"``: compute through them with
-    IEEE fp32 semantics; a NaN code becomes 0 (as ``zero_row``; ``quantize``: ``nan_code``), +-Inf
-    codes saturate.
+    NaN/Inf in any float input of an op that takes ``numerics`` — data, scales, offsets, zero points —
+    and a zero in a scale the op divides by (``quantize(div_mode=True)``, ``dequant_swiglu_quant``'s
+    per-channel static scale). ``"raise"``: the golden refuses them (ValueError naming the argument
+    and the first bad index), since the device behaviour is unspecified. ``"ieee"``: compute through
+    them with IEEE fp32 semantics; a NaN code becomes 0 (as ``zero_row``; ``quantize``: ``nan_code``),
+    +-Inf codes saturate.
 saturate : bool
     float->int conversions saturate to the integer range (True) or wrap modulo 2^bits (False).
 fp19_scale : ``"adapter"`` | ``"never"`` | ``"always"``

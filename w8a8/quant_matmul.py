@@ -146,6 +146,8 @@ def _int8_args(x1, x2, scale, offset, pertoken_scale, bias, output_dtype, numeri
         batch = np.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
     except ValueError:
         _check.fail(_OP, "x2", f"with batch dims broadcastable to x1's {x1.shape[:-2]}", _check.describe(x2))
+    out_shape = tuple(batch) + (m, n)
+    _check.within_budget(_OP, "x2", out_shape, 4, f"the int32 accumulator [..., M, N] = {out_shape}")
     s = _check.array(_OP, "scale", scale)
     if s.dtype == _dt.float16:
         _check.fail(_OP, "scale", "float32, bfloat16, int64 or uint64 (the device rejects float16 scales, "
@@ -255,8 +257,9 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
     ------
     TypeError: a dtype outside the table. ValueError: ranks, K mismatch, K > 65535 (allowed only
     for a 1-D float scale with pertoken_scale), N > 65535, shapes of scale / offset / bias / pertoken_scale, a
-    required or forbidden argument, NaN/Inf in a float parameter under ``nan_policy="raise"`` (all
-    raised by :func:`quant_matmul_args`). OverflowError: the int32 accumulator (plus bias) overflows.
+    required or forbidden argument, NaN/Inf in a float parameter under ``nan_policy="raise"``, an
+    accumulator ``[..., M, N]`` beyond the allocation budget (:func:`w8a8._check.within_budget`; 4 GiB or ``W8A8_GOLDEN_MAX_BYTES``) (all raised by :func:`quant_matmul_args`).
+    OverflowError: the int32 accumulator (plus bias) overflows.
     """
     return quant_matmul_stages(x1, x2, scale, offset=offset, pertoken_scale=pertoken_scale, bias=bias,
                                output_dtype=output_dtype, numerics=numerics)["y"]

@@ -118,6 +118,7 @@ def quantize_args(x, scales, zero_points=None, *, dtype="int8", axis: int = 1, d
         z = _check.optional(op, "zero_points", zero_points,
                             dtypes=(_dt.int8, _dt.uint8, _dt.int32, _dt.bfloat16, _dt.float32))
         _finite_params(op, numerics, s, z)
+        _check.nonzero_divisor(op, "scales", s, numerics)
         zb = None if z is None else _channel_vector(op, "zero_points", z, x.shape[ax], ax, x.ndim)
     return QuantizeArgs(x=x, scales=s, zero_points=z, scales_b=sb, zero_points_b=zb, out=out, axis=axis,
                         channel_axis=ax, div_mode=div_mode)
@@ -163,7 +164,9 @@ def quantize(x: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None =
     sides of a .5.
 
     Errors: TypeError for dtypes outside these lists, ValueError for shapes, axis, NaN/Inf in x,
-    scales or a float zero_points (under ``nan_policy="raise"``).
+    scales or a float zero_points, and a zero in ``scales`` with ``div_mode=True`` (it divides: ``x / 0``
+    would saturate to +-qmax, ``0 / 0`` give the NaN code) — the last two under ``nan_policy="raise"``;
+    under ``"ieee"`` they compute through with IEEE fp32 semantics.
     """
     a = quantize_args(x, scales, zero_points, dtype=dtype, axis=axis, div_mode=div_mode, numerics=numerics)
     return quantize_from_args(a, numerics)
@@ -198,11 +201,7 @@ def quantize_from_args(a: QuantizeArgs, numerics: Numerics = ASCEND) -> np.ndarr
 
 def _finite_params(op: str, numerics: Numerics, scales: np.ndarray, zero_points: np.ndarray | None) -> None:
     """Under ``nan_policy="raise"``, NaN/Inf in a scale or a float zero point is an error too."""
-    if numerics.nan_policy != "raise":
-        return
-    _check.finite(op, "scales", scales)
-    if zero_points is not None and _dt.is_float(zero_points.dtype):
-        _check.finite(op, "zero_points", zero_points)
+    _check.finite_under(op, numerics, (("scales", scales), ("zero_points", zero_points)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,7 +224,8 @@ class DequantizeArgs:
     """None (per row), or the channel axis in ``[0, y.ndim)``."""
 
 
-def dequantize_args(y, scale, zero_point=None, *, axis: int | None = -1, output_dtype="float32") -> DequantizeArgs:
+def dequantize_args(y, scale, zero_point=None, *, axis: int | None = -1, output_dtype="float32",
+                    numerics: Numerics = ASCEND) -> DequantizeArgs:
     """Every argument check of :func:`dequantize`, in its order, with its exceptions and messages."""
     op = "dequantize"
     y = _check.array(op, "y", y, dtypes=(_dt.int8, _dt.uint8, _dt.int32))
@@ -234,6 +234,7 @@ def dequantize_args(y, scale, zero_point=None, *, axis: int | None = -1, output_
         _check.fail(op, "output_dtype", "bfloat16, float16 or float32", repr(output_dtype))
     s = _check.array(op, "scale", scale, dtypes=_FLOATS)
     z = None if zero_point is None else np.asarray(zero_point)
+    _check.finite_under(op, numerics, (("scale", s), ("zero_point", z)))
     if axis is None:
         rows = y.shape[:-1]
         if s.shape != rows:
@@ -251,7 +252,7 @@ def dequantize_args(y, scale, zero_point=None, *, axis: int | None = -1, output_
 
 @golden_op("dense", check=dequantize_args)
 def dequantize(y: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = -1,
-               output_dtype="float32") -> np.ndarray:
+               output_dtype="float32", numerics: Numerics = ASCEND) -> np.ndarray:
     """``(fp32(y) - zero_point) * scale`` in fp32, rounded to ``output_dtype``.
 
     The inverse of :func:`quantize` (``div_mode=True``) and of the dynamic quantizers: per-row
@@ -260,13 +261,16 @@ def dequantize(y: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None =
     ``axis`` (size ``y.shape[axis]`` or 1); with ``axis=None`` a zero point is per row too, of the
     scale's shape ``y.shape[:-1]``. int4 codes must be unpacked first (:func:`w8a8.int4.unpack_int4`).
 
-    There is no ``nan_policy``: NaN / Inf in the scale or zero point, and fp32 overflow, give IEEE
-    results (``0 * Inf`` is NaN; the NaN bits: :func:`w8a8.rounding.to_float`), without warnings.
+    ``numerics``: ``nan_policy`` only. Under ``"raise"`` (the default) NaN / Inf in the scale or a float
+    zero point is refused, as everywhere in the golden; under ``"ieee"`` they, and an fp32 overflow, give
+    IEEE results (``0 * Inf`` is NaN; the NaN bits: :func:`w8a8.rounding.to_float`), without warnings.
+    A zero scale is a valid (all-zero) result: the op multiplies by it.
 
     Errors (:func:`dequantize_args`): TypeError for y's or scale's dtype; ValueError for the
-    output dtype, axis, and the shapes of scale and zero_point.
+    output dtype, axis, the shapes of scale and zero_point, NaN/Inf in scale or a float zero_point
+    (``nan_policy="raise"``).
     """
-    a = dequantize_args(y, scale, zero_point, axis=axis, output_dtype=output_dtype)
+    a = dequantize_args(y, scale, zero_point, axis=axis, output_dtype=output_dtype, numerics=numerics)
     return _shift_scale(a.y, a.zero_point_b, True, a.scale_b, a.out)
 
 
@@ -302,7 +306,8 @@ class AntiQuantArgs:
     """The last dim of the (unpacked) codes."""
 
 
-def anti_quant_args(x, scale, *, offset=None, dst_dtype=None, src_dtype=None) -> AntiQuantArgs:
+def anti_quant_args(x, scale, *, offset=None, dst_dtype=None, src_dtype=None,
+                    numerics: Numerics = ASCEND) -> AntiQuantArgs:
     """Every argument check of :func:`anti_quant`, in its order, with its exceptions and messages."""
     op = "anti_quant"
     src = _dt.resolve(src_dtype if src_dtype is not None else "int8", arg="src_dtype", op=op)
@@ -325,12 +330,13 @@ def anti_quant_args(x, scale, *, offset=None, dst_dtype=None, src_dtype=None) ->
         o = _check.array(op, "offset", offset, dtypes=(s.dtype,), ndim=1)
         if o.shape != s.shape:
             _check.fail(op, "offset", f"of scale's shape {s.shape}", _check.describe(o))
+    _check.finite_under(op, numerics, (("scale", s), ("offset", o)))
     return AntiQuantArgs(x=x, scale=s, offset=o, src=src, dst=dst, n=int(n))
 
 
 @golden_op("dense", check=anti_quant_args, mirrors="torch_npu.npu_anti_quant")
 def anti_quant(x: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = None, dst_dtype=None,
-               src_dtype=None) -> np.ndarray:
+               src_dtype=None, numerics: Numerics = ASCEND) -> np.ndarray:
     """Weight dequantization mirroring ``torch_npu.npu_anti_quant``: ``(x + offset) * scale``.
 
     Parameters
@@ -340,9 +346,15 @@ def anti_quant(x: np.ndarray, scale: np.ndarray, *, offset: np.ndarray | None = 
     offset : optional, same dtype and shape as scale. It is **added** (the negated zero point).
     dst_dtype : float16 (default) or bfloat16.
 
+    numerics : ``nan_policy`` only: under ``"raise"`` (default) NaN / Inf in scale or offset is refused
+        (ValueError naming the argument); under ``"ieee"`` they give IEEE results.
+
     Formula: ``out = cast(fp32((x + offset) * scale))`` with the add and multiply in fp32 and one
     RNE rounding to ``dst_dtype``.
+
+    Errors (:func:`anti_quant_args`): TypeError for dtypes, ValueError for shapes, ``src_dtype`` /
+    ``dst_dtype`` outside the lists above, NaN/Inf in scale or offset (``nan_policy="raise"``).
     """
-    a = anti_quant_args(x, scale, offset=offset, dst_dtype=dst_dtype, src_dtype=src_dtype)
+    a = anti_quant_args(x, scale, offset=offset, dst_dtype=dst_dtype, src_dtype=src_dtype, numerics=numerics)
     codes = unpack_int4(a.x) if a.src == _dt.int4 else a.x
     return _shift_scale(codes, a.offset, False, a.scale, a.dst)

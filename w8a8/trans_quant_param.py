@@ -28,6 +28,7 @@ import numpy as np
 
 from . import _check
 from . import dtypes as _dt
+from .numerics import ASCEND, Numerics
 from .registry import golden_op
 from .rounding import round_half_even
 
@@ -74,7 +75,8 @@ class TransQuantParamArgs:
     """0 (truncate) or 1 (round to nearest even)."""
 
 
-def trans_quant_param_args(scale, offset=None, *, round_mode: int = 0) -> TransQuantParamArgs:
+def trans_quant_param_args(scale, offset=None, *, round_mode: int = 0,
+                           numerics: Numerics = ASCEND) -> TransQuantParamArgs:
     """Every argument check of :func:`trans_quant_param`, with its exceptions and messages."""
     op = "trans_quant_param"
     s = _check.array(op, "scale", scale, dtypes=(_dt.float32,), min_ndim=1, max_ndim=2)
@@ -88,11 +90,13 @@ def trans_quant_param_args(scale, offset=None, *, round_mode: int = 0) -> TransQ
                             _check.describe(o))
         elif o.shape != s.shape:
             _check.fail(op, "offset", f"of the scale's shape {s.shape}", _check.describe(o))
+    _check.finite_under(op, numerics, (("scale", s), ("offset", o)))
     return TransQuantParamArgs(scale=s, offset=o, round_mode=0 if round_mode == 0 else 1)
 
 
 @golden_op("dense", check=trans_quant_param_args, mirrors="torch_npu.npu_trans_quant_param")
-def trans_quant_param(scale: np.ndarray, offset: np.ndarray | None = None, *, round_mode: int = 0) -> np.ndarray:
+def trans_quant_param(scale: np.ndarray, offset: np.ndarray | None = None, *, round_mode: int = 0,
+                      numerics: Numerics = ASCEND) -> np.ndarray:
     """Pack an fp32 scale (and optional offset) into the int64 quant parameter.
 
     Parameters
@@ -101,10 +105,16 @@ def trans_quant_param(scale: np.ndarray, offset: np.ndarray | None = None, *, ro
     offset : optional float32; for a 1-D scale, 1-D of size n or 1 (the output takes the larger
         shape); otherwise the scale's shape.
     round_mode : 0 (truncate, default) or 1 (round to nearest even).
+    numerics : ``nan_policy`` only: under ``"raise"`` (default) NaN / Inf in scale or offset is refused;
+        under ``"ieee"`` a NaN / Inf scale keeps its exponent 255 (truncated mantissa) and a NaN
+        offset packs as 0, +-Inf offsets clip to 255 / -256.
 
     Returns int64 of the scale's shape (see the module docstring for the bits).
+
+    Errors (:func:`trans_quant_param_args`): TypeError for dtypes, ValueError for ranks, shapes,
+    ``round_mode`` outside {0, 1}, NaN/Inf in scale or offset (``nan_policy="raise"``).
     """
-    a = trans_quant_param_args(scale, offset, round_mode=round_mode)
+    a = trans_quant_param_args(scale, offset, round_mode=round_mode, numerics=numerics)
     lo = fp19(a.scale, a.round_mode).view(np.uint32).astype(np.uint64)
     if a.offset is None:
         return (lo | FLAG).view(np.int64)

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import validate
+
 HELP = "time the backends side by side on DeepSeek-V4-Flash shapes (verified results only)"
 DESCRIPTION = __doc__
 
@@ -26,10 +28,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--backend", action="append", metavar="NAME",
                         help="backend to time (repeatable; default: every available backend)")
     parser.add_argument("--op", action="append", metavar="OP", help="op to time (repeatable; default: all)")
-    parser.add_argument("--json", metavar="PATH", help="write the results in pytest-benchmark's JSON schema")
-    parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and bench-report.html into DIR")
-    parser.add_argument("--max-time", type=float, default=2.0, help="seconds of timed rounds per case (default 2)")
-    parser.add_argument("--min-rounds", type=int, default=3, help="minimum timed rounds per case (default 3)")
+    parser.add_argument("--json", metavar="PATH", help="write the results in pytest-benchmark's JSON schema "
+                                                       "(a writable file path)")
+    parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and bench-report.html into DIR "
+                                                     "(a directory or creatable, writable)")
+    parser.add_argument("--max-time", type=validate.real(0, open_low=True), default=2.0,
+                        help="seconds of timed rounds per case, a finite number > 0 (default 2)")
+    parser.add_argument("--min-rounds", type=validate.integer(1), default=3,
+                        help="minimum timed rounds per case, >= 1 (default 3)")
     parser.add_argument("--no-peak", action="store_true", help="skip the peak micro-benchmark")
     parser.add_argument("--peers", action="store_true",
                         help="also time torch-cpu's w8a8_dynamic_linear round-robin with its CPU peers (onnxruntime, "
@@ -38,7 +44,17 @@ def add_arguments(parser) -> None:
                         help="list the cases (from the op declarations) with their tags and work, then exit")
 
 
+def check(args) -> None:
+    """The output paths, before any timing (:class:`~w8a8cli.validate.UsageError`); numbers are checked
+    while parsing, the op names against the bench cases in :func:`run`."""
+    if args.json:
+        validate.out_file(args.json, "--json")
+    if args.out:
+        validate.out_dir(args.out)
+
+
 def run(args) -> int:
+    check(args)
     import backends
     from rich.console import Console
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from . import validate
+
 HELP = "the difference between two conformance runs: changed verdicts, new causes, distance shifts"
 
 DESCRIPTION = """\
@@ -32,7 +34,8 @@ def add_arguments(p) -> None:
     p.add_argument("--backend-a", metavar="NAME", help="the backend of RUN_A to compare (its record's name)")
     p.add_argument("--backend-b", metavar="NAME", help="the backend of RUN_B to compare")
     p.add_argument("--json", action="store_true", help="print the difference as JSON")
-    p.add_argument("--limit", type=int, default=20, help="changed cases listed in the text report (default 20)")
+    p.add_argument("--limit", type=validate.integer(0), default=20,
+                   help="changed cases listed in the text report (>= 0; default 20)")
 
 
 def run(args) -> int:

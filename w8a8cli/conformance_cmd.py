@@ -2,7 +2,8 @@
 
 Exit status: 0 when every judged case agrees with the golden (pass / tolerated; mistrusted and
 unsupported cases are reported but do not fail the run), 1 when any case fails, errors, crashes or
-times out, 2 for bad usage (unknown op or backend, an unavailable backend asked for by name).
+times out, 2 for bad usage (unknown op or backend, an unavailable backend asked for by name, a bad
+argument: every one is checked before any work starts, see ``check``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import platform
 import sys
 import time
 from pathlib import Path
+
+from . import validate
 
 HELP = "run backends against the golden on every op; write .jsonl/.md/.xml/.html reports"
 DESCRIPTION = __doc__
@@ -25,22 +28,26 @@ def add_arguments(parser) -> None:
     parser.add_argument("--op", action="append", metavar="OP", help="op to test (repeatable; default: all)")
     parser.add_argument("--profile", choices=("dev", "ci", "thorough"), default="ci",
                         help="how many drawn cases per op: dev 8, ci 100 (default), thorough 1000")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the case draw (default 0)")
+    parser.add_argument("--seed", type=validate.integer(0), default=0, help="seed of the case draw (>= 0; default 0)")
     parser.add_argument("--out", default="w8a8-conformance", metavar="DIR",
                         help="folder for results.jsonl, report.md, report.xml, summary.json, report.html "
-                             "(default ./w8a8-conformance)")
+                             "(default ./w8a8-conformance; a directory or creatable, writable)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out (its saved plan.json): cases already in results.jsonl "
                              "are not run again")
-    parser.add_argument("--case", metavar="JSON", help="run one case (the JSON parameters a report's repro line "
-                                                       "gives) in this process and print the full comparison")
-    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                        help="worker processes (default: min(2, cores)); 0 runs in this process, without isolation")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per backend call (default 120)")
+    parser.add_argument("--case", metavar="JSON",
+                        help="run one case (the JSON parameters a report's repro line gives) in this process and print "
+                             "the full comparison; an object of the op's keys, inputs of at most 1 GiB")
+    parser.add_argument("--workers", type=validate.integer(0), default=min(2, os.cpu_count() or 1),
+                        help="worker processes, 0 .. the number of cores (default: min(2, cores)); 0 runs in this "
+                             "process, without isolation")
+    parser.add_argument("--force-workers", action="store_true", help="allow --workers beyond the number of cores")
+    parser.add_argument("--timeout", type=validate.real(0, open_low=True), default=120.0,
+                        help="seconds per backend call, a finite number > 0 (default 120)")
     parser.add_argument("--no-attribution", action="store_true", help="skip mismatch attribution (faster)")
     parser.add_argument("--tolerances", metavar="PATH",
-                        help="TOML tolerance table (default: the packaged table, conformance/data/tolerances.toml; "
-                             "ops without an entry are compared bitwise)")
+                        help="TOML tolerance table, read and checked before the run (default: the packaged table, "
+                             "conformance/data/tolerances.toml; ops without an entry are compared bitwise)")
     parser.add_argument("--exact", action="store_true", help="ignore every tolerance table: bitwise everywhere")
     parser.add_argument("--list-ops", action="store_true", help="list the ops with their descriptions and exit")
 
@@ -121,20 +128,47 @@ def _tolerance_problem(args) -> str | None:
     return None
 
 
+def check(args) -> None:
+    """Every argument, before any work starts: a :class:`~w8a8cli.validate.UsageError` for the first bad one
+    (numbers were checked while parsing). ``--case`` is parsed, checked against the op's parameters and its
+    inputs' size measured (:mod:`conformance.case_check`); the parameters are kept in ``args.case_params``."""
+    from conformance.registry import specs
+
+    validate.workers(args.workers, force=args.force_workers)
+    validate.choice_list(args.op, specs(), "--op", "an op of 'w8a8 conformance --list-ops'")
+    if args.tolerances and not args.exact:
+        validate.tolerance_table(args.tolerances)
+    args.case_params = None
+    if args.case is not None:
+        args.case_params = _case_params(args)
+    else:
+        validate.out_dir(args.out)
+
+
+def _case_params(args) -> dict:
+    from conformance.case_check import CaseError, check_case
+    from conformance.registry import get
+
+    if not args.op or len(args.op) != 1:
+        raise validate.UsageError("--op", "exactly one --op with --case", f"{len(args.op or [])}")
+    try:
+        params = json.loads(args.case)
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested beyond Python's stack
+        raise validate.UsageError("--case", "a JSON object of the op's parameters", f"invalid JSON ({exc})") from None
+    try:
+        check_case(get(args.op[0]), params)
+    except CaseError as exc:
+        raise validate.UsageError("--case", exc.expected, exc.got) from None
+    return params
+
+
 def _run_single(args, names: list[str]) -> int:
     import backends
 
     from conformance.evaluate import run_case
     from conformance.registry import get
 
-    if not args.op or len(args.op) != 1:
-        print("w8a8 conformance: --case needs exactly one --op", file=sys.stderr)
-        return 2
-    try:
-        params = json.loads(args.case)
-    except ValueError as exc:
-        print(f"w8a8 conformance: --case must be JSON parameters; {exc}", file=sys.stderr)
-        return 2
+    params = args.case_params
     worst = 0
     for name in names:
         path = _tolerance_path(args)
@@ -155,9 +189,11 @@ def run(args) -> int:
         for name, spec in sorted(specs().items()):
             print(f"{name:28s} [{spec.family}] {spec.description}")
         return 0
+    check(args)
     names, registrations, problem = _select_backends(args.backend)
-    if not problem:
-        problem = _tolerance_problem(args)
+    if problem:
+        raise validate.UsageError.relay("--backend", problem)
+    problem = _tolerance_problem(args)
     if problem:
         print(f"w8a8 conformance: {problem}", file=sys.stderr)
         return 2

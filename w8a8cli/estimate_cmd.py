@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import sys
 
+from . import validate
+
 HELP = "deployment calculator: weight bytes, devices, nodes and decode lower bound per low-bit format"
 DESCRIPTION = __doc__
 
@@ -23,8 +25,9 @@ def add_arguments(parser) -> None:
     from deployment.estimate import DEVICES, FORMAT_NAMES
 
     model = parser.add_argument_group("model (counts or a config)")
-    model.add_argument("--total", type=float, help="total parameters, e.g. 1e12")
-    model.add_argument("--active", type=float, help="parameters read per token, e.g. 32e9")
+    model.add_argument("--total", type=float, help="total parameters (> 0), e.g. 1e12")
+    model.add_argument("--active", type=float,
+                       help="parameters read per token (> 0, <= --total), e.g. 32e9")
     model.add_argument("--config", metavar="CONFIG_JSON",
                        help="a DeepSeek-V3/V4-style config.json (or a preset: deepseek-v3, deepseek-v4-flash): "
                             "counts and exact per-tensor scale bytes")
@@ -33,22 +36,38 @@ def add_arguments(parser) -> None:
     dev.add_argument("--device", help=f"built-in device: {', '.join(DEVICES)} (default h200; without --device, "
                                       "--memory and --bandwidth describe a custom device)")
     dev.add_argument("--memory", type=float, metavar="GB",
-                     help="device memory in GB (1e9 bytes); with --device it overrides the built-in value")
-    dev.add_argument("--bandwidth", type=float, metavar="TB/s", help="memory bandwidth in TB/s (1e12 bytes/s)")
+                     help="device memory in GB (1e9 bytes, > 0); with --device it overrides the built-in value")
+    dev.add_argument("--bandwidth", type=float, metavar="TB/s",
+                     help="memory bandwidth in TB/s (1e12 bytes/s, > 0)")
     parser.add_argument("--reserve", type=float, default=0.3,
-                        help="fraction of device memory kept for KV cache and activations (default 0.3)")
-    parser.add_argument("--parallel", type=int, default=8, help="devices reading the weights in decode (default 8)")
-    parser.add_argument("--per-node", type=int, default=8, help="devices per node (default 8)")
+                        help="fraction of device memory kept for KV cache and activations, in [0, 1) (default 0.3)")
+    parser.add_argument("--parallel", type=int, default=8,
+                        help="devices reading the weights in decode (>= 1; default 8)")
+    parser.add_argument("--per-node", type=int, default=8, help="devices per node (>= 1; default 8)")
     parser.add_argument("--row-length", type=int, default=4096,
-                        help="K for the INT8 per-channel scale overhead with --total (default 4096)")
+                        help="K for the INT8 per-channel scale overhead with --total (>= 1; default 4096)")
     parser.add_argument("--formats", default=",".join(FORMAT_NAMES),
                         help=f"comma-separated subset of {','.join(FORMAT_NAMES)} (default: all)")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON list of {format, weight_bytes, devices, nodes, decode_ms}")
 
 
+def check(args) -> None:
+    """``--config`` that exists must be a readable regular file (a FIFO would block; a missing one is the
+    library's "cannot read"). The numbers and their relations (finite, > 0, active <= total, reserve in
+    [0, 1)) are checked by :mod:`deployment.estimate` before anything is computed."""
+    import os
+
+    from checkpoints.models import PRESETS
+
+    if args.config is not None and args.config not in PRESETS and os.path.lexists(args.config):
+        validate.in_file(args.config, "--config", f"a config.json or a preset ({', '.join(PRESETS)})")
+
+
 def run(args) -> int:
     from deployment.estimate import estimate, get_device, model_from_config, model_from_counts
+
+    check(args)
 
     try:
         if args.config is not None:

@@ -216,7 +216,7 @@ def run(args) -> int:
     try:
         v = explain(args.op, args.shape, args.dtype, args.platform, args.opt)
     except _Usage as exc:
-        print(f"w8a8 explain: {exc}", file=sys.stderr)
+        print(f"w8a8 explain: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(v.as_dict(), indent=2, default=str))

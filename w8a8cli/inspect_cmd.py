@@ -3,8 +3,11 @@
 Per layer and module: the scheme from ``quant_model_description.json``, the quantization method,
 the op family (and the ACLNN entry it reaches), the shapes before and after load, the weight layout
 after load (FRACTAL_NZ, or ND and why), the scale dtypes after load, the static parameters, and
-warnings; then totals (bytes per quant type, Linears on the ND fallback) and every finding (errors,
-warnings, information). ``--verify`` runs the selected layers' real weights through a backend against
+warnings; for every MoE layer, the expert-parallel dispatch path of the serving launch described by
+the launch options (``--moe-a2a-backend``, ``--deepep-mode``, ``--env NAME=VALUE``... for SGLang;
+``--enable-expert-parallel``, ``--moe-comm``... for vllm-ascend): per phase, whether the INT8 wire path
+is taken or W13 quantizes on arrival, and the rule that decided it; then totals (bytes per quant type,
+Linears on the ND fallback) and every finding (errors, warnings, information). ``--verify`` runs the selected layers' real weights through a backend against
 the golden: on the float model's real activations when ``--reference`` and ``--prompts`` (or
 ``--token-ids``) are given, otherwise on synthetic inputs — and it says which.
 
@@ -16,6 +19,11 @@ from __future__ import annotations
 
 import json
 import sys
+
+from . import validate
+
+MAX_VERIFY_TOKENS = 4096
+"""The most activation rows ``--verify`` may build per module (``--tokens``)."""
 
 HELP = "inspect an msModelSlim W8A8 checkpoint: per-module scheme, kernel path, layout; --verify against the golden"
 DESCRIPTION = __doc__
@@ -36,12 +44,36 @@ def add_arguments(parser) -> None:
                         help="run the selected layers' real weights through --backend against the golden")
     parser.add_argument("--backend", default="numpy", help="backend for --verify (default: numpy, a self-check)")
     parser.add_argument("--layers", default="*", metavar="GLOB",
-                        help="--verify only modules (or layers, e.g. 'layers.0') matching GLOB (default: all)")
-    parser.add_argument("--tokens", type=int, default=16, help="--verify activation rows (default 16)")
-    parser.add_argument("--seed", type=int, default=0, help="--verify activation seed (default 0)")
+                        help="--verify only modules (or layers, e.g. 'layers.0') matching GLOB, which must match "
+                             "some module (default: all)")
+    parser.add_argument("--tokens", type=int, default=16,
+                        help=f"--verify activation rows (1..{MAX_VERIFY_TOKENS}; default 16)")
+    parser.add_argument("--seed", type=validate.integer(0), default=0, help="--verify activation seed (>= 0; default 0)")
     parser.add_argument("--reference", metavar="DIR",
                         help="--verify: the float model (safetensors, checkpoint names) for the SQNR reference, checked "
                              "against the checkpoint (names, shapes, distance); default: the dequantized weights")
+    from checkpoints import dispatch as d
+
+    launch = parser.add_argument_group("serving launch (the EP dispatch path of the MoE layers; "
+                                       "spec/expert-parallel.md)")
+    launch.add_argument("--soc", choices=d.SOCS, default="a3", help="Ascend SoC (default a3 = 910C)")
+    launch.add_argument("--moe-a2a-backend", choices=d.A2A_BACKENDS, default="none",
+                        help="SGLang --moe-a2a-backend (default none: no EP exchange)")
+    launch.add_argument("--deepep-mode", choices=d.DEEPEP_MODES, default="auto",
+                        help="SGLang --deepep-mode (default auto: normal on prefill batches, low_latency on decode)")
+    launch.add_argument("--deepep-dispatcher-output-dtype", choices=d.DISPATCHER_DTYPES, default="auto",
+                        help="SGLang --deepep-dispatcher-output-dtype (default auto)")
+    launch.add_argument("--sglang-revision", choices=d.SGLANG_REVISIONS, default="current",
+                        help="which SGLang DeepEP dtype rules apply (pr22316: low-latency ignores "
+                             "SGLANG_DEEPEP_BF16_DISPATCH; 454e84da: env-only; default current)")
+    launch.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help=f"an environment variable of the launch ({', '.join(d.ENV_NAMES)}); repeat for more")
+    launch.add_argument("--enable-expert-parallel", action="store_true", help="vllm-ascend --enable-expert-parallel")
+    launch.add_argument("--ep-size", type=int, default=None, help="vllm-ascend: the EP group size")
+    launch.add_argument("--moe-comm", choices=d.VLLM_COMMS, default="auto",
+                        help="vllm-ascend MoE comm method (default auto: as select_moe_comm_method)")
+    launch.add_argument("--enable-fused-mc2", action="store_true",
+                        help="vllm-ascend additional_config enable_fused_mc2")
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--prompts", metavar="FILE",
                      help="--verify with --reference: run the float model on these prompts (one a line) and verify "
@@ -55,11 +87,18 @@ def run(args) -> int:
     from checkpoints.recipes import checkpoint_linear_types, diff, load_recipe
     from checkpoints.verify import verify
 
-    if args.tokens < 1:
-        print(f"w8a8 inspect: --tokens must be >= 1; got {args.tokens}", file=sys.stderr)
+    validate.check_number(args.tokens, "--tokens", kind="int", low=1, high=MAX_VERIFY_TOKENS)
+    if args.reference:
+        validate.in_dir(args.reference, "--reference", "the float model's directory")
+    if args.prompts:
+        validate.in_file(args.prompts, "--prompts", "a file of prompts")
+    try:
+        launch = launch_config(args)
+    except ValueError as exc:
+        print(f"w8a8 inspect: {exc}", file=sys.stderr)
         return 2
     try:
-        report = analyze(args.path, loader=args.loader, read_data=not args.headers_only)
+        report = analyze(args.path, loader=args.loader, read_data=not args.headers_only, launch=launch)
     except CheckpointError as exc:
         print(f"w8a8 inspect: {exc}", file=sys.stderr)
         return 2
@@ -78,6 +117,10 @@ def run(args) -> int:
         if (args.prompts or args.token_ids) and not args.reference:
             print("w8a8 inspect: --prompts / --token-ids need --reference (the float model to run)", file=sys.stderr)
             return 2
+        from checkpoints.verify import select
+
+        if not select(report.resolution, args.layers):
+            raise validate.no_match(args.layers, [m.name for m in report.resolution.modules])
         try:
             if args.reference and (args.prompts or args.token_ids):
                 from modelrun.capture import capture
@@ -85,10 +128,16 @@ def run(args) -> int:
                 from .run_cmd import _sequences
 
                 seqs = _sequences(_Seqs(args.path, args.reference, args.prompts, args.token_ids))
+                total = sum(len(s) for s in seqs)
+                if total > MAX_VERIFY_TOKENS:
+                    raise validate.UsageError("--prompts / --token-ids", f"at most {MAX_VERIFY_TOKENS} tokens in all",
+                                              total)
                 activations = capture(args.reference, seqs)
             results = verify(report.resolution, backend=args.backend, layers=args.layers, tokens=args.tokens,
                              seed=args.seed, reference=args.reference, error_modules=report.modules_with_errors(),
                              activations=activations)
+        except validate.UsageError:
+            raise
         except ValueError as exc:
             print(f"w8a8 inspect: {exc}", file=sys.stderr)
             return 2
@@ -102,6 +151,52 @@ def run(args) -> int:
         return status
     _print(report, out, args)
     return status
+
+
+def _print_dispatch(report, summary) -> None:
+    """The EP dispatch path of each distinct MoE scheme, with the rules that decided it."""
+    seen = {}
+    for r in report.modules:
+        if r.dispatch and r.module.scheme not in seen:
+            seen[r.module.scheme] = r.dispatch
+    if not seen:
+        return
+    launch = summary["launch"]
+    opts = ", ".join(f"{k}={v}" for k, v in launch.items() if k != "engine" and v not in ({}, None))
+    print(f"\nEP dispatch ({launch['engine']}: {opts}):")
+    for scheme, paths in seen.items():
+        print(f"  MoE experts {scheme}:")
+        for p in paths:
+            verdict = ("INT8 wire path" if p.int8_wire else "W13 quantizes on arrival" if p.w13_quantizes
+                       else f"quantized at {p.quantized_at}")
+            print(f"    {p.phase}: {verdict} -- {p.transport}; wire {p.wire}; formula: {p.formula}")
+            if p.golden != "-":
+                print(f"      golden: {p.golden}")
+            for why in p.reasons:
+                print(f"      because {why}")
+            for w in p.warnings:
+                print(f"      WARNING {w}")
+
+
+def launch_config(args):
+    """The :class:`~checkpoints.dispatch.LaunchConfig` of the launch options (ValueError naming the option)."""
+    from checkpoints.dispatch import LaunchConfig
+
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--env takes NAME=VALUE; got {item!r}")
+        env[name] = value
+    try:
+        return LaunchConfig(engine=args.loader, soc=args.soc, moe_a2a_backend=args.moe_a2a_backend,
+                            deepep_mode=args.deepep_mode, dispatcher_output_dtype=args.deepep_dispatcher_output_dtype,
+                            sglang_revision=args.sglang_revision, env=env,
+                            enable_expert_parallel=args.enable_expert_parallel, ep_size=args.ep_size,
+                            moe_comm=args.moe_comm, enable_fused_mc2=args.enable_fused_mc2)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("LaunchConfig: argument 'env'", "--env")
+                         .replace("LaunchConfig: argument 'ep_size'", "--ep-size")) from None
 
 
 class _Seqs:
@@ -131,8 +226,9 @@ def _print(report, out, args) -> None:
         m = r.module
         notes = "; ".join(list(m.notes) + r.warnings + ([f"ND: {r.nd_reason}"] if r.nd_reason else []))
         scales = r.scales + (f"\nstatic: {r.static}" if r.static not in ("-", "") else "")
-        rows.append((m.layer, m.name + ("" if m.kind == "linear" else f" ({m.kind})"), m.scheme or "-",
-                     f"{m.method or '-'}\n{r.op_family}", f"{r.checkpoint_shape} -> {r.loaded}", scales, notes))
+        family = f"{m.method or '-'}\n{r.op_family}" + "".join(f"\ndispatch {p.summary()}" for p in r.dispatch)
+        rows.append((m.layer, m.name + ("" if m.kind == "linear" else f" ({m.kind})"), m.scheme or "-", family,
+                     f"{r.checkpoint_shape} -> {r.loaded}", scales, notes))
     t = out["totals"]
     totals = [f"{k}: {human_bytes(v)}" for k, v in t["bytes_by_type"].items()]
     totals.append(f"Linears on the ND fallback: {t['linears_nd_fallback']}"
@@ -171,6 +267,7 @@ def _print(report, out, args) -> None:
             table.add_row(*(escape(c) for c in row[1:]))
         console.print(table)
         console.print("[bold]totals[/]: " + escape("; ".join(totals)))
+    _print_dispatch(report, s)
     if findings:
         n_warn = sum(f.severity == "warning" for f in report.findings)
         print(f"findings ({len(report.findings.errors)} errors, {n_warn} warnings, "

@@ -25,6 +25,15 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ``w8a8 <cmd>: error: --flag: ...``, exit status 2."""
+
+    def error(self, message: str):
+        if message.startswith("argument "):
+            message = message[len("argument "):]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _modules() -> dict:
     found = {}
     for name, module in COMMANDS.items():
@@ -39,12 +48,12 @@ def _modules() -> dict:
 def build_parser() -> argparse.ArgumentParser:
     from w8a8 import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="w8a8",
         description="Reference-and-accelerated numerics for quantized LLM inference: conformance of "
                     "backends against the NumPy golden, tolerance tuning, benchmarks, checkpoints.")
     parser.add_argument("--version", action="version", version=f"w8a8 {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name, module in _modules().items():
         if isinstance(module, Exception):
             p = sub.add_parser(name, help=f"(unavailable: {module})")
@@ -58,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse, check and run one command. A user error (a :class:`~w8a8cli.validate.UsageError` raised by a
+    command's checks, or argparse's own) is one line on stderr and exit status 2, never a traceback."""
+    from .validate import UsageError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_missing", None) is not None:
@@ -70,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
+    except UsageError as exc:
+        print(f"w8a8 {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

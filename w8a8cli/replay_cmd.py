@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import validate
+
 HELP = "replay an msprobe dump of a real run through the golden: per-call verdicts, first divergence, repro"
 DESCRIPTION = __doc__
 
@@ -33,19 +35,22 @@ def add_arguments(parser) -> None:
                         help="replay only this op (golden or torch_npu name, repeatable)")
     parser.add_argument("--call", action="append", metavar="NAME",
                         help="replay only calls whose entry name contains NAME (repeatable)")
-    parser.add_argument("--rank", action="append", type=int, metavar="R", help="only rank R (repeatable)")
-    parser.add_argument("--step", action="append", type=int, metavar="N", help="only step N (repeatable)")
+    parser.add_argument("--rank", action="append", type=validate.integer(0), metavar="R",
+                        help="only rank R (>= 0; repeatable)")
+    parser.add_argument("--step", action="append", type=validate.integer(0), metavar="N",
+                        help="only step N (>= 0; repeatable)")
     parser.add_argument("--chain", action="store_true",
                         help="also replay chained: inputs produced by an earlier call take the golden's output of "
                              "that call (the drift of the whole layer); default: isolated only")
     parser.add_argument("--layer", metavar="MODULE", help="only calls whose construct.json ancestor contains MODULE "
                                                           "(a mix-level dump); with --chain: replay that layer")
     parser.add_argument("--platform", default="ascend910_93", choices=("ascend910_93", "ascend910b"),
-                        help="the chip the dump came from (default ascend910_93 = A3 / 910C); the golden applies "
-                             "the kernel variant the platform selects once the variant work lands")
+                        help="the chip the dump came from (default ascend910_93 = A3 / 910C): the golden applies "
+                             "the kernel variant this platform's host tiling selects for each call's shapes")
     parser.add_argument("--numerics", metavar="NAME|JSON",
-                        help="judge against another Numerics record: 'ascend-a2a3' or a JSON of changed fields, "
-                             "e.g. '{\"nan_policy\": \"ieee\"}'")
+                        help="judge against another Numerics record: a record's name ('ascend-a2a3', 'ascend-a2') "
+                             "or a JSON of fields changed from --platform's record, e.g. "
+                             "'{\"variants\": \"fixed\"}' (one kernel's formulas for every shape)")
     parser.add_argument("--tolerances", metavar="FILE", help="tolerance table (TOML); entries for backend "
                                                             "'device-dump' apply (default: the packaged table)")
     parser.add_argument("--exact", action="store_true", help="ignore every tolerance table: bitwise everywhere")
@@ -56,33 +61,42 @@ def add_arguments(parser) -> None:
                         help="another dump whose tensors supply inputs by CRC-32 (external inputs of an md5 dump)")
     parser.add_argument("--export-case", action="append", default=[], metavar="NAME",
                         help="export call NAME as a single-op case (the first divergence is always exported)")
-    parser.add_argument("--case-dir", metavar="DIR", help="folder for case files (default OUT/cases)")
+    parser.add_argument("--case-dir", metavar="DIR", help="folder for case files (default OUT/cases; a directory or "
+                                                          "creatable, writable)")
     parser.add_argument("--out", default="w8a8-replay", metavar="DIR",
-                        help="folder for results.jsonl, report.md, summary.json, report.html (default ./w8a8-replay)")
+                        help="folder for results.jsonl, report.md, summary.json, report.html (default ./w8a8-replay; "
+                             "a directory or creatable, writable)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out: calls already in "
                                                               "results.jsonl are not judged again")
-    parser.add_argument("--max-calls", type=int, metavar="K", help="judge at most K replayable calls")
-    parser.add_argument("--max-bytes", type=float, default=8.0, metavar="GiB",
-                        help="memory for golden outputs kept for --chain (default 8 GiB)")
+    parser.add_argument("--max-calls", type=validate.integer(1), metavar="K",
+                        help="judge at most K replayable calls (>= 1)")
+    parser.add_argument("--max-bytes", type=validate.real(0, open_low=True), default=8.0, metavar="GiB",
+                        help="memory for golden outputs kept for --chain (a finite number > 0; default 8 GiB)")
     parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
 
 
-def _numerics(text: str | None):
+def _numerics(text: str | None, platform: str):
+    """``--numerics`` as a record: a named Ascend record, or field changes on ``--platform``'s record."""
     import w8a8
+    from replay import golden
 
     if text is None:
         return None
-    if text == w8a8.ASCEND.name:
-        return w8a8.ASCEND
+    named = {r.name: r for r in (w8a8.ASCEND, w8a8.ASCEND_A2)}
+    if text in named:
+        return named[text]
     try:
         changes = json.loads(text)
-    except ValueError:
-        raise ValueError(f"--numerics: expected {w8a8.ASCEND.name!r} or a JSON object of Numerics fields; "
+    except (ValueError, RecursionError):
+        raise ValueError(f"--numerics: expected one of {sorted(named)} or a JSON object of Numerics fields; "
                          f"got {text!r}") from None
     if not isinstance(changes, dict):
         raise ValueError(f"--numerics: expected a JSON object of Numerics fields; got {text!r}")
+    if changes.get("platform", platform) != platform:
+        raise ValueError(f"--numerics: field 'platform' is {changes['platform']!r} but --platform is {platform!r}; "
+                         f"give the chip once, with --platform")
     try:
-        return w8a8.ASCEND.replace(**changes)
+        return golden.platform_numerics(platform).replace(**changes)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"--numerics: {exc}") from None
 
@@ -92,13 +106,26 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def check(args) -> None:
+    """The files and folders, before any dump is read (UsageError); numbers are checked while parsing."""
+    if args.tolerances and not args.exact:
+        validate.tolerance_table(args.tolerances)
+    if args.checkpoint:
+        validate.in_dir(args.checkpoint, "--checkpoint", "a checkpoint directory")
+    if Path(args.dump).suffix != ".npz":
+        validate.out_dir(args.out)
+    if args.case_dir:
+        validate.out_dir(args.case_dir, "--case-dir")
+
+
 def run(args) -> int:
     try:
-        numerics = _numerics(args.numerics)
+        numerics = _numerics(args.numerics, args.platform)
     except ValueError as exc:
         return _fail(str(exc))
     if args.exact and args.tolerances:
         return _fail("--exact and --tolerances exclude each other")
+    check(args)
     path = Path(args.dump)
     if path.suffix == ".npz":
         return _run_case(path, args, numerics)
@@ -154,8 +181,9 @@ def run(args) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["w8a8"] + sys.argv[1:]),
             "tolerances": "none (bitwise)" if table is None else table.source,
             "checkpoint": args.checkpoint or "none",
-            "variant_note": "The golden applies one Numerics record for A2 and A3 today; per-shape kernel "
-                            "variants (issue 13) arrive through replay.golden.run without changes here."}
+            "variants": "the kernel variant the platform's host tiling selects per call (see each call's "
+                        "'variant')" if golden.declared_numerics(args.platform, numerics).variants == "select"
+                        else "one fixed kernel's formulas for every call (variants='fixed')"}
     summary, paths = write_all(out, records, meta)
     _print(console, summary)
     console.print(f"{stats['entries']} entries in {stats['dumps']} dump folder(s); {stats['written']} results written"
@@ -213,6 +241,25 @@ def _run_with_progress(console, path, options, results, resume) -> dict:
                            repro_base=f"w8a8 replay {path}")
 
 
+def check_case_file(path: Path) -> None:
+    """A case file is a regular file, a zip archive (.npz), and its members unpack to at most
+    :data:`conformance.case_check.CASE_BYTES` (the sizes its directory declares, which unpacking enforces)."""
+    import zipfile
+
+    from conformance import case_check
+
+    validate.in_file(str(path), "CASE", "a .npz case file written by --export-case")
+    try:
+        with zipfile.ZipFile(path) as z:
+            total = sum(info.file_size for info in z.infolist())
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise validate.UsageError("CASE", "a .npz case file written by --export-case", f"{str(path)!r}: not a readable .npz case ({exc})") \
+            from None
+    if total > case_check.CASE_BYTES:
+        raise validate.UsageError("CASE", f"a case of at most {case_check.CASE_BYTES / (1 << 30):g} GiB unpacked",
+                                  f"{total / (1 << 30):.3g} GiB")
+
+
 def _run_case(path: Path, args, numerics) -> int:
     from replay import engine
     from replay.case import load_case, python_snippet
@@ -220,6 +267,7 @@ def _run_case(path: Path, args, numerics) -> int:
 
     if not path.is_file():
         return _fail(f"CASE {path}: no such file")
+    check_case_file(path)
     try:
         case = load_case(path)
     except ValueError as exc:

@@ -25,6 +25,11 @@ from __future__ import annotations
 import json
 import sys
 
+from . import validate
+
+MAX_TOKENS = 4096
+"""The most tokens ``--max-tokens`` may allow: every quantized module's input is kept for the analysis."""
+
 HELP = "run a quantized checkpoint end to end against its float model: logits, per-module errors, routing, backends"
 DESCRIPTION = __doc__
 
@@ -41,14 +46,16 @@ def add_arguments(parser) -> None:
                         help="backend of the quantized modules; more than one: the first runs, every one is compared "
                              "with the golden on the same inputs (default: numpy)")
     parser.add_argument("--layers", default="*", metavar="GLOB",
-                        help="quantize only modules (or layers, e.g. 'layers.0') matching GLOB; the rest float "
-                             "(default: all)")
-    parser.add_argument("--top-k", type=int, default=5, help="k of the top-k agreement (default 5)")
-    parser.add_argument("--max-tokens", type=int, default=512, help="bound on the tokens of all sequences (default 512)")
+                        help="quantize only modules (or layers, e.g. 'layers.0') matching GLOB, which must match "
+                             "some module; the rest float (default: all)")
+    parser.add_argument("--top-k", type=int, default=5, help="k of the top-k agreement (>= 1; default 5)")
+    parser.add_argument("--max-tokens", type=int, default=512,
+                        help=f"bound on the tokens of all sequences (1..{MAX_TOKENS}; default 512)")
     parser.add_argument("--no-per-layer", action="store_true", help="skip the one-layer-at-a-time runs")
     parser.add_argument("--loader", choices=("sglang", "vllm-ascend"), default="sglang",
                         help="whose loading rules resolve the modules (default: sglang)")
-    parser.add_argument("--out", metavar="DIR", help="also write run.json and run.html (with plots) into DIR")
+    parser.add_argument("--out", metavar="DIR", help="also write run.json and run.html (with plots) into DIR "
+                                                     "(a directory or creatable, writable)")
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
 
 
@@ -60,6 +67,8 @@ def _sequences(args) -> list[list[int]]:
                 seqs.append([int(t) for t in text.replace(" ", "").split(",") if t != ""])
             except ValueError:
                 raise ValueError(f"--tokens must be comma-separated integers; got {text!r}") from None
+            if any(t < 0 for t in seqs[-1]):
+                raise validate.UsageError("--tokens", "token ids >= 0", repr(text))
         return seqs
     from pathlib import Path
 
@@ -76,18 +85,51 @@ def _sequences(args) -> list[list[int]]:
     return encode_prompts([args.path, args.reference], prompts)
 
 
+def check(args) -> None:
+    """The numbers, the folders and the prompts file, before anything is read (UsageError)."""
+    validate.check_number(args.top_k, "--top-k", kind="int", low=1)
+    validate.check_number(args.max_tokens, "--max-tokens", kind="int", low=1, high=MAX_TOKENS)
+    validate.in_dir(args.path, "CKPT", "a checkpoint directory")
+    validate.in_dir(args.reference, "--reference", "the float model's directory")
+    if args.prompts:
+        validate.in_file(args.prompts, "--prompts", "a file of prompts")
+    if args.out:
+        validate.out_dir(args.out)
+
+
+def check_layers(path: str, glob: str, loader: str) -> None:
+    """``--layers`` must select some module of the checkpoint (headers only are read): UsageError naming the
+    pattern and a few module names otherwise."""
+    from checkpoints import CheckpointError, analyze
+    from modelrun.analysis import _select
+
+    if glob == "*":
+        return
+    try:
+        modules = analyze(path, loader=loader, read_data=False).resolution.modules
+    except CheckpointError:
+        return  # the analysis reports the checkpoint's own errors
+    pick = _select(glob)
+    if not any(pick(m.name) for m in modules):
+        raise validate.no_match(glob, [m.name for m in modules])
+
+
 def run(args) -> int:
     from checkpoints import CheckpointError
     from modelrun import analysis, report
 
-    if args.top_k < 1 or args.max_tokens < 1:
-        print("w8a8 run: --top-k and --max-tokens must be >= 1", file=sys.stderr)
-        return 2
+    check(args)
     try:
         seqs = _sequences(args)
+        total = sum(len(s) for s in seqs)
+        if total > args.max_tokens:
+            raise validate.UsageError("--tokens", f"at most --max-tokens {args.max_tokens} tokens in all", total)
+        check_layers(args.path, args.layers, args.loader)
         out = analysis.run(args.path, args.reference, seqs, backends=tuple(args.backend or ["numpy"]),
                            layers=args.layers, top_k=args.top_k, max_tokens=args.max_tokens,
                            per_layer=not args.no_per_layer, loader=args.loader)
+    except validate.UsageError:
+        raise
     except (ValueError, CheckpointError) as exc:
         print(f"w8a8 run: {exc}", file=sys.stderr)
         return 2

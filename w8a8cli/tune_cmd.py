@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from . import validate
+
 HELP = "recommend tolerances from measured error distributions (and write the tolerance table)"
 DESCRIPTION = __doc__
 
@@ -16,19 +18,41 @@ DESCRIPTION = __doc__
 def add_arguments(parser) -> None:
     parser.add_argument("--backend", required=True, metavar="A", help="the backend whose tolerances are tuned")
     parser.add_argument("--against", default="numpy", metavar="B", help="the reference backend (default: numpy, "
-                                                                        "the golden with the Ascend defaults)")
+                                                                        "the golden under A's declared numerics: "
+                                                                        "what w8a8 conformance judges A against)")
     parser.add_argument("--op", action="append", metavar="OP", help="op to tune (repeatable; default: every op A "
                                                                     "implements)")
-    parser.add_argument("--samples", type=int, default=200, help="drawn cases per op (default 200)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
-    parser.add_argument("--target", type=float, default=1e-6,
-                        help="target false-failure probability per test (default 1e-6)")
-    parser.add_argument("--write", metavar="PATH", help="merge the recommendations into this TOML tolerance table")
-    parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and tune-report.html/.json into DIR")
+    parser.add_argument("--samples", type=validate.integer(1), default=200, help="drawn cases per op (>= 1; default 200)")
+    parser.add_argument("--seed", type=validate.integer(0), default=0, help="seed of the draw (>= 0; default 0)")
+    parser.add_argument("--target", type=validate.real(0, open_low=True), default=1e-6,
+                        help="target false-failure probability per test, in (0, 1) (default 1e-6)")
+    write_help = ("merge the recommendations into this TOML tolerance table (checked before measuring: writable, and "
+                  "a valid table if it exists)")
+    parser.add_argument("--write", metavar="PATH", help=write_help)
+    parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and tune-report.html/.json into DIR "
+                                                     "(a directory or creatable, writable)")
     parser.add_argument("--json", action="store_true", help="print the recommendations as JSON")
 
 
+def check(args) -> None:
+    """Every argument before any measuring (:class:`~w8a8cli.validate.UsageError`): the op names, the
+    target, ``--write`` (a writable file; an existing one must be a valid table: it is merged into) and
+    ``--out``."""
+    from conformance.registry import specs
+
+    if not args.target < 1:
+        raise validate.UsageError("--target", "a probability in (0, 1)", repr(args.target))
+    validate.choice_list(args.op, specs(), "--op", "an op of 'w8a8 conformance --list-ops'")
+    if args.write:
+        validate.out_file(args.write, "--write")
+        if Path(args.write).exists():
+            validate.tolerance_table(args.write, "--write")
+    if args.out:
+        validate.out_dir(args.out)
+
+
 def run(args) -> int:
+    check(args)
     import backends
     from rich.console import Console
     from rich.table import Table
@@ -50,30 +74,25 @@ def run(args) -> int:
         if not ok:
             print(f"w8a8 tune: backend {x.name!r} is not available here: {reason}", file=sys.stderr)
             return 2
-    if args.samples < 1:
-        print("w8a8 tune: --samples must be >= 1", file=sys.stderr)
-        return 2
-    if not 0 < args.target < 1:
-        print("w8a8 tune: --target must be a probability in (0, 1)", file=sys.stderr)
-        return 2
+    if b.name == "numpy" and b.numerics != a.numerics:
+        from backends.numpy_backend import NumpyBackend
+
+        b = NumpyBackend(a.numerics)   # what conformance compares A with: the golden under A's declared record
     ops = args.op or [op for op in sorted(specs()) if op in a.ops() and op in b.ops()]
-    unknown = [op for op in ops if op not in specs()]
-    if unknown:
-        print(f"w8a8 tune: unknown op(s) {', '.join(unknown)}", file=sys.stderr)
-        return 2
     console.print(f"w8a8 tune: {a.name} against {b.name}, {len(ops)} op(s), {args.samples} cases each")
     stats = sweep(a, b, ops, args.samples, args.seed)
     entries = recommend(stats, target=args.target, backend=a.name, against=b.name,
-                        numerics_equal=(a.numerics == b.numerics), numerics=a.numerics.name, versions=_versions())
+                        numerics_equal=(a.numerics == b.numerics), numerics=a.numerics.name, versions=_versions(),
+                        library_order=a.float_sum_order == "library")
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2, default=str))
-    table = Table(title=f"recommended tolerances: {a.name} vs {b.name} (target p = {args.target:g} per test)")
+    table = Table(title=f"recommended tolerances: {a.name} vs {b.name} under {b.numerics.name} (target p = {args.target:g} per test)")
     for col in ("op", "output", "dtype", "cases", "worst", "p99", "recommended", "bound"):
         table.add_column(col, overflow="fold")
     for e in entries:
         table.add_row(e.op, e.output, e.dtype, str(e.samples), str(e.max_observed), f"{e.extra['p99']:g}",
                       e.describe(), e.bound)
-    Console().print(table)
+    (console if args.json else Console()).print(table)   # --json: stdout holds the JSON alone
     if args.write:
         path = Path(args.write)
         current = ToleranceTable.load(path) if path.exists() else ToleranceTable()

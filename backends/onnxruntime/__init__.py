@@ -166,6 +166,7 @@ class _OrtBackend(Backend):
     device = "cpu"
     compute = "int8"
     in_default_runs = False   # judged when named: `w8a8 conformance --backend onnxruntime`
+    float_sum_order = "library"  # MatMulNBits sums fp32 in its own blocked order
 
     def __init__(self, threads: int = 1):
         if not isinstance(threads, int) or threads < 1:

@@ -26,10 +26,11 @@ from w8a8.numerics import ASCEND
 
 from ..base import Backend, Unsupported, implements, loads
 from ._lower_common import Options
-from .lowering import LOWERINGS, UNSUPPORTED, lower
-from .plan import ConstraintError, ConstraintTypeError, Plan
+from .lowering import EP_LOWERINGS, LOWERINGS, UNSUPPORTED, lower
+from .plan import ConstraintError, ConstraintTypeError, EpPlan, Plan
 
-__all__ = ["TorchNpuBackend", "Plan", "ConstraintError", "ConstraintTypeError", "LOWERINGS", "UNSUPPORTED"]
+__all__ = ["TorchNpuBackend", "Plan", "EpPlan", "ConstraintError", "ConstraintTypeError", "LOWERINGS",
+           "EP_LOWERINGS", "UNSUPPORTED"]
 
 # Dtype arguments the device takes, per op (a value outside raises in lowering anyway; this answers
 # ``supports`` without arrays).
@@ -56,6 +57,9 @@ class TorchNpuBackend(Backend):
     device_index : the NPU to run on (``npu:<index>``).
     runtime : an :class:`~backends.torch_npu.execution.Runtime` to use instead of probing the
         environment (tests pass a recording stand-in for torch_npu).
+    ep_launcher : what runs an EP plan's rank plans (``run(plans) -> per-rank results``); default: an
+        :class:`~backends.torch_npu.execution_ep.HcclLauncher` over the visible NPUs (tests pass a
+        :class:`~backends.torch_npu.execution_ep.ThreadLauncher` on the recording stand-in).
 
     Numerics
     --------
@@ -79,16 +83,17 @@ class TorchNpuBackend(Backend):
     device = "npu"
     numerics = ASCEND
 
-    def __init__(self, weight_format: str = "auto", device_index: int = 0, runtime=None):
+    def __init__(self, weight_format: str = "auto", device_index: int = 0, runtime=None, ep_launcher=None):
         self.options = Options(weight_format)
         self.device_index = int(device_index)
         self._runtime = runtime
+        self._ep_launcher = ep_launcher
         self._probe = None
 
     # -- identity ---------------------------------------------------------------------------------
     def available(self) -> tuple[bool, str]:
         """``(True, "")`` or ``(False, precise reason)``; probed once, then cached."""
-        if self._runtime is not None:
+        if self._runtime is not None or self._ep_launcher is not None:
             return True, ""
         if self._probe is None:
             from .environment import probe
@@ -129,6 +134,17 @@ class TorchNpuBackend(Backend):
             self._runtime = connect(self._probe.torch, self._probe.torch_npu, self.device_index)
         return self._runtime
 
+    def ep_launcher(self):
+        """What runs an EP plan's rank plans: the one given, else one process per rank over HCCL."""
+        if self._ep_launcher is None:
+            ok, reason = self.available()
+            if not ok:
+                raise Unsupported(f"torch-npu: {reason}")
+            from .execution_ep import HcclLauncher
+
+            self._ep_launcher = HcclLauncher(int(self._probe.torch.npu.device_count()))
+        return self._ep_launcher
+
     def to_device(self, array):
         from .. import torch_common
 
@@ -140,15 +156,19 @@ class TorchNpuBackend(Backend):
 
         if isinstance(value, PlanResult):
             return execution.read_back(self.runtime(), value.plan, value.outputs)
+        if isinstance(value, EpResult):
+            return value.plan.finish(value.per_rank)
         return torch_common.from_torch(value)
 
     def _is_device_array(self, value) -> bool:
         from .. import torch_common
 
-        return isinstance(value, PlanResult) or torch_common.is_tensor(value)
+        return isinstance(value, (PlanResult, EpResult)) or torch_common.is_tensor(value)
 
     def synchronize(self) -> None:
-        self.runtime().sync()
+        """Wait for the device (an EP plan's rank processes have finished when their launcher returns)."""
+        if self._runtime is not None or self._ep_launcher is None:
+            self.runtime().sync()
 
     # -- the ops: one lowering per op, the plan loaded untimed, its calls timed -------------------------
     @loads(*LOWERINGS)
@@ -170,8 +190,18 @@ class TorchNpuBackend(Backend):
         plan, env = loaded
         return PlanResult(plan, execution.run(self.runtime(), plan, env))
 
+    @loads(*EP_LOWERINGS)
+    def _load_ep_plan(self, a, *, op: str):
+        """Lower an EP op (raising before any device call); each rank process transfers its own inputs."""
+        return EP_LOWERINGS[op](a, self.options)
+
+    @implements(*EP_LOWERINGS)
+    def _run_ep_plan(self, plan):
+        """The ranks' plans, run by the launcher (their timed calls, each rank in its own process)."""
+        return EpResult(plan, self.ep_launcher().run(plan.ranks))
+
     def notes(self, op: str, loaded) -> dict:
-        return {"plan": loaded[0]}
+        return {"plan": loaded if isinstance(loaded, EpPlan) else loaded[0]}
 
 
 @dataclass
@@ -180,3 +210,11 @@ class PlanResult:
 
     plan: Plan
     outputs: object
+
+
+@dataclass
+class EpResult:
+    """The finished per-rank results of an EP plan (rank order), put in the golden's form by the plan."""
+
+    plan: EpPlan
+    per_rank: list

@@ -20,23 +20,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .. import torch_common
-from .plan import Call, DType, Plan, T
+from .plan import Call, DType, Group, Plan, T
 
 
 @dataclass
 class Runtime:
-    """What execution needs: the torch and torch_npu modules, the device, and a device barrier."""
+    """What execution needs: the torch and torch_npu modules, the device, a device barrier, and (expert
+    parallelism) the HCCL communicator names of the rank's groups (:class:`~.plan.Group`)."""
 
     torch: Any
     torch_npu: Any
     device: str = "npu:0"
     synchronize: Callable[[], None] | None = None
+    groups: dict[str, str] = field(default_factory=dict)
 
     def sync(self) -> None:
         (self.synchronize or self.torch.npu.synchronize)()
@@ -55,6 +57,11 @@ def resolve(rt: Runtime, value, env: dict):
         return env[value.name]
     if isinstance(value, DType):
         return getattr(rt.torch, value.name)
+    if isinstance(value, Group):
+        if value.name not in rt.groups:
+            raise RuntimeError(f"torch-npu execution: the plan needs the HCCL group {value.name!r}; this runtime "
+                               f"has {sorted(rt.groups)} (an EP plan runs in a rank process: execution_ep)")
+        return rt.groups[value.name]
     if isinstance(value, list):
         return [resolve(rt, v, env) for v in value]
     if isinstance(value, tuple):

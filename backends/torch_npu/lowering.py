@@ -68,7 +68,7 @@ from w8a8.numerics import ASCEND
 
 from ..base import Unsupported
 from ._lower_common import DEFAULT, Options, inner_limit, out_dtype, place_weight, transpose_weight
-from .plan import ACL_FORMAT_FRACTAL_NZ, Builder, DType, Plan, T, describe, reject
+from .plan import ACL_FORMAT_FRACTAL_NZ, Builder, DType, EpPlan, Plan, T, describe, reject
 
 _NUMERICS = ASCEND
 """The record the golden's checks run under here: the one :class:`~backends.torch_npu.TorchNpuBackend` declares."""
@@ -77,13 +77,16 @@ LOWERINGS: dict[str, Callable[..., Plan]] = {}
 """``{op: lowering(a, options) -> Plan}``: every op the torch-npu backend lowers (:func:`lowers`)."""
 
 
-def lowers(*ops: str):
-    """Register the decorated ``lowering(a, options) -> Plan`` of ``ops`` (``a``: the golden's checked Args)."""
+def lowers(*ops: str, into: dict | None = None):
+    """Register the decorated ``lowering(a, options) -> Plan`` of ``ops`` (``a``: the golden's checked Args)
+    in :data:`LOWERINGS`, or in ``into`` (the expert-parallel table, :mod:`.lowering_ep`)."""
+    table = LOWERINGS if into is None else into
+
     def register(fn):
         for op in ops:
             if op not in registry.names():
                 raise TypeError(f"torch-npu: @lowers({op!r}): no golden op {op!r}")
-            LOWERINGS[op] = fn
+            table[op] = fn
         return fn
 
     return register
@@ -383,21 +386,23 @@ UNSUPPORTED: dict[str, str] = {
 """Ops of :data:`backends.ops.OPS` that the torch-npu backend declares unsupported, with the reason."""
 
 from . import lowering_moe  # noqa: E402,F401 - registers the MoE lowerings (it imports this module)
+from .lowering_ep import EP_LOWERINGS  # noqa: E402 - the expert-parallel lowerings (one plan per rank)
 
 
 def unsupported_reason(op: str) -> str | None:
     """Why the backend does not lower ``op`` (None when it does)."""
     if op in UNSUPPORTED:
         return f"torch-npu: {op}: {UNSUPPORTED[op]}"
-    if op not in LOWERINGS:
+    if op not in LOWERINGS and op not in EP_LOWERINGS:
         return f"torch-npu: no lowering for op '{op}'"
     return None
 
 
-def lower(op: str, /, *args, options: Options = DEFAULT, **kwargs) -> Plan:
+def lower(op: str, /, *args, options: Options = DEFAULT, **kwargs) -> Plan | EpPlan:
     """The plan of ``op`` called with golden-style ``args`` / ``kwargs`` (see the module docstring):
     the golden's check on the call (under :data:`w8a8.ASCEND`, the record the backend declares), then
-    the op's lowering on its result.
+    the op's lowering on its result. An expert-parallel op gives an :class:`~.plan.EpPlan` (one plan per
+    rank, :mod:`.lowering_ep`).
 
     Raises :class:`backends.Unsupported` for an op the backend does not lower, the golden's
     ``ValueError`` / ``TypeError`` for bad input, and ``ConstraintError`` / ``ConstraintTypeError``
@@ -409,4 +414,5 @@ def lower(op: str, /, *args, options: Options = DEFAULT, **kwargs) -> Plan:
     golden = registry.get(op)
     if golden.takes_numerics:
         kwargs = {**kwargs, "numerics": _NUMERICS}
-    return LOWERINGS[op](golden.args(*args, **kwargs), options)
+    lowering = LOWERINGS.get(op) or EP_LOWERINGS[op]
+    return lowering(golden.args(*args, **kwargs), options)

@@ -10,16 +10,17 @@ device. A :class:`Plan` holds
   ``contiguous``, ``npu_format_cast(w, 29)``, ``npu_trans_quant_param``), outside the timed region;
 * ``calls``: the timed device work, in order: the exact ``torch_npu.*`` calls with their positional
   and keyword arguments;
-* ``outputs`` (+ ``container``, ``reshape``, ``readback``, ``fixups``): which device tensors are
-  the golden's results, how they are returned (one array, a tuple, a one-element list) and what the
-  host does to them after the copy back;
+* ``outputs`` (+ ``container``, ``truncate``, ``reshape``, ``readback``, ``fixups``): which device
+  tensors are the golden's results, how they are returned (one array, a tuple, a one-element list) and
+  what the host does to them after the copy back (keep the first rows, reshape, fill undefined rows);
 * ``formats``: the storage format (``ND`` / ``NZ``) of every weight after load;
 * ``decisions``: one line per choice the lowering made and why (NZ or ND, packed scale, ...).
 
 Arguments of a :class:`Call` are scalars, lists, ``None``, :class:`T` (a named device tensor: an
-input or an earlier call's output) and :class:`DType` (a torch dtype by name, resolved to
-``torch.<name>`` at execution). Function names are ``torch_npu.<fn>`` (the op plugin),
-``torch.<fn>`` or ``Tensor.<method>`` (a method of the first argument).
+input or an earlier call's output), :class:`DType` (a torch dtype by name, resolved to
+``torch.<name>`` at execution) and :class:`Group` (the HCCL communicator name of the rank's group).
+Function names are ``torch_npu.<fn>`` (the op plugin), ``torch.<fn>`` or ``Tensor.<method>`` (a method
+of the first argument). An expert-parallel op lowers to an :class:`EpPlan`: one plan per rank.
 
 Errors: a documented torch_npu / CANN constraint that the call would violate raises
 :class:`ConstraintError` (a ``ValueError``) or :class:`ConstraintTypeError` (a ``TypeError``),
@@ -74,6 +75,18 @@ class DType:
 
     def __repr__(self) -> str:
         return f"torch.{self.name}"
+
+
+@dataclass(frozen=True)
+class Group:
+    """The HCCL communicator name of the rank's process group (``group_ep`` / ``group_tp`` of the MC2 EP
+    ops), resolved at execution: ``group._get_backend(torch.device("npu")).get_hccl_comm_name(rank)``
+    (spec/expert-parallel.md §1.1). The golden's ``group_ep`` is only a checked name; the device needs this."""
+
+    name: str = "ep"
+
+    def __repr__(self) -> str:
+        return f"<hccl comm name of group {self.name!r}>"
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,7 @@ class Plan:
     fixups: list[Fixup] = field(default_factory=list)
     formats: dict[str, str] = field(default_factory=dict)
     decisions: list[str] = field(default_factory=list)
+    truncate: dict[str, int] = field(default_factory=dict)
 
     def functions(self, stage: str = "calls") -> list[str]:
         """The function names of ``calls`` (or ``load``), in order."""
@@ -160,6 +174,8 @@ class Plan:
         """Host side, after the copy back: reshape, fill the undefined rows, return in the golden's form."""
         results = []
         for name, array in zip(self.outputs, arrays, strict=True):
+            if name in self.truncate:
+                array = array[: self.truncate[name]]
             if name in self.reshape:
                 array = array.reshape(self.reshape[name])
             fixes = [f for f in self.fixups if f.output == name]
@@ -185,6 +201,8 @@ class Plan:
         lines.append("run (timed):")
         lines += [f"  {c!r}" + (f"    # {c.why}" if c.why else "") for c in self.calls]
         lines.append(f"outputs: {', '.join(self.outputs)}")
+        for name, rows in self.truncate.items():
+            lines.append(f"  {name} -> first {rows} rows (the valid ones; the device's capacity is larger)")
         for name, shape in self.reshape.items():
             lines.append(f"  {name} -> reshape {shape}")
         for name, shape in self.readback.items():
@@ -253,17 +271,51 @@ class Builder:
             self.fixups.append(Fixup(output.name, int(rows_from), int(value), why))
 
     def build(self, outputs, *, container: str | None = None, reshape: dict | None = None,
-              readback: dict | None = None) -> Plan:
+              readback: dict | None = None, truncate: dict | None = None) -> Plan:
         """The plan; ``container`` defaults to ``"single"`` for one output and ``"tuple"`` for several."""
         outputs = (outputs,) if isinstance(outputs, T) else tuple(outputs)
         container = container or ("single" if len(outputs) == 1 else "tuple")
         if container not in ("single", "tuple", "list"):
             raise ValueError(f"Builder.build: container must be 'single', 'tuple' or 'list'; got {container!r}")
         key = lambda d: {k.name if isinstance(k, T) else k: tuple(v) for k, v in (d or {}).items()}  # noqa: E731
+        rows = {k.name if isinstance(k, T) else k: int(v) for k, v in (truncate or {}).items()}
         return Plan(self.op, self.inputs, self.load_steps, self.calls, tuple(o.name for o in outputs), container,
-                    key(reshape), key(readback), self.fixups, self.formats, self.decisions)
+                    key(reshape), key(readback), self.fixups, self.formats, self.decisions, rows)
 
 
 def describe(value) -> str:
     """Short description of an argument for error messages (the golden's wording)."""
     return _check.describe(value)
+
+
+@dataclass
+class EpPlan:
+    """An expert-parallel op lowered for an HCCL group: one :class:`Plan` per rank, in rank order, each
+    making that rank's own torch_npu calls (the MC2 ops take the rank's tensors and ``ep_rank_id``; their
+    ``group_ep`` is a :class:`Group`). The golden takes and returns one entry per rank in the caller's
+    entry order (``ep_rank_id``); ``entry_of_rank[q]`` is rank q's entry. ``container``: ``"lists"``
+    (the golden returns a tuple of per-entry lists, one per output) or ``"list"`` (one list of arrays).
+    Executed by :mod:`.execution_ep` (one process per rank over HCCL)."""
+
+    op: str
+    ranks: list[Plan]
+    entry_of_rank: tuple[int, ...]
+    container: str
+    decisions: list[str] = field(default_factory=list)
+
+    def finish(self, per_rank: list):
+        """The golden's form of the ranks' finished results (``per_rank[q]``: rank q's :meth:`Plan.finish`)."""
+        by_entry = [None] * len(self.ranks)
+        for q, i in enumerate(self.entry_of_rank):
+            by_entry[i] = per_rank[q]
+        if self.container == "list":
+            return by_entry
+        return tuple(list(values) for values in zip(*by_entry, strict=True))
+
+    def describe(self) -> str:
+        lines = [f"torch-npu EP plan for {self.op}: {len(self.ranks)} ranks (one process each, one HCCL group)"]
+        lines += [f"- {d}" for d in self.decisions]
+        for q, plan in enumerate(self.ranks):
+            lines.append(f"== rank {q} (entry {self.entry_of_rank[q]})")
+            lines.append(plan.describe())
+        return "\n".join(lines)

@@ -71,6 +71,7 @@ class TorchaoBackend(Backend):
     numerics: Numerics = NUMERICS
     capabilities = CAPABILITIES
     in_default_runs = False   # judged when named (its genuine bugs fail by design): `--backend torchao`
+    float_sum_order = "library"  # torch's fp32 matmuls (mx / nvfp4 emulation) sum in their own order
 
     def available(self) -> tuple[bool, str]:
         try:

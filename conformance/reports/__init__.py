@@ -44,9 +44,15 @@ def json_summary(summary: dict, meta: dict) -> dict:
             "matrix": {b: {op: {k: v for k, v in cell.items() if k != "hist"} for op, cell in ops.items()}
                        for b, ops in summary["cells"].items()},
             "groups": summary.get("groups", []),
+            "variants": summary.get("variants", {}),
             "outside": meta.get("outside", {}),
             "failures": [{k: f.get(k) for k in ("backend", "op", "case_id", "status", "note", "repro", "attribution",
                                                  "outputs")} for f in summary["failures"]]}
+
+
+def variant_rows(summary: dict) -> list[tuple[str, str, int]]:
+    """``(op, kernel variant, cases)`` rows: which kernels of the platform the run exercised."""
+    return [(op, v, n) for op, vs in (summary.get("variants") or {}).items() for v, n in vs.items()]
 
 
 def outside_of(meta: dict, backend: str, op: str) -> dict:

@@ -131,6 +131,18 @@ def details_section(summary: dict) -> list[str]:
     return out
 
 
+def variants_section(summary: dict) -> list[str]:
+    from . import variant_rows
+
+    rows = variant_rows(summary)
+    if not rows:
+        return []
+    return ["<h2>Kernel variants exercised</h2><table id='variants'><thead><tr><th>op</th><th>kernel variant</th>"
+            "<th>cases</th></tr></thead><tbody>"] + \
+        [f"<tr><td><code>{_e(op)}</code></td><td><code>{_e(v)}</code></td><td>{n}</td></tr>" for op, v, n in rows] + \
+        ["</tbody></table>"]
+
+
 def render(summary: dict, meta: dict) -> str:
     from . import meta_rows
 
@@ -149,6 +161,7 @@ def render(summary: dict, meta: dict) -> str:
     out += scoreboard_section(summary, meta)
     out += groups_section(summary)
     out += histograms_section(summary, meta)
+    out += variants_section(summary)
     out += details_section(summary)
     out.append("</body></html>")
     return "\n".join(out)

@@ -119,5 +119,17 @@ def render(summary: dict, meta: dict) -> str:
         lines += ["", "Ops a backend does not implement (not run): " +
                   "; ".join(f"`{b}`: {', '.join(ops)}" for b, ops in skipped.items() if ops)]
     lines += outside_section(meta)
+    lines += variants_section(summary)
     lines += details_section(summary)
     return "\n".join(lines) + "\n"
+
+
+def variants_section(summary: dict) -> list[str]:
+    """Per op, the kernel variants (tiling keys) the golden modelled and how many cases each."""
+    from . import variant_rows
+
+    rows = variant_rows(summary)
+    if not rows:
+        return []
+    return ["", "## Kernel variants exercised", "", "| op | kernel variant | cases |", "|---|---|---:|"] + \
+        [f"| `{op}` | `{v}` | {n} |" for op, v, n in rows]

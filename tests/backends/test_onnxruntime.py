@@ -164,6 +164,21 @@ def test_matmul_integer_is_exact(adt, bdt):
             CHECK.same("int_matmul", a, b)
 
 
+def test_bug_matmul_integer_k0_returns_a_stale_buffer():
+    """onnxruntime 1.32 MatMulInteger with K = 0 does not write its output: after a 64 x 64 x 64 run of 3 * 5
+    the [2, 3] result of a K = 0 run holds 3 * 5 * 64 = 960 where the empty sum is 0. The backend keeps the
+    library's behaviour; conformance names it (detector k0-stale-output)."""
+    from conformance import registry
+    from conformance.evaluate import run_case
+
+    ORT.int_matmul(np.full((64, 64), 3, np.int8), np.full((64, 64), 5, np.int8))
+    got = ORT.int_matmul(np.zeros((2, 0), np.int8), np.zeros((0, 3), np.int8))
+    assert got.shape == (2, 3) and (got == 960).all()
+    rec = run_case(registry.get("int_matmul"), {"named": "int_matmul/empty_2x0_0x3"}, ORT, kind="named",
+                   name="int_matmul/empty_2x0_0x3")
+    assert rec["status"] == "fail" and rec["attribution"]["detectors"] == ["k0-stale-output"]
+
+
 def test_matmul_integer_declines_what_could_wrap():
     with pytest.raises(Unsupported, match="wraps on overflow"):
         ORT.int_matmul(np.ones((1, 40000), np.uint8), np.ones((40000, 1), np.uint8))

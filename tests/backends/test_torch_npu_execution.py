@@ -18,7 +18,11 @@ What this cannot check is the device itself: numerics, NZ storage, performance (
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ml_dtypes
 import numpy as np
@@ -32,7 +36,7 @@ from backends import torch_common as tc  # noqa: E402
 from backends.torch_npu import TorchNpuBackend  # noqa: E402
 from backends.torch_npu import execution  # noqa: E402
 from backends.torch_npu.execution import Runtime  # noqa: E402
-from backends.torch_npu.plan import DType, T  # noqa: E402
+from backends.torch_npu.plan import DType, Group, T  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ARRAYS = ArrayFactory(99)
@@ -65,13 +69,152 @@ def spoil(array, valid_rows: int):
     return out
 
 
-class FakeTorchNpu:
-    """torch_npu on the CPU: records calls, checks the documented argument rules, computes with the golden."""
+class EpWorld:
+    """The HCCL group of the fake's MC2 ops: R rank threads meet at a barrier, each deposits its own
+    arguments, one of them computes the golden op on all of them, and every rank keeps its own entry."""
 
-    def __init__(self, events: list):
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+        self.barrier = threading.Barrier(ranks, action=self._compute, timeout=600)
+        self.slots: list = [None] * ranks
+        self.op = self.result = None
+
+    def name(self, rank: int) -> str:
+        return f"hccl_comm_ep_rank{rank}"
+
+    def _compute(self):
+        self.result = self.op(list(self.slots))
+
+    def collective(self, rank: int, value, op):
+        """``op(values of every rank)``, computed once when the last rank arrives; returns its result."""
+        self.slots[rank] = value
+        self.op = op
+        self.barrier.wait()
+        result = self.result
+        self.barrier.wait()          # nobody deposits the next call's value before all have read this one
+        return result
+
+
+def capacity_rows(bs: int, k: int, ranks: int, experts: int, global_bs: int) -> int:
+    """The 2.13.0 meta's A = global_bs_real * min(E_loc, K) (no shared-expert ranks)."""
+    return (global_bs or bs * ranks) * min(experts // ranks, k)
+
+
+def device_rows(value: np.ndarray, rows: int) -> np.ndarray:
+    """A golden per-rank output as the device returns it: ``rows`` long, garbage past the valid part."""
+    out = np.full((rows,) + value.shape[1:], GARBAGE, value.dtype)
+    out[: value.shape[0]] = value
+    return out
+
+
+class FakeTorchNpu:
+    """torch_npu on the CPU: records calls, checks the documented argument rules, computes with the golden.
+    With a ``world`` it is one rank of an HCCL group: its MC2 EP ops check the rank's own arguments, meet
+    the other ranks (:class:`EpWorld`) and return device-shaped outputs (capacity rows, garbage past the
+    valid ones)."""
+
+    def __init__(self, events: list, rank: int = 0, world: EpWorld | None = None):
         self.events = events
         self.calls = []
+        self.rank, self.world = rank, world
         self.npu = SimpleNamespace(config=SimpleNamespace(allow_internal_format=False))
+
+    # -- the MC2 expert-parallel ops (spec/expert-parallel.md §1.2: the 2.13.0 schema, keywords after x, ids)
+    def _rank_checks(self, group_ep, ep_world_size, ep_rank_id, tp_world_size, group_tp):
+        assert self.world is not None, "an MC2 op outside an HCCL group"
+        assert group_ep == self.world.name(self.rank), ("group_ep must be the rank's HCCL comm name", group_ep)
+        assert ep_world_size == self.world.ranks and ep_rank_id == self.rank
+        assert group_tp == (group_ep if tp_world_size else ""), "group_tp: '' or the same group with tp 1"
+
+    def _dispatch(self, v2, x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, *, scales=None,
+                  x_active_mask=None, expert_scales=None, group_tp="", tp_world_size=0, tp_rank_id=0,
+                  expert_shard_type=0, shared_expert_num=1, shared_expert_rank_num=0, quant_mode=0, global_bs=0,
+                  expert_token_nums_type=1, comm_alg=None, **rest):
+        self._rank_checks(group_ep, ep_world_size, ep_rank_id, tp_world_size, group_tp)
+        assert not rest, rest
+        mine = dict(x=host(x), expert_ids=host(expert_ids), mask=host(x_active_mask), es=host(expert_scales))
+        kw = dict(scales=host(scales), group_tp=group_tp, tp_world_size=tp_world_size, tp_rank_id=tp_rank_id,
+                  expert_shard_type=expert_shard_type, shared_expert_num=shared_expert_num,
+                  shared_expert_rank_num=shared_expert_rank_num, quant_mode=quant_mode, global_bs=global_bs,
+                  expert_token_nums_type=expert_token_nums_type)
+        if v2:
+            kw["comm_alg"] = comm_alg
+        fn = w8a8.moe_distribute_dispatch_v2 if v2 else w8a8.moe_distribute_dispatch
+
+        def golden(every):
+            lists = {}
+            if x_active_mask is not None:
+                lists["x_active_mask"] = [e["mask"] for e in every]
+            if expert_scales is not None:
+                lists["expert_scales"] = [e["es"] for e in every]
+            return fn([e["x"] for e in every], [e["expert_ids"] for e in every], group_ep, ep_world_size,
+                      list(range(ep_world_size)), moe_expert_num, **kw, **lists)
+
+        outs = self.world.collective(self.rank, mine, golden)
+        ex, ds, idx, etn, recv, tpr, es = (o[self.rank] for o in outs)
+        bs, k = expert_ids.shape
+        a = capacity_rows(bs, k, ep_world_size, moe_expert_num, global_bs)
+        device = (device_rows(ex, a), device_rows(ds, a),                      # the meta: [A, H], [A]
+                  device_rows(idx, max(bs * k, a * 128)) if v2 else idx,       # v2 assist info, v1 expand_idx
+                  etn, recv, device_rows(tpr, tp_world_size),
+                  device_rows(es, a) if expert_scales is not None else es)
+        name = "npu_moe_distribute_dispatch_v2" if v2 else "npu_moe_distribute_dispatch"
+        kwargs = dict(kw, group_ep=group_ep, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
+                      moe_expert_num=moe_expert_num, scales=scales, x_active_mask=x_active_mask,
+                      expert_scales=expert_scales)
+        return self._done(name, (x, expert_ids), kwargs, tuple(dev(o) for o in device))
+
+    def npu_moe_distribute_dispatch(self, x, expert_ids, **kw):
+        return self._dispatch(False, x, expert_ids, **kw)
+
+    def npu_moe_distribute_dispatch_v2(self, x, expert_ids, **kw):
+        return self._dispatch(True, x, expert_ids, **kw)
+
+    def _combine(self, v2, expand_x, expert_ids, index, ep_send_counts, expert_scales, *, group_ep, ep_world_size,
+                 ep_rank_id, moe_expert_num, x_active_mask=None, shared_expert_x=None, expand_scales=None, group_tp="",
+                 tp_world_size=0,
+                 tp_rank_id=0, expert_shard_type=0, shared_expert_num=1, shared_expert_rank_num=0, global_bs=0,
+                 comm_quant_mode=0, comm_alg=None, **rest):
+        self._rank_checks(group_ep, ep_world_size, ep_rank_id, tp_world_size, group_tp)
+        assert not rest, rest
+        bs, k = expert_ids.shape
+        a = capacity_rows(bs, k, ep_world_size, moe_expert_num, global_bs)
+        assert expand_x.shape[0] == a, ("expand_x must have the dispatch's capacity rows", expand_x.shape, a)
+        if v2:
+            assert index.shape == (max(bs * k, a * 128),), "assist_info_for_combine: the dispatch's shape"
+        mine = dict(x=host(expand_x), ids=host(expert_ids), index=host(index), cnt=host(ep_send_counts),
+                    w=host(expert_scales), mask=host(x_active_mask), shared=host(shared_expert_x),
+                    es=host(expand_scales))
+        kw = dict(group_tp=group_tp, tp_world_size=tp_world_size, tp_rank_id=tp_rank_id,
+                  expert_shard_type=expert_shard_type, shared_expert_num=shared_expert_num,
+                  shared_expert_rank_num=shared_expert_rank_num, global_bs=global_bs, comm_quant_mode=comm_quant_mode)
+        if v2:
+            kw["comm_alg"] = comm_alg
+        fn = w8a8.moe_distribute_combine_v2 if v2 else w8a8.moe_distribute_combine
+
+        def golden(every):
+            lists = {}
+            for name, key, given in (("x_active_mask", "mask", x_active_mask), ("shared_expert_x", "shared",
+                                                                                 shared_expert_x),
+                                     ("expand_scales", "es", expand_scales)):
+                if given is not None:
+                    lists[name] = [e[key] for e in every]
+            return fn(*([e[n] for e in every] for n in ("x", "ids", "index", "cnt", "w")), group_ep, ep_world_size,
+                      list(range(ep_world_size)), moe_expert_num, **kw, **lists)
+
+        y = self.world.collective(self.rank, mine, golden)[self.rank]
+        name = "npu_moe_distribute_combine_v2" if v2 else "npu_moe_distribute_combine"
+        kwargs = dict(kw, group_ep=group_ep, ep_world_size=ep_world_size, ep_rank_id=ep_rank_id,
+                      moe_expert_num=moe_expert_num, x_active_mask=x_active_mask, shared_expert_x=shared_expert_x,
+                      expand_scales=expand_scales)
+        return self._done(name, (expand_x, expert_ids, index, ep_send_counts, expert_scales), kwargs, dev(y))
+
+    def npu_moe_distribute_combine(self, expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, **kw):
+        return self._combine(False, expand_x, expert_ids, expand_idx, ep_send_counts, expert_scales, **kw)
+
+    def npu_moe_distribute_combine_v2(self, expand_x, expert_ids, assist_info_for_combine, ep_send_counts,
+                                      expert_scales, **kw):
+        return self._combine(True, expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, **kw)
 
     def _done(self, name, args, kwargs, result):
         self.calls.append((name, args, kwargs, result))
@@ -214,9 +357,10 @@ def same(a, b):
     np.testing.assert_array_equal(a, b)
 
 
-def assert_calls_match(plan, recorded):
+def assert_calls_match(plan, recorded, groups=None):
     """The fake saw exactly the plan's torch_npu calls (load, then run), in order, with the plan's arguments:
-    inputs by value, earlier torch_npu outputs by identity, dtypes as torch dtypes, scalars as they are."""
+    inputs by value, earlier torch_npu outputs by identity, dtypes as torch dtypes, HCCL groups as the
+    runtime's communicator names (``groups``), scalars as they are."""
     expected = [c for c in plan.load + plan.calls if c.fn.startswith("torch_npu.")]
     assert [r[0] for r in recorded] == [c.fn.split(".", 1)[1] for c in expected]
     produced = {}
@@ -231,6 +375,8 @@ def assert_calls_match(plan, recorded):
                 assert isinstance(got, torch.Tensor), want.name   # made by a torch / Tensor step
         elif isinstance(want, DType):
             assert got is getattr(torch, want.name)
+        elif isinstance(want, Group):
+            assert got == groups[want.name], (want, got)
         elif isinstance(want, (list, tuple)):
             assert len(want) == len(got)
             for w, g in zip(want, got, strict=True):
@@ -451,3 +597,292 @@ def test_w8a8_moe_prequantized_end_to_end(env):
     route = dict(topk_ids=RNG.integers(0, 4, (5, 2)).astype(np.int32), topk_weights=f32(5, 2, lo=0.1, hi=0.9))
     same(env.backend.w8a8_moe_prequantized(x_q, x_scale, **case, **route),
          w8a8.w8a8_moe_prequantized(x_q, x_scale, **case, **route))
+
+
+# -- expert parallelism: the MC2 ops per rank, the EP layer ----------------------------------------------------------
+@pytest.fixture
+def ep():
+    return ep_backend()
+
+
+def ep_backend():
+    """A backend whose EP plans run as R threads, each rank with its own recording fake in one EpWorld."""
+    from backends.torch_npu.execution_ep import ThreadLauncher
+
+    state = SimpleNamespace(fakes={}, events={}, world=None)
+
+    def runtime_of(rank, ranks):
+        if state.world is None or state.world.ranks != ranks:
+            state.world = EpWorld(ranks)
+            state.fakes.clear()
+            state.events.clear()
+        events = state.events.setdefault(rank, [])
+        fake = state.fakes.setdefault(rank, FakeTorchNpu(events, rank, state.world))
+        return Runtime(torch=torch, torch_npu=fake, device="cpu", synchronize=lambda: events.append("synchronize"),
+                       groups={"ep": state.world.name(rank)})
+
+    state.backend = TorchNpuBackend(ep_launcher=ThreadLauncher(runtime_of))
+    state.calls = lambda q: [c[0] for c in state.fakes[q].calls]
+    return state
+
+
+def ep_tokens(bs, h, k, e, seed=0):
+    """Per-rank bf16 tokens and K distinct expert ids per row (a permutation's first K)."""
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal((t, h)).astype(np.float32).astype(BF16) for t in bs]
+    ids = [np.argsort(rng.random((t, e)), axis=1)[:, :k].astype(np.int32) for t in bs]
+    return xs, ids
+
+
+def same_lists(got, want):
+    assert len(got) == len(want)
+    for g_, w_ in zip(got, want, strict=True):
+        if isinstance(w_, list):
+            same_lists(g_, w_)
+        else:
+            same(g_, w_)
+
+
+@pytest.mark.parametrize("quant_mode", [2, 0])
+def test_dispatch_v2_per_rank_calls_and_valid_rows(ep, quant_mode):
+    # R = 2, E = 4 (E_loc 2), K = 2, H = 1024 (v2's minimum on A3), uneven BS 3 / 1 -> global_bs = 3 * 2;
+    # entries in reverse rank order (ep_rank_id [1, 0]): every output list follows the entries
+    xs, ids = ep_tokens([3, 1], 1024, 2, 4)
+    args = (xs, ids, "ep_group", 2, [1, 0], 4)
+    kw = dict(quant_mode=quant_mode, global_bs=6)
+    got = ep.backend.moe_distribute_dispatch_v2(*args, **kw)
+    same_lists(got, w8a8.moe_distribute_dispatch_v2(*args, **kw))
+    plan = ep.backend.lower("moe_distribute_dispatch_v2", *args, **kw)
+    for q in range(2):
+        assert ep.events[q] == ["npu_moe_distribute_dispatch_v2", "synchronize"]    # no load steps
+        assert_calls_match(plan.ranks[q], ep.fakes[q].calls, {"ep": ep.world.name(q)})
+        call = ep.fakes[q].calls[0][2]
+        assert (call["ep_rank_id"], call["quant_mode"], call["global_bs"]) == (q, quant_mode, 6)
+
+
+def test_dispatch_v1_and_combine_v1_end_to_end(ep):
+    # v1 on A3: H = 7168 only, R in {8, 16, ...}: 8 ranks of 1 token, E = 8, K = 2
+    xs, ids = ep_tokens([1] * 8, 7168, 2, 8, seed=1)
+    args = (xs, ids, "ep_group", 8, list(range(8)), 8)
+    d = ep.backend.moe_distribute_dispatch(*args, quant_mode=2)
+    want = w8a8.moe_distribute_dispatch(*args, quant_mode=2)
+    same_lists(d, want)
+    rows = [x.astype(np.float32).astype(BF16) for x in want[0]]            # stand-in expert outputs
+    w = [RNG.random((1, 2)).astype(np.float32) for _ in range(8)]
+    cargs = (rows, ids, want[2], want[4], w, "ep_group", 8, list(range(8)), 8)
+    same_lists(ep.backend.moe_distribute_combine(*cargs), w8a8.moe_distribute_combine(*cargs))
+    assert ep.calls(3) == ["npu_moe_distribute_dispatch", "npu_moe_distribute_combine"]   # rank 3, in order
+
+
+def test_combine_v2_pads_to_the_dispatch_shapes(ep):
+    xs, ids = ep_tokens([4, 4], 1024, 3, 6, seed=2)
+    d = w8a8.moe_distribute_dispatch_v2(xs, ids, "ep_group", 2, [0, 1], 6)
+    y = [RNG.standard_normal((r.shape[0], 1024)).astype(np.float32).astype(BF16) for r in d[0]]
+    w = [RNG.random((4, 3)).astype(np.float32) for _ in range(2)]
+    args = (y, ids, d[2], d[4], w, "ep_group", 2, [0, 1], 6)
+    got = ep.backend.moe_distribute_combine_v2(*args)
+    same_lists(got, w8a8.moe_distribute_combine_v2(*args))     # the fake asserted the capacity shapes
+
+
+def ep_layer_case(bs=(3, 5), h=1024, i=32, e=4, k=2, seed=3):
+    xs, ids = ep_tokens(list(bs), h, k, e, seed)
+    rng = np.random.default_rng(seed)
+    wts = [rng.random((t, k)).astype(np.float32).astype(BF16).astype(np.float32) for t in bs]
+    weights = dict(w13=rng.integers(-127, 128, (e, 2 * i, h), dtype=np.int8),
+                   w13_scale=rng.uniform(1e-4, 4e-4, (e, 2 * i, 1)).astype(np.float32),
+                   w2=rng.integers(-127, 128, (e, h, i), dtype=np.int8),
+                   w2_scale=rng.uniform(1e-3, 4e-3, (e, h, 1)).astype(np.float32))
+    return dict(hidden=xs, **weights, topk_ids=ids, topk_weights=wts)
+
+
+def test_w8a8_moe_ep_int8_hands_the_received_scale_to_w13(ep):
+    case = ep_layer_case()
+    same_lists(ep.backend.w8a8_moe_ep(**case), w8a8.w8a8_moe_ep(**case))
+    plan = ep.backend.lower("w8a8_moe_ep", **case)
+    for q in range(2):
+        assert ep.calls(q) == ["npu_format_cast", "npu_format_cast", "npu_moe_distribute_dispatch_v2",
+                               "npu_grouped_matmul", "npu_dequant_swiglu_quant", "npu_grouped_matmul",
+                               "npu_moe_distribute_combine_v2"]             # no npu_dynamic_quant at all
+        calls = {c[0]: c for c in reversed(ep.fakes[q].calls)}               # the first call of each name
+        dispatched = calls["npu_moe_distribute_dispatch_v2"][3]
+        gmm1 = calls["npu_grouped_matmul"]
+        assert gmm1[1][0][0] is dispatched[0]                                # x: the received int8 rows
+        assert gmm1[2]["per_token_scale"][0] is dispatched[1]                # the received dynamic_scales
+        assert gmm1[2]["group_list"] is dispatched[3] and gmm1[2]["group_list_type"] == 1
+        assert calls["npu_moe_distribute_dispatch_v2"][2]["quant_mode"] == 2
+        assert_calls_match(plan.ranks[q], ep.fakes[q].calls, {"ep": ep.world.name(q)})
+
+
+def test_w8a8_moe_ep_bf16_quantizes_once_on_arrival(ep):
+    case = ep_layer_case(seed=4)
+    got = ep.backend.w8a8_moe_ep(**case, dispatch="bf16")
+    same_lists(got, w8a8.w8a8_moe_ep(**case, dispatch="bf16"))
+    same_lists(got, w8a8.w8a8_moe_ep(**case))                                # Claim B: equal to the int8 path
+    for q in range(2):
+        names = ep.calls(q)
+        assert names.count("npu_dynamic_quant") == 1
+        assert names.index("npu_dynamic_quant") == names.index("npu_moe_distribute_dispatch_v2") + 1
+        calls = {c[0]: c for c in reversed(ep.fakes[q].calls)}
+        dispatched, quant = calls["npu_moe_distribute_dispatch_v2"], calls["npu_dynamic_quant"]
+        assert dispatched[2]["quant_mode"] == 0 and quant[1][0] is dispatched[3][0]
+        gmm1 = calls["npu_grouped_matmul"]
+        assert gmm1[1][0][0] is quant[3][0] and gmm1[2]["per_token_scale"][0] is quant[3][1]
+
+
+def test_w8a8_moe_ep_shared_expert_on_the_source_rank(ep):
+    case = ep_layer_case(seed=5)
+    rng = np.random.default_rng(5)
+    shared = {"gate_weight": rng.integers(-127, 128, (32, 1024), dtype=np.int8),
+              "gate_scale": rng.uniform(1e-4, 4e-4, (32, 1)).astype(np.float32),
+              "up_weight": rng.integers(-127, 128, (32, 1024), dtype=np.int8),
+              "up_scale": rng.uniform(1e-4, 4e-4, (32, 1)).astype(np.float32),
+              "down_weight": rng.integers(-127, 128, (1024, 32), dtype=np.int8),
+              "down_scale": rng.uniform(1e-3, 4e-3, (1024, 1)).astype(np.float32)}
+    same_lists(ep.backend.w8a8_moe_ep(**case, shared_expert=shared), w8a8.w8a8_moe_ep(**case, shared_expert=shared))
+    assert ep.calls(0).count("npu_quant_matmul") == 3 and ep.calls(0).count("npu_dynamic_quant") == 3
+
+
+@pytest.mark.parametrize("change, arg", [
+    (dict(bs=(3, 0)), "BS"),        # a rank with 0 tokens: MC2 needs BS in (0, 512]
+    (dict(h=64), "H"),              # H in [1024, 8192] on A3 (v2)
+])
+def test_w8a8_moe_ep_device_constraints_refused_before_the_device(ep, change, arg):
+    from backends.torch_npu.plan import ConstraintError
+
+    case = ep_layer_case(**change)
+    w8a8.w8a8_moe_ep(**case)                                 # the golden layer computes it
+    with pytest.raises(ConstraintError, match=f"npu_moe_distribute_dispatch_v2.*{arg}"):
+        ep.backend.w8a8_moe_ep(**case)
+    assert ep.fakes == {}                                     # no rank ever started
+
+
+def test_one_rank_is_not_an_mc2_group(ep):
+    from backends.torch_npu.plan import ConstraintError
+
+    case = ep_layer_case(bs=(3,), e=2)
+    with pytest.raises(ConstraintError, match="ep_world_size"):
+        ep.backend.w8a8_moe_ep(**case)
+
+
+def test_dispatch_golden_errors_come_first(ep):
+    xs, ids = ep_tokens([2, 2], 1024, 2, 4)
+    with pytest.raises(ValueError, match="'ep_world_size'"):
+        ep.backend.moe_distribute_dispatch_v2(xs, ids, "ep_group", 4, [0, 1], 4)
+    with pytest.raises(ValueError, match="'quant_mode'"):
+        ep.backend.moe_distribute_dispatch_v2(xs, ids, "ep_group", 2, [0, 1], 4, quant_mode=1)
+    assert ep.fakes == {}
+
+
+def test_hccl_rank_joins_the_group_and_names_it(monkeypatch):
+    # No device here: torch.npu, torch_npu and torch.distributed are stand-ins that record what a rank process
+    # does (execution_ep.hccl_rank), in order; the rank's plan itself is not run (run_rank is replaced).
+    import queue
+    import sys
+
+    import torch.distributed as dist
+
+    from backends.torch_npu import execution_ep
+
+    seen = []
+    backend = SimpleNamespace(get_hccl_comm_name=lambda rank: seen.append(("comm name of", rank)) or f"comm{rank}")
+    pg = SimpleNamespace(_get_backend=lambda device: seen.append(("backend", str(device))) or backend)
+    monkeypatch.setattr(torch, "npu", SimpleNamespace(set_device=lambda d: seen.append(("set_device", d)),
+                                                      synchronize=lambda: None), raising=False)
+    monkeypatch.setitem(sys.modules, "torch_npu", SimpleNamespace())
+    monkeypatch.setattr(torch, "device", lambda name: f"torch.device({name!r})")   # "npu" exists with torch_npu only
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: seen.append(("init", backend, kw)))
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_group", lambda: pg)
+    monkeypatch.setattr(dist, "barrier", lambda: seen.append("barrier"))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: seen.append("destroy"))
+    monkeypatch.setattr(execution_ep, "run_rank", lambda rt, plan: seen.append(("run", rt.device, rt.groups, plan))
+                        or ["result"])
+    q = queue.SimpleQueue()
+    execution_ep.hccl_rank(1, ["plan0", "plan1"], [4, 6], 29500, q)
+    assert seen == [("set_device", 6),
+                    ("init", "hccl", {"init_method": "tcp://127.0.0.1:29500", "rank": 1, "world_size": 2}),
+                    ("backend", "torch.device('npu')"), ("comm name of", 1), ("run", "npu:6", {"ep": "comm1"}, "plan1"),
+                    "barrier", "destroy"]
+    assert q.get() == (1, ["result"], None)
+    monkeypatch.setattr(execution_ep, "run_rank", lambda rt, plan: 1 / 0)
+    execution_ep.hccl_rank(0, ["plan0", "plan1"], [4, 6], 29500, q)
+    assert q.get() == (0, None, "ZeroDivisionError: division by zero") and seen[-1] == "destroy"
+
+
+def test_hccl_launcher_needs_one_npu_per_rank():
+    from backends.base import Unsupported
+    from backends.torch_npu.execution_ep import HcclLauncher
+
+    with pytest.raises(Unsupported, match="needs 4 NPUs"):
+        HcclLauncher(device_count=2).run([None] * 4)
+    with pytest.raises(Unsupported, match="needs 2 NPUs"):
+        HcclLauncher(device_count=8, devices=[0]).run([None] * 2)
+
+
+# -- the EP ops' declared cases through the per-rank plans and the fake (conformance.suite, strict) ------------------
+def _ranked_ops():
+    from conformance import registry
+
+    return [op for op in registry.specs() if registry.get(op).ranked]
+
+
+def _ranked(kind):
+    from conformance import registry
+
+    fn = registry.named_cases if kind == "named" else registry.bad_calls
+    return [c.key for op in _ranked_ops() for c in fn(op)]
+
+
+def test_the_ranked_ops_are_the_ep_lowerings():
+    from backends.torch_npu import EP_LOWERINGS
+
+    assert sorted(_ranked_ops()) == sorted(EP_LOWERINGS)
+
+
+@pytest.mark.parametrize("key", _ranked("named"))
+def test_ep_named_cases(ep, key):
+    # A case the device cannot take (the A3 MC2 limits on the layer's tiny hand-derived cases: H = 2, R = 1;
+    # a numerics record other than the one the backend declares) is Unsupported: the non-strict run skips it
+    # with the reason. Every other case must then pass strictly (every output's bytes, nothing unsupported).
+    from conformance.suite import check_named
+
+    check_named(ep.backend, key)
+    check_named(ep.backend, key, strict=True)
+
+
+@pytest.mark.parametrize("key", _ranked("bad"))
+def test_ep_bad_calls(ep, key):
+    from conformance.suite import check_error
+
+    check_error(ep.backend, key, strict=True)
+    assert ep.fakes == {}                              # refused before any rank started
+
+
+@pytest.mark.parametrize("op", ["moe_distribute_dispatch", "moe_distribute_dispatch_v2", "moe_distribute_combine",
+                                "moe_distribute_combine_v2"])
+@settings(max_examples=5, deadline=None)
+@given(data=st.data())
+def test_ep_drawn_cases(op, data):
+    # conformance's own draws of the MC2 ops (rank counts, uneven BS, masks, smooth scales...), strictly, through
+    # fresh per-rank fakes. (The layer's draws are below the MC2 limits, H < 1024: its cases are the tests above.)
+    from conformance import registry
+    from conformance.suite import check_drawn
+
+    params = data.draw(registry.get(op).params(), label="params")
+    check_drawn(ep_backend().backend, op, params, strict=True)
+
+
+def test_thread_launcher_reports_the_failing_rank(monkeypatch):
+    # rank 1 fails before the collective; rank 0's barrier breaks: the error raised is rank 1's own
+    from backends.torch_npu import execution_ep
+
+    barrier = threading.Barrier(2)
+
+    def run_rank(rt, plan):
+        if plan == "bad":
+            barrier.abort()
+            raise ValueError("rank 1's own error")
+        barrier.wait()
+
+    monkeypatch.setattr(execution_ep, "run_rank", run_rank)
+    with pytest.raises(ValueError, match="rank 1's own error"):
+        execution_ep.ThreadLauncher(lambda q, r: None).run(["good", "bad"])

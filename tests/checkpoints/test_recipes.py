@@ -147,7 +147,7 @@ def test_load_recipe_sources(tmp_path):
     with pytest.raises(ValueError, match="neither a built-in"):
         load_recipe("no_such_recipe")
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match=r"bad.json: recipe \(JSON\) is not readable JSON"):
         load_recipe(str(tmp_path / "bad.json"))
     (tmp_path / "r.yaml").write_text("spec: {process: []}\n")
     try:

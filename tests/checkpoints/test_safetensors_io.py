@@ -96,7 +96,7 @@ def _corrupt(path, header: dict | bytes, data: bytes = b"") -> None:
 
 
 @pytest.mark.parametrize("header,data,needle", [
-    (b"not json", b"", "not UTF-8 JSON"),
+    (b"not json", b"", "header is not readable JSON"),
     ({"a": {"dtype": "I8", "shape": [4], "data_offsets": [0, 3]}}, b"\0" * 4, "needs 4"),
     ({"a": {"dtype": "I8", "shape": [4], "data_offsets": [0, 4]}}, b"\0" * 2, "beyond the end"),
     ({"a": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 1]}}, b"\0", "not supported"),

@@ -111,3 +111,26 @@ def test_tune_excludes_cases_a_known_library_bug_explains(monkeypatch):
     entries = recommend(stats, backend=bug.name, against="numpy", numerics_equal=True)
     assert all(e.ulp == 0 for e in entries)
     assert any("known library bug mx-byte0-half" in e.notes for e in entries)
+
+
+def test_a_foreign_backend_is_tuned_against_the_golden_under_its_declared_record(capsys):
+    """The reference of `w8a8 tune --backend onnxruntime` is what conformance judges it against: the golden
+    under onnxruntime's declared record (not the Ascend default, where every ort quantizer differs by its
+    declared division/zero-point arithmetic). Its quantize is exact under that record: bitwise, 0 observed."""
+    import json
+
+    pytest.importorskip("onnxruntime")
+    from w8a8cli.main import main
+
+    assert main(["tune", "--backend", "onnxruntime", "--op", "quantize", "--samples", "12", "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert entries and all(e["max_observed"] == 0 and e["ulp"] == 0 for e in entries)
+    assert {e["numerics"] for e in entries} == {backends.get("onnxruntime").numerics.name}
+
+
+def test_library_summation_order_is_measured_not_bitwise_by_construction():
+    from conformance.tuning import _analytic_cap
+
+    cap, words = _analytic_cap("weight_quant_batchmatmul", "y", "float16", True, library_order=True)
+    assert cap is None and "library's own order" in words
+    assert _analytic_cap("weight_quant_batchmatmul", "y", "float16", True)[0] == 0

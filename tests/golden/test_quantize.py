@@ -331,14 +331,18 @@ def test_dequantize_per_row_zero_point_must_have_the_scales_shape():
 
 
 def test_dequantize_overflow_and_nan_are_ieee_without_warnings():
-    # (y - z) * s in fp32 with no nan_policy: IEEE results, no RuntimeWarning (the suite makes those errors).
-    # 127 * 3e38 overflows fp32 to +Inf; -128 * 3e38 to -Inf; 0 * 3e38 = 0. A zero point of 3e38 makes
-    # y - z = -3e38 (exact after rounding), times 2 -> -Inf. An Inf scale times y = 0 is NaN.
+    # (y - z) * s in fp32: an overflow of finite inputs is IEEE, no RuntimeWarning (the suite makes those
+    # errors). 127 * 3e38 overflows fp32 to +Inf; -128 * 3e38 to -Inf; 0 * 3e38 = 0. A zero point of 3e38
+    # makes y - z = -3e38 (exact after rounding), times 2 -> -Inf. An Inf scale is refused under the
+    # default nan_policy="raise"; under "ieee" it times y = 0 is NaN.
     y = np.array([[127, -128, 0]], np.int8)
     out = dequantize(y, np.full(3, 3e38, np.float32))
     assert out.tolist() == [[np.inf, -np.inf, 0.0]]
     assert dequantize(y, np.full(3, 2.0, np.float32), np.full(3, 3e38, np.float32)).tolist() == [[-np.inf] * 3]
-    nan = dequantize(y, np.full(3, np.inf, np.float32), output_dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"dequantize: argument 'scale' must be finite.*got Inf at index \(0,\)"):
+        dequantize(y, np.full(3, np.inf, np.float32), output_dtype="bfloat16")
+    nan = dequantize(y, np.full(3, np.inf, np.float32), output_dtype="bfloat16",
+                     numerics=ASCEND.replace(nan_policy="ieee"))
     # bf16 bits: +Inf 0x7F80, -Inf 0xFF80, and 0 * Inf = the x86 default NaN (sign set) -> 0xFFC0
     assert nan.view(np.uint16).tolist() == [[0x7F80, 0xFF80, 0xFFC0]]
 

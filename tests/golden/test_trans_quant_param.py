@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from w8a8 import decode_quant_param, fp32_bits_to_int64, quant_matmul, trans_quant_param
+from w8a8 import ASCEND, decode_quant_param, fp32_bits_to_int64, quant_matmul, trans_quant_param
 from w8a8.trans_quant_param import FLAG, fp19, fp19_round_even, fp19_truncate, trans_quant_param_args
+
+IEEE = ASCEND.replace(nan_policy="ieee")
 
 FLAG_BIT = 1 << 46
 
@@ -67,7 +69,8 @@ def test_scale_one_with_offset_minus_3():
     (300.0, 255), (-256.0, -256), (-256.5, -256), (-1e9, -256), (np.nan, 0),   # NaN -> 0: golden choice
 ])
 def test_offset_rounding_and_clipping(offset, o9):
-    p = trans_quant_param(np.array([1.0], np.float32), np.array([offset], np.float32))
+    # A NaN offset packs as 0 under nan_policy="ieee"; the default "raise" refuses it (test below).
+    p = trans_quant_param(np.array([1.0], np.float32), np.array([offset], np.float32), numerics=IEEE)
     assert u64(p) == [0x3F800000 | FLAG_BIT | ((o9 & 0x1FF) << 37)]
     scale, off = decode_quant_param(p)
     assert scale.tolist() == [1.0] and off.tolist() == [float(o9)]
@@ -105,9 +108,22 @@ def test_round_mode_bits(bits, rne, trunc):
     assert bits_of(fp19(s, 1)) == [rne]
     assert bits_of(fp19_truncate(s)) == [trunc]
     assert bits_of(fp19(s, 0)) == [trunc]
-    # the packed words carry exactly these low 32 bits and the flag
-    assert u64(trans_quant_param(s, round_mode=1)) == [rne | FLAG_BIT]
-    assert u64(trans_quant_param(s)) == [trunc | FLAG_BIT]
+    # the packed words carry exactly these low 32 bits and the flag (Inf / NaN scales: under "ieee" only)
+    assert u64(trans_quant_param(s, round_mode=1, numerics=IEEE)) == [rne | FLAG_BIT]
+    assert u64(trans_quant_param(s, numerics=IEEE)) == [trunc | FLAG_BIT]
+    if np.isfinite(s).all():
+        assert u64(trans_quant_param(s)) == [trunc | FLAG_BIT]
+
+
+@pytest.mark.parametrize("arg, bits, kind", [("scale", 0x7FC00000, "NaN"), ("scale", 0xFF800000, "Inf"),
+                                             ("offset", 0x7FC00000, "NaN"), ("offset", 0x7F800000, "Inf")])
+def test_non_finite_scale_or_offset_refused_under_raise(arg, bits, kind):
+    # nan_policy="raise" (ASCEND): a NaN / Inf scale would pack exponent 255 into the fix-pipe word, whose
+    # device behaviour is unspecified; the argument and the first bad index are named.
+    bad = f32_from_bits(bits)
+    args = (bad,) if arg == "scale" else (np.array([1.0], np.float32), bad)
+    with pytest.raises(ValueError, match=rf"trans_quant_param: argument '{arg}' must be finite.*got {kind} at index \(0,\)"):
+        trans_quant_param(*args)
 
 
 def test_decode_reads_the_cann_golden_way():
@@ -217,8 +233,8 @@ def test_encode_decode_round_trip(s, o, round_mode):
     scale, off = decode_quant_param(p)
     assert bits_of(scale) == bits_of(fp19(sa, round_mode))
     assert off[0] == min(max(round(float(o)), -256), 255)              # Python round: half to even
-    # decode(encode) is idempotent on FP19 values
-    assert bits_of(decode_quant_param(trans_quant_param(scale))[0]) == bits_of(scale)
+    # decode(encode) is idempotent on FP19 values (RNE may carry FLT_MAX to Inf: packed under "ieee")
+    assert bits_of(decode_quant_param(trans_quant_param(scale, numerics=IEEE))[0]) == bits_of(scale)
 
 
 @given(st.one_of(normal_f32, st.floats(width=32, allow_nan=False, allow_infinity=False,

@@ -142,7 +142,7 @@ def test_token_ids_and_bounds_on_input(data, capsys):
     assert main(["run", ck, "--reference", ref, "--tokens", "1,2,256"]) == 2
     assert "[0, vocab_size = 256)" in capsys.readouterr().err
     assert main(["run", ck, "--reference", ref, "--tokens", ",".join(["1"] * 20), "--max-tokens", "16"]) == 2
-    assert "20 tokens exceed --max-tokens 16" in capsys.readouterr().err
+    assert "--tokens: expected at most --max-tokens 16 tokens in all, got 20" in capsys.readouterr().err
     assert main(["run", ck, "--reference", ref, "--tokens", "1,x"]) == 2
     assert "comma-separated integers" in capsys.readouterr().err
     assert main(["run", ck, "--reference", ref, "--prompts", "/nonexistent/prompts.txt"]) == 2

@@ -14,13 +14,21 @@ view) and calls the w8a8 golden — under the Ascend defaults, except for three 
 deviations**, each a :class:`w8a8.Numerics` change applied to one call:
 
 1. ``NPU.npu_moe_init_routing_v2.0`` (layer 0 MoE): the scale of the preceding ``npu_dynamic_quant`` is
-   dropped, so ``init_routing_v2(quant_mode=1)`` quantizes again — with the column-tiled kernel's
-   formula (fp32 -> fp16 truncation, then half-away): ``routing_quant_round="trunc_fp16_half_away"``.
-   Its input has exact ``.5`` ties, where the two formulas differ.
-2. ``NPU.npu_dynamic_quant.2`` (layer 1 o_proj): a variant's scale formula ``amax * fp32(1/127)``
-   (``scale_out="amax_mul_rcp"``, the single-row / multi-row kernels' formula).
+   dropped, so ``init_routing_v2(quant_mode=1)`` quantizes again — and with another kernel's rounding
+   than the one the A3 host tiling selects for this shape: the selected (column-tiled) kernel computes
+   fp32 -> fp16 truncation then half-away; the stand-in computes the record's main-path half-even
+   (``variants="fixed"``). Its input has exact ``.5`` ties, where the two formulas differ.
+2. ``NPU.npu_dynamic_quant.2`` (layer 1 o_proj): another kernel's scale formula. The A3 tiling selects
+   a single-row / double-buffer kernel for these shapes, which writes ``amax * fp32(1/127)``; the
+   stand-in writes the basic kernel's ``1 / (127 / amax)`` (``variants="fixed"``).
 3. ``NPU.npu_dynamic_quant.3`` (layer 1 shared expert): tie rounding half away from zero
    (``round_mode="half_away"``); its input rows have amax 127 and ``k + 0.5`` values (exact ties).
+
+Every other stand-in computes what the golden computes under :data:`w8a8.ASCEND` (A3, the kernel
+variant its host tiling selects for each call). The first version of these dumps (before the golden
+modelled kernel variants) planted ``routing_quant_round="trunc_fp16_half_away"`` and
+``scale_out="amax_mul_rcp"``: exactly what the selected kernels compute for these shapes, so they are
+no deviation any more, and the plants were changed to the non-selected kernels' formulas.
 
 The generator checks that each planted call really differs from the golden's default for its inputs
 (it picks the first seed where all three do). Dumps written (``level: mix``, so ``construct.json``
@@ -60,8 +68,8 @@ from w8a8.offline import quantize_weight_per_channel
 
 T, H, E, K_TOP, I = 8, 16, 4, 2, 32
 N_OPROJ = 24
-PLANTS = {("moe_init_routing_v2", 0): {"routing_quant_round": "trunc_fp16_half_away"},
-          ("dynamic_quant", 2): {"scale_out": "amax_mul_rcp"},
+PLANTS = {("moe_init_routing_v2", 0): {"variants": "fixed"},
+          ("dynamic_quant", 2): {"variants": "fixed"},
           ("dynamic_quant", 3): {"round_mode": "half_away"}}
 ROOT = Path(__file__).resolve().parent
 

@@ -1,13 +1,18 @@
 """Dumps written by msprobe around stand-ins with planted device-like deviations (make_fixtures.py).
 
-Planted (``samples/made/GENERATED.json``): ``NPU.npu_moe_init_routing_v2.0`` quantizes with the
-column-tiled kernel's formula (fp16 truncation, half-away) after the preceding dynamic_quant's scale
-was dropped; ``NPU.npu_dynamic_quant.2`` writes the scale as ``amax * fp32(1/127)``;
-``NPU.npu_dynamic_quant.3`` rounds ties half away from zero. Every other stand-in is the golden.
+Planted (``samples/made/GENERATED.json``), each against what the golden computes under the A3 record
+(the kernel variant the host tiling selects for the call's shapes):
 
-Each expected verdict is derived from the golden called by hand on the dumped inputs (a call the golden
-reproduces bit for bit must agree; one it does not must disagree with the planted cause), so a change
-of the golden's modelled numerics for these shapes moves the expectation with it.
+* ``NPU.npu_moe_init_routing_v2.0`` quantizes again after the preceding dynamic_quant's scale was
+  dropped, with the record's main-path half-even rounding where A3 selects the column-tiled kernel
+  (fp16 truncation, half-away): ``variants="fixed"``;
+* ``NPU.npu_dynamic_quant.2`` writes the basic kernel's scale ``1 / (127 / amax)`` where A3 selects a
+  kernel that writes ``amax * fp32(1/127)``: ``variants="fixed"``;
+* ``NPU.npu_dynamic_quant.3`` rounds ties half away from zero.
+
+Every other stand-in is the golden. :func:`_planted_reproduces` checks, with the golden called by hand
+on the dumped inputs, that each planted call is reproduced by its planted record and *not* by the
+default one — so each expectation below is a real deviation, not the model.
 """
 
 from __future__ import annotations
@@ -32,36 +37,42 @@ def _t(samples, name):
     return read_pt(samples.planted / "step0/rank0/dump_tensor_data" / f"{name}.pt").array
 
 
-def _golden_reproduces(samples, entry) -> bool:
-    """Whether the golden (default numerics) gives the dumped outputs of ``entry``, called by hand."""
+PLANTED = {ROUTING: {"variants": "fixed"}, SCALE: {"variants": "fixed"}, TIES: {"round_mode": "half_away"}}
+
+
+def _reproduces(samples, entry, numerics) -> bool:
+    """Whether the golden under ``numerics`` gives the dumped outputs of ``entry``, called by hand."""
     t = lambda s: _t(samples, f"{entry}.{s}")  # noqa: E731
     if entry == ROUTING:
         out = w8a8.moe_init_routing_v2(t("input.0"), t("input.1"), active_num=T * K, expert_num=E,
                                        expert_tokens_num_type=1, expert_tokens_num_flag=True,
-                                       active_expert_range=[0, E], quant_mode=1)
+                                       active_expert_range=[0, E], quant_mode=1, numerics=numerics)
         return all(np.array_equal(o, t(f"output.{i}")) for i, o in enumerate(out))
-    y, s = w8a8.dynamic_quant(t("input.0"))
+    y, s = w8a8.dynamic_quant(t("input.0"), numerics=numerics)
     return np.array_equal(y, t("output.0")) and s.tobytes() == t("output.1").tobytes()
+
+
+@pytest.mark.parametrize("entry", list(PLANTED))
+def test_each_plant_is_a_deviation_from_the_selected_kernel(samples, entry):
+    assert _reproduces(samples, entry, w8a8.ASCEND.replace(**PLANTED[entry]))
+    assert not _reproduces(samples, entry, w8a8.ASCEND)
 
 
 def test_generated_by_msprobe(samples):
     meta = json.loads((samples.made / "GENERATED.json").read_text())
     assert meta["msprobe"].startswith("26.") and meta["planted"] == {
-        "moe_init_routing_v2.0": {"routing_quant_round": "trunc_fp16_half_away"},
-        "dynamic_quant.2": {"scale_out": "amax_mul_rcp"}, "dynamic_quant.3": {"round_mode": "half_away"}}
+        "moe_init_routing_v2.0": {"variants": "fixed"}, "dynamic_quant.2": {"variants": "fixed"},
+        "dynamic_quant.3": {"round_mode": "half_away"}}
 
 
 @pytest.mark.parametrize("entry, stage, change", [
-    (ROUTING, None, {"routing_quant_round": "trunc_fp16_half_away"}),
-    (SCALE, "scale", {"scale_out": "amax_mul_rcp"}),
+    (ROUTING, None, {"variants": "fixed"}),
+    (SCALE, "scale", {"variants": "fixed"}),
     (TIES, "codes", {"round_mode": "half_away"}),
 ])
 def test_planted_call_stage_and_cause(samples, run_replay, entry, stage, change):
     by_name, _ = run_replay(samples.planted)
     r = by_name[entry]
-    if _golden_reproduces(samples, entry):      # the golden now models this numerics for this shape
-        assert r["verdict"] == "agree-bitwise"
-        pytest.xfail(f"the golden now computes {change} for {entry}'s shape: the planted deviation is the model")
     assert r["verdict"] == "disagree" and r["status"] == "fail"
     at = r["attribution"]
     assert at["reproduced"] and at["numerics_change"] == change
@@ -74,15 +85,13 @@ def test_first_divergence_and_its_repro(samples, run_replay, tmp_path):
     quant = [r for r in records if r.get("kind") == "replay" and r["verdict"] != "not-replayable"]
     order = sorted(quant, key=lambda r: r["params"]["index"])
     disagreeing = [r["name"] for r in order if r["verdict"] == "disagree"]
-    expected = [n for n in (ROUTING, SCALE, TIES) if not _golden_reproduces(samples, n)]
+    expected = [ROUTING, SCALE, TIES]
     assert disagreeing == expected                      # nothing else disagrees: the other stand-ins are golden
-    if not expected:
-        pytest.skip("the golden models every planted deviation")
     first = by_name[expected[0]]
     from replay.reports import summarize
 
     assert summarize(records)["first_divergence"]["step0/rank0"]["name"] == expected[0]
-    assert first["module"] == ("model.layers.0.mlp.experts" if expected[0] == ROUTING else first["module"])
+    assert first["module"] == "model.layers.0.mlp.experts"
     # the single-op case exported for the first divergence reproduces it, on the command line ...
     case = first["case"]
     assert first["repro"] == f"w8a8 replay {case}"
@@ -101,8 +110,6 @@ def test_first_divergence_and_its_repro(samples, run_replay, tmp_path):
 
 
 def test_chain_shows_the_drift_downstream_of_the_divergence(samples, run_replay):
-    if _golden_reproduces(samples, ROUTING):
-        pytest.skip("the golden models the planted routing formula: no drift to show")
     by_name, _ = run_replay(samples.planted, chain=True)
     gmm = by_name["NPU.npu_grouped_matmul.0.forward"]
     # isolated, the grouped matmul is exact on the device's own (planted) codes; chained, it gets the
@@ -137,8 +144,6 @@ def test_nz_weight_missing_then_found_in_the_checkpoint(samples, run_replay):
 
 
 def test_golden_is_stricter_than_msprobe_on_ties(samples, run_replay):
-    if _golden_reproduces(samples, TIES):
-        pytest.skip("the golden models half-away ties")
     by_name, _ = run_replay(samples.planted)
     r = by_name[TIES]
     # msprobe's acc_check passes npu_dynamic_quant codes off by one anywhere (quantization_api_list)
@@ -152,12 +157,11 @@ def test_md5_dump_chained_flags_exactly_the_planted_calls(samples, run_replay):
     by_name, _ = run_replay(samples.planted_md5, chain=True, inputs=[samples.planted],
                             checkpoint=CheckpointWeights(samples.checkpoint))
     judged = {n: r["verdict"] for n, r in by_name.items() if r["verdict"] != "not-replayable"}
-    planted = {n for n in (ROUTING, SCALE, TIES) if not _golden_reproduces(samples, n)}
+    planted = set(PLANTED)
     assert {n for n, v in judged.items() if v == "crc-mismatch"} == planted
     assert {v for n, v in judged.items() if n not in planted} == {"crc-match"}
     # chained from the golden's routing codes, the MoE downstream differs from the device's CRCs
-    if ROUTING in planted:
-        assert by_name["NPU.npu_grouped_matmul.0.forward"]["chain"]["verdict"] == "crc-mismatch"
+    assert by_name["NPU.npu_grouped_matmul.0.forward"]["chain"]["verdict"] == "crc-mismatch"
 
 
 def test_md5_dump_alone_uses_the_statistics(samples, run_replay):
@@ -167,14 +171,16 @@ def test_md5_dump_alone_uses_the_statistics(samples, run_replay):
     qmm = by_name["NPU.npu_quant_matmul.1.forward"]
     assert qmm["verdict"] == "stats-consistent"
     assert any(c["check"].startswith("|y| <= K") for c in qmm["invariants"])
-    # the planted scale formula moves the largest row's scale only if that row's amax is one where
-    # amax*fp32(1/127) != 1/(127/amax); whatever the dumped Max is, the invariant is computed exactly
+    # the planted (basic-kernel) scale formula moves the largest row's scale only if that row's amax is
+    # one where amax*fp32(1/127) (the selected kernel) != 1/(127/amax); the invariant is computed exactly
     scale = next(c for c in by_name[SCALE]["invariants"] if c["check"].startswith("scale Max"))
     x = _t(samples, f"{SCALE}.input.0").astype(np.float32)
     amax = np.float32(np.abs(x).max())
     device_max = float(_t(samples, f"{SCALE}.output.1").max())
-    golden_max = float(np.float32(1) / (np.float32(127) / amax))
-    assert scale["ok"] == (device_max == golden_max)
+    assert device_max == float(np.float32(1) / (np.float32(127) / amax))          # the planted formula
+    selected_max = float(amax * (np.float32(1) / np.float32(127)))
+    assert scale["ok"] == (device_max == selected_max)
+    assert f"golden {selected_max!r}" in scale["detail"]
 
 
 def test_chain_memory_bound_breaks_the_chain_and_says_so(samples, run_replay):
@@ -189,8 +195,6 @@ def test_tie_aware_tolerance_accepts_only_true_ties(samples, run_replay, tmp_pat
     ties (amax 127, values k + 0.5), so they become agree-tolerance, each accepted code counted."""
     from replay.engine import load_tolerances
 
-    if _golden_reproduces(samples, TIES):
-        pytest.skip("the golden models half-away ties")
     toml = tmp_path / "tol.toml"
     toml.write_text('[[entry]]\nbackend = "device-dump"\nop = "dynamic_quant"\noutput = "y"\ndtype = "int8"\n'
                     'tie_off_by_one = true\nbasis = "analytic"\n')
@@ -199,5 +203,4 @@ def test_tie_aware_tolerance_accepts_only_true_ties(samples, run_replay, tmp_pat
     assert by_name[TIES]["verdict"] == "agree-tolerance" and y["tie_accepted"] == y["mismatches"] > 0
     assert y["tolerance"] == "+-1 at ties"
     # the scale formula is not a tie matter: still a disagreement
-    if not _golden_reproduces(samples, SCALE):
-        assert by_name[SCALE]["verdict"] == "disagree"
+    assert by_name[SCALE]["verdict"] == "disagree"

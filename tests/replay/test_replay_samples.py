@@ -78,14 +78,35 @@ def test_tensor_sample_verdicts_follow_the_golden(samples, run_replay):
         assert {"op", "backend", "case_id", "status", "schema"} <= set(r)
 
 
-def test_today_the_constructed_sample_is_bitwise(samples, run_replay):
-    """As written (golden of 2026-12): every NPU entry agrees bit for bit. If the golden's modelled
-    numerics for these shapes change, this test names the calls that changed (a finding)."""
+def test_constructed_sample_scales_come_from_the_basic_kernel_formula(samples, run_replay):
+    """The finding the kernel-variant work makes on the spec's tensor sample (spec/device-dumps.md §5.10).
+
+    Its stand-ins called the golden of their day, which wrote every dynamic_quant scale as
+    1 / fp32(127 / amax) (the basic kernel's formula). The A3 host tiling runs the double-buffer kernel
+    (tiling key 2) for these small bf16 inputs (4 and 16 rows, H = 16 and 32), which writes
+    amax * fp32(1/127). Derived here by hand from the dumped inputs, without the golden: the dumped scales
+    are the basic kernel's, some differ from the selected kernel's, and replay says so with the right
+    stage and cause. Every other call of the sample agrees bit for bit."""
+    d = samples.tensor / "step0" / "rank0"
     by_name, _ = run_replay(samples.tensor)
-    changed = [n for n in NPU_ENTRIES if _expected(samples.tensor / "step0/rank0", n, NPU_ENTRIES[n]) != "agree-bitwise"]
-    if changed:
-        pytest.xfail(f"the golden no longer reproduces the sample's outputs for {changed}: a modelled-numerics change")
-    assert all(by_name[n]["verdict"] == "agree-bitwise" for n in NPU_ENTRIES)
+    one_127 = np.float32(1) / np.float32(127)
+    for entry in ("NPU.npu_dynamic_quant.0.forward", "NPU.npu_dynamic_quant.1.forward"):
+        x = _load(d, f"{entry}.input.0").astype(np.float32)
+        amax = np.abs(x.reshape(-1, x.shape[-1])).max(axis=1)
+        dumped = _load(d, f"{entry}.output.1").reshape(-1)
+        basic = np.float32(1) / (np.float32(127) / amax)
+        selected = amax * one_127
+        assert dumped.tobytes() == basic.tobytes(), entry
+        assert (selected != basic).any(), entry
+        assert w8a8.variants.select("dynamic_quant", _load(d, f"{entry}.input.0")).label == \
+            "dynamic_quant/double-buffer[2]"
+        r = by_name[entry]
+        assert r["verdict"] == "disagree" and r["first_mismatch"]["output"] == "scale"
+        at = r["attribution"]
+        assert at["first_stage"] == "scale" and at["reproduced"] and at["numerics_change"] == {"variants": "fixed"}
+        assert "dynamic_quant/double-buffer[2]" in at["cause"]
+    others = set(NPU_ENTRIES) - {"NPU.npu_dynamic_quant.0.forward", "NPU.npu_dynamic_quant.1.forward"}
+    assert {by_name[n]["verdict"] for n in others} == {"agree-bitwise"}
 
 
 def test_deleted_pt_file_gives_missing_data(samples, copy_sample, run_replay):
@@ -142,15 +163,30 @@ def test_md5_sample_chained_with_the_tensor_samples_inputs_is_crc_match(samples,
 
 
 def test_md5_sample_alone_checks_the_statistics_invariants(samples, run_replay):
+    """The statistics-only sample was written around a golden that knew one dynamic_quant kernel. Its
+    4 x 16 bf16 input selects the double-buffer kernel (key 2) on A3, which writes amax * fp32(1/127):
+    the dumped scale Max disagrees with it by one fp32 ULP — found from the statistics alone."""
     by_name, _ = run_replay(samples.md5)
     dq = by_name["NPU.npu_dynamic_quant.0.forward"]
-    assert dq["verdict"] == "stats-consistent"
+    assert dq["verdict"] == "stats-inconsistent"
     checks = {c["check"]: c for c in dq["invariants"]}
     scale = checks["scale Max = golden scale of amax = max(|x.Max|, |x.Min|)"]
-    # x.Max = 3.40625 is the row amax; 1 / fp32(127 / 3.40625) = 0.026820864528417587 = the dumped scale Max
-    assert scale["ok"] and "0.026820864528417587" in scale["detail"]
+    # x.Max = 3.40625 is the row amax. Basic kernel: 1 / fp32(127 / 3.40625) = 0.026820864528417587 (the
+    # dumped Max); double-buffer kernel: 3.40625 * fp32(1/127) = 0.026820866391062737, one ULP above
+    assert not scale["ok"]
+    assert "device 0.026820864528417587" in scale["detail"] and "golden 0.026820866391062737" in scale["detail"]
     assert checks["|y| <= 127"]["ok"]
     assert by_name["NPU.npu_swiglu.0.forward"]["verdict"] == "missing-data"   # nothing to check without inputs
+
+
+def test_md5_sample_is_consistent_under_the_fixed_kernel_record(samples, run_replay):
+    """Under the record the sample's stand-ins computed (one kernel for every shape) the same invariant
+    holds exactly: the finding above is the kernel variant and nothing else."""
+    by_name, _ = run_replay(samples.md5, numerics=w8a8.ASCEND.replace(variants="fixed"))
+    dq = by_name["NPU.npu_dynamic_quant.0.forward"]
+    assert dq["verdict"] == "stats-consistent"
+    scale = next(c for c in dq["invariants"] if c["check"].startswith("scale Max"))
+    assert scale["ok"] and "golden 0.026820864528417587" in scale["detail"]
 
 
 def test_real_msprobe_dump_is_read_and_nothing_is_replayable(samples, run_replay):

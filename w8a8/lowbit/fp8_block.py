@@ -28,7 +28,12 @@ Conventions chosen (spec §7)
   2^9, so 128 products stay below 2^53 units of 2^-18. A tensor core's fp32 accumulation inside a
   block rounds differently (DeepGEMM promotes every 128 exactly because of it): a tolerance
   matter. DeepGEMM's own epilogue multiplies ``P * (s_a * s_w)``: an ulp-level difference.
-* NaN / Inf input is refused.
+* NaN / Inf input is refused, and so is an e4m3 NaN code (0x7F / 0xFF) in the codes or scales the
+  dequantizer and the GEMM read: the quantizers never write one, so it marks a corrupted tensor.
+* The quantizers pad to whole blocks and the dequantizer repeats each scale over its block: a
+  ``block_shape`` / ``group_size`` / ``block_size`` whose padded fp32 tensor (or the GEMM's ``[M, N]``
+  accumulator) exceeds the allocation budget (:func:`w8a8._check.within_budget`: 4 GiB or
+  ``W8A8_GOLDEN_MAX_BYTES``) is refused, naming the argument, before anything is allocated.
 """
 
 from __future__ import annotations
@@ -109,8 +114,9 @@ def fp8_block_quantize_args(weight, *, block_shape=(BLOCK, BLOCK), scale_fmt=Non
     """The argument checks of :func:`fp8_block_quantize`, in its order."""
     op = "fp8_block_quantize"
     weight = _check.array(op, "weight", weight, dtypes=FLOAT_INPUTS, min_ndim=2)
-    _check.finite(op, "weight", weight)
+    _check.finite(op, "weight", weight, ieee_escape=False)
     bn, bk = _pair(op, "block_shape", block_shape)
+    _padded_within_budget(op, "block_shape", weight.shape, bn, bk)
     return Fp8BlockQuantizeArgs(weight=weight, block_rows=bn, block_cols=bk, scale_fmt=scale_fmt,
                                 eps=scale_fmt_eps(op, scale_fmt, eps))
 
@@ -133,8 +139,9 @@ def per_token_group_quant_fp8_args(x, group_size=BLOCK, *, scale_fmt=None, eps=N
     """The argument checks of :func:`per_token_group_quant_fp8`, in its order."""
     op = "per_token_group_quant_fp8"
     x = _check.array(op, "x", x, dtypes=FLOAT_INPUTS, min_ndim=1)
-    _check.finite(op, "x", x)
+    _check.finite(op, "x", x, ieee_escape=False)
     g = _check.integer(op, "group_size", group_size, minimum=1)
+    _padded_within_budget(op, "group_size", x.shape[:-1] + (1,) + x.shape[-1:], 1, g)
     return PerTokenGroupQuantFp8Args(x=x, group_size=g, scale_fmt=scale_fmt, eps=scale_fmt_eps(op, scale_fmt, eps))
 
 
@@ -159,8 +166,10 @@ def fp8_block_dequantize_args(weight_q, weight_scale_inv, *, block_shape=(BLOCK,
     """The argument checks of :func:`fp8_block_dequantize`, in its order."""
     op = "fp8_block_dequantize"
     weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), min_ndim=2)
+    _check.finite(op, "weight_q", weight_q, ieee_escape=False)  # a NaN code: never written by the quantizer
     bn, bk = _pair(op, "block_shape", block_shape)
     s = _scales(op, "weight_scale_inv", weight_scale_inv, weight_q.shape[:-2], weight_q.shape[-2:], (bn, bk))
+    _padded_within_budget(op, "block_shape", weight_q.shape, bn, bk)
     return Fp8BlockDequantizeArgs(weight_q=weight_q, weight_scale_inv=s, block_rows=bn, block_cols=bk,
                                   out=float_output(op, output_dtype))
 
@@ -189,6 +198,8 @@ def fp8_block_matmul_args(a_q, a_scale, weight_q, weight_scale_inv, *, block_siz
     op = "fp8_block_matmul"
     a_q = _check.array(op, "a_q", a_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
     weight_q = _check.array(op, "weight_q", weight_q, dtypes=(_dt.float8_e4m3fn,), ndim=2)
+    for arg, value in (("a_q", a_q), ("weight_q", weight_q)):  # e4m3 NaN codes: never written by the quantizers
+        _check.finite(op, arg, value, ieee_escape=False)
     m, k = a_q.shape
     n = weight_q.shape[0]
     if weight_q.shape[1] != k:
@@ -196,6 +207,8 @@ def fp8_block_matmul_args(a_q, a_scale, weight_q, weight_scale_inv, *, block_siz
     bs = _check.integer(op, "block_size", block_size, minimum=1)
     sa = _scales(op, "a_scale", a_scale, (), (m, k), (1, bs))
     sw = _scales(op, "weight_scale_inv", weight_scale_inv, (), (n, k), (bs, bs))
+    _padded_within_budget(op, "block_size", (n, sw.shape[1]), bs, 1)
+    _check.within_budget(op, "weight_q", (m, n), 4, f"the fp32 accumulator [M, N] = [{m}, {n}]")
     return Fp8BlockMatmulArgs(a_q=a_q, a_scale=sa, weight_q=weight_q, weight_scale_inv=sw, block_size=bs,
                               out=float_output(op, output_dtype))
 
@@ -284,6 +297,15 @@ def fp8_block_matmul(a_q: np.ndarray, a_scale: np.ndarray, weight_q: np.ndarray,
     return to_float(acc.astype(np.float32), out)
 
 
+def _padded_within_budget(op: str, arg: str, shape: tuple, rows: int, cols: int) -> None:
+    """The fp32 copy of ``[..., R, C]`` padded up to whole ``rows x cols`` blocks (the quantizers' padded
+    amax, the dequantizer's repeated scales) within the allocation budget: a block size far beyond the
+    tensor would otherwise allocate rows x cols floats per block."""
+    *lead, r, c = shape
+    padded = tuple(lead) + (-(-r // rows) * rows, -(-c // cols) * cols)
+    _check.within_budget(op, arg, padded, 4, f"the fp32 tensor padded to whole {rows}x{cols} blocks {padded}")
+
+
 def _pair(op: str, arg: str, value) -> tuple[int, int]:
     try:
         a, b = value
@@ -296,6 +318,6 @@ def _scales(op: str, arg: str, scale, lead: tuple, shape: tuple, block: tuple) -
     want = tuple(lead) + tuple(-(-d // b) for d, b in zip(shape, block))
     s = _check.array(op, arg, scale, dtypes=(_dt.float32,))
     _check.shape(op, arg, s, [want], f"float32 of shape {want} (one per {block[0]}x{block[1]} block)")
-    _check.finite(op, arg, s)
+    _check.finite(op, arg, s, ieee_escape=False)
     return s
 

@@ -90,7 +90,7 @@ def int4_group_quantize_args(weight, group_size=128, *, scheme="gptq_sym",
     sdt = _dt.resolve(scale_dtype, arg="scale_dtype", op=op)
     if sdt not in _SCALE_DTYPES:
         _check.fail(op, "scale_dtype", "float16, bfloat16 or float32", repr(scale_dtype), TypeError)
-    _check.finite(op, "weight", weight)
+    _check.finite(op, "weight", weight, ieee_escape=False)
     g, groups = group_count(op, weight.shape[-1], group_size)
     return Int4GroupQuantizeArgs(weight=weight, group_size=g, groups=groups, scheme=scheme, scale_dtype=sdt)
 
@@ -122,6 +122,7 @@ def int4_group_dequantize_args(codes, scale, zero=None, *, output_dtype="float32
     op = "int4_group_dequantize"
     codes = _check.array(op, "codes", codes, dtypes=(np.int8, np.uint8), min_ndim=2)
     scale = _check.array(op, "scale", scale, dtypes=_SCALE_DTYPES, min_ndim=2)
+    _check.finite(op, "scale", scale, ieee_escape=False)
     out = float_output(op, output_dtype)
     k = codes.shape[-1]
     groups = scale.shape[-1]
@@ -221,6 +222,10 @@ def int4_group_dequantize(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray
 
     Formula: ``fp32(q) * fp32(s)`` or ``(fp32(u) - fp32(z)) * fp32(s)`` — the subtraction is exact,
     the product rounds once in fp32 — then one RNE cast to ``output_dtype``.
+
+    Errors (:func:`int4_group_dequantize_args`): TypeError for dtypes; ValueError for shapes, code and
+    zero ranges, and NaN/Inf in ``scale`` (always: the op has no ``numerics``, and a device's
+    behaviour on a non-finite group scale is not specified).
     """
     a = int4_group_dequantize_args(codes, scale, zero, output_dtype=output_dtype)
     codes, scale, zero, out = a.codes, a.scale, a.zero, a.out

@@ -204,6 +204,7 @@ def mx_matmul_args(a_data, a_scale, b_data, b_scale, *, elem_dtype="e2m1", b_ele
     if len(a_shape) != 2 or len(b_shape) != 2 or a_shape[1] != b_shape[1]:
         _check.fail(op, "b_data", f"a 2-D [N, K] operand with K = {a_shape[-1]} (A is {a_shape})",
                     _check.describe(b_data))
+    _check.within_budget(op, "b_data", (a_shape[0], b_shape[0]), 8, f"the output [M, N] = [{a_shape[0]}, {b_shape[0]}]")
     return MxMatmulArgs(a_data=a_data, a_scale=a_scale, b_data=b_data, b_scale=b_scale, a_elem_name=a_name,
                         b_elem_name=b_name, out=float_output(op, output_dtype))
 
@@ -283,7 +284,10 @@ def mx_matmul(a_data: np.ndarray, a_scale: np.ndarray, b_data: np.ndarray, b_sca
 
     Formula: ``y[m, n] = sum_k A^[m, k] * B^[n, k]`` with ``A^ = P * 2^(b - 127)`` exact in
     float64, accumulated in float64, rounded once to fp32, then RNE to ``output_dtype``. A NaN
-    scale makes every output it touches NaN.
+    scale makes every output it touches NaN (the OCP MX definition: accepted, as NaN elements are).
+
+    Errors (:func:`mx_matmul_args`): ValueError for shapes, element types, block sizes, and an
+    ``[M, N]`` output beyond the allocation budget (:func:`w8a8._check.within_budget`; 4 GiB or ``W8A8_GOLDEN_MAX_BYTES``).
     """
     p = mx_matmul_args(a_data, a_scale, b_data, b_scale, elem_dtype=elem_dtype, b_elem_dtype=b_elem_dtype,
                        block_size=block_size, output_dtype=output_dtype)

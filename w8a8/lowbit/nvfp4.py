@@ -174,6 +174,8 @@ def nvfp4_matmul_args(a_data, a_block_scale, b_data, b_block_scale, alpha, *,
     if a_data.ndim != 2 or b_data.ndim != 2 or a_data.shape[1] != b_data.shape[1]:
         _check.fail(op, "b_data", f"a 2-D [N, K/2] operand with K = {2 * a_data.shape[-1]} "
                     f"(A is {a_data.shape[:-1] + (2 * a_data.shape[-1],)})", _check.describe(b_data))
+    m, n = a_data.shape[0], b_data.shape[0]
+    _check.within_budget(op, "b_data", (m, n), 8, f"the output [M, N] = [{m}, {n}]")
     al = np.asarray(alpha, dtype=np.float32)
     if al.size != 1 or not np.isfinite(al).all():
         _check.fail(op, "alpha", "a finite fp32 scalar (S_a * S_b)", _check.describe(np.asarray(alpha)))
@@ -248,6 +250,9 @@ def nvfp4_dequantize(data: np.ndarray, block_scale: np.ndarray, *, per_tensor_sc
     an RNE cast to ``output_dtype`` (float32, bfloat16, float16).
 
     ``data`` uint8 ``[..., K/2]``, ``block_scale`` ``float8_e4m3fn`` ``[..., K/16]`` (linear layout).
+
+    Errors (:func:`nvfp4_dequantize_args`): TypeError for dtypes; ValueError for shapes, the tensor
+    scale, and an e4m3 NaN code in ``block_scale`` (always: :func:`nvfp4_quantize` never writes one).
     """
     p = nvfp4_dequantize_args(data, block_scale, per_tensor_scale=per_tensor_scale, global_scale=global_scale,
                               output_dtype=output_dtype)
@@ -273,6 +278,9 @@ def nvfp4_matmul(a_data: np.ndarray, a_block_scale: np.ndarray, b_data: np.ndarr
 
     Formula: ``acc = sum_k (q_a s_a)(q_b s_b)`` exact in float64 (each factor is exact), rounded
     once to fp32; ``y = cast(acc * fp32(alpha))``.
+
+    Errors (:func:`nvfp4_matmul_args`): TypeError for dtypes; ValueError for shapes, a non-finite
+    ``alpha``, an e4m3 NaN code in a block scale (always), and an ``[M, N]`` output beyond the allocation budget (:func:`w8a8._check.within_budget`; 4 GiB or ``W8A8_GOLDEN_MAX_BYTES``).
     """
     p = nvfp4_matmul_args(a_data, a_block_scale, b_data, b_block_scale, alpha, output_dtype=output_dtype)
     a_data, a_block_scale, b_data, b_block_scale, al, out = (p.a_data, p.a_block_scale, p.b_data, p.b_block_scale,
@@ -359,6 +367,9 @@ def _operand(op: str, data_arg: str, data, scale_arg: str, scale) -> tuple[np.nd
     if scale.shape[:-1] != data.shape[:-1] or scale.shape[-1] * BLOCK_SIZE != k:
         _check.fail(op, scale_arg, f"float8_e4m3fn of shape {data.shape[:-1] + (k // BLOCK_SIZE,)} "
                     f"(one per {BLOCK_SIZE} elements, linear layout)", _check.describe(scale))
+    # e4m3's NaN codes (0x7F, 0xFF): nvfp4_quantize never writes them (it refuses non-finite input), so one is a
+    # corrupted scale, whose decode the kernels do not agree on: refused, as the quantizer's input is
+    _check.finite(op, scale_arg, scale, ieee_escape=False)
     return data, scale
 
 

@@ -345,13 +345,13 @@ def w4a8_dynamic_linear_args(x, weight, weight_scale, *, bias=None,
     else:
         _check.fail(op, "weight_scale", f"per channel [{n}] / [{n}, 1], or per group of 256 [{n}, K/256]",
                     _check.describe(ws))
-    _check.finite(op, "weight_scale", ws)
+    _check.finite(op, "weight_scale", ws, ieee_escape=False)
     if n % 8:
         pack_int4(np.broadcast_to(np.int8(0), (k, n)))  # pack_int4's own error for the [K, N] weight
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
     if numerics.nan_policy == "raise":
-        _check.finite("dynamic_quant", "x", x2)
+        _check.finite(op, "x", x)
     stand_in = _check.stand_in
     quant_matmul_int4_args(stand_in(np.int8, (m, k)), stand_in(np.int32, (k, n // 8)), stand_in(np.int64, s32.shape),
                            offset=stand_in(np.float32, (n,)), pertoken_scale=stand_in(np.float32, (m, 1)),

@@ -187,6 +187,7 @@ def _checked(x, w, b, s, o, pt, group_list, group_list_type, act_type, output_dt
         if value is not None and value.dtype != _dt.int64 and value.dtype != _dt.uint64:
             C.check_finite(_OP, arg, value, numerics)
     segs = C.group_segments(_OP, group_list, group_list_type, m, e)
+    _check.within_budget(_OP, "weight", (m, n), 8, f"the int32 accumulator and the output [M, N] = [{m}, {n}]")
     return GroupedMatmulArgs(x=x, weight=w, bias=b, scale=s, per_token_scale=pt, out=out, act_type=act_type,
                              group_list_type=group_list_type, segments=tuple(segs),
                              total=max((stop for _, _, stop in segs), default=0), as_list=as_list,
@@ -254,7 +255,8 @@ def grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_token_s
     golden writes 0 there. Compare only :func:`valid_rows` ``(group_list, M, group_list_type=...)``.
 
     Errors: TypeError for dtypes and combinations outside the table; ValueError for shapes, group
-    lists, options; OverflowError if a bias sum leaves int32.
+    lists, options, NaN/Inf scales under ``nan_policy="raise"``, an ``[M, N]`` accumulator beyond
+    the allocation budget (:func:`w8a8._check.within_budget`; 4 GiB or ``W8A8_GOLDEN_MAX_BYTES``); OverflowError if a bias sum leaves int32.
     """
     a = grouped_matmul_args(x, weight, bias=bias, scale=scale, offset=offset, per_token_scale=per_token_scale,
                             group_list=group_list, group_list_type=group_list_type, act_type=act_type,

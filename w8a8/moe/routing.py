@@ -303,7 +303,8 @@ def moe_init_routing_v2_args(x, expert_idx, *, scale=None, offset=None, active_n
     checked options (the active range resolved, the output row count).
 
     Every implementation of the op (the golden, backends) calls this first. TypeError for dtypes;
-    ValueError for shapes, ranges, options that do not combine, NaN/Inf under ``nan_policy="raise"``.
+    ValueError for shapes, ranges, options that do not combine, NaN/Inf under ``nan_policy="raise"``, an
+    ``expanded_x`` beyond the allocation budget (:func:`w8a8._check.within_budget`).
     """
     op = "moe_init_routing_v2"
     C.check_numerics(op, numerics)
@@ -336,6 +337,10 @@ def moe_init_routing_v2_args(x, expert_idx, *, scale=None, offset=None, active_n
     C.check_finite(op, "x", x, numerics)
     for arg, value in (("scale", s), ("offset", o)):
         C.check_finite(op, arg, value, numerics)
+    out_itemsize = x.dtype.itemsize if quant_mode == -1 else 1
+    # expanded_x [rows, H], expanded_scale [rows] fp32 and the valid-row mask: rows is expert_num * C (drop/pad)
+    _check.within_budget(op, "expert_capacity" if opts.drop_pad else "expert_idx", (opts.rows,), h * out_itemsize + 5,
+                         f"expanded_x [{opts.rows}, {h}] (with its row scale and mask)")
     return MoeInitRoutingV2Args(x=x, h=h, quant_mode=quant_mode, scale=s, offset=o, routing=opts)
 
 
@@ -475,7 +480,11 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
         quant_mode=0: q = round(fp16(fp16(fp16(x) * fp16(scale)) + fp16(offset)))   # fp16 math
                       saturated to [-128, 127] (torch_npu documents static mode as unsupported)
 
-    Errors: TypeError for dtypes; ValueError for shapes, ranges, options that do not combine.
+    Errors: TypeError for dtypes; ValueError for shapes, ranges, options that do not combine, NaN/Inf
+    under ``nan_policy="raise"``, and an output beyond the golden's allocation budget
+    (:func:`w8a8._check.within_budget`, 4 GiB unless ``W8A8_GOLDEN_MAX_BYTES`` says otherwise): the
+    ``expanded_x`` of ``expert_num * expert_capacity`` rows (drop/pad) or of ``N*K`` rows is sized before
+    anything is allocated, and the message names ``expert_capacity`` (or ``expert_idx``) and the bytes.
     """
     op = "moe_init_routing_v2"
     p = moe_init_routing_v2_args(x, expert_idx, scale=scale, offset=offset, active_num=active_num,

@@ -215,6 +215,8 @@ def dequant_swiglu_quant_args(x, *, weight_scale=None, activation_scale=None, bi
     for arg, value in (("x", x), ("weight_scale", ws), ("activation_scale", act), ("quant_scale", qs),
                        ("quant_offset", qo)):
         C.check_finite(op, arg, value, numerics)
+    if quant_mode == 0 and not scalar:  # o / quant_scale[g]: a zero divides (the scalar's 0 is static_zero_scale's)
+        _check.nonzero_divisor(op, "quant_scale", qs, numerics)
     return DequantSwigluQuantArgs(x=x, t=t, h=h, quant_mode=quant_mode, activate_left=activate_left,
                                   swiglu_limit=limit, groups=groups, segments=tuple(segs),
                                   total=max((stop for _, _, stop in segs), default=0), weight_scale=ws,
@@ -280,7 +282,9 @@ def dequant_swiglu_quant(x: np.ndarray, *, weight_scale: np.ndarray | None = Non
     golden refuses it instead (a caller passing it has a bug).
 
     Errors: TypeError for dtypes; ValueError for shapes, combinations, ``swiglu_limit <= 0``,
-    NaN/Inf under ``nan_policy="raise"``; OverflowError when ``x + bias`` leaves int32.
+    NaN/Inf, and a zero in a static ``quant_scale`` that divides (every form but the ``[1]`` scalar,
+    whose zero ``numerics.static_zero_scale`` defines) under ``nan_policy="raise"``; OverflowError when
+    ``x + bias`` leaves int32.
     """
     a = dequant_swiglu_quant_args(x, weight_scale=weight_scale, activation_scale=activation_scale, bias=bias,
                                   quant_scale=quant_scale, quant_offset=quant_offset, group_index=group_index,

@@ -65,6 +65,18 @@ def dynamic_quant_bits_params(draw):
             "group_index": groups, "dist": draw(S.bit_dist()), "signed_smooth": True, "seed": draw(S.seed())}
 
 
+def unwritten_when_hidden_is_empty(*names):
+    """The mask of a per-token quantizer: with H = 0 ``aclnnDynamicQuant`` returns before any kernel runs
+    (``x->IsEmpty()``: ops-nn ``quant/dynamic_quant/op_host/op_api/aclnn_dynamic_quant.cpp:368`` @ e5c3fa93),
+    so the per-row outputs ``names`` (scale, offset) of the rows that exist are never written: unspecified."""
+    def mask(args, kwargs):
+        x = args[0]
+        if x.shape[-1] != 0:
+            return {}
+        return {n: np.zeros(x.shape[:-1], bool) for n in names}
+    return mask
+
+
 def dynamic_quant_build(p):
     rng = rng_for(p["seed"])
     x = float_tensor(rng, tuple(p["lead"]) + (p["h"],), p["dtype"], p["dist"])

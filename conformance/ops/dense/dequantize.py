@@ -81,14 +81,6 @@ def _nonfinite(scale, out):
 
 
 CASES = [
-    Case("inf_scale_bf16_bits", _nonfinite(np.inf, "bfloat16"),
-         {"x": np.array([[0x7F80, 0xFFC0, 0xFF80]], np.uint16).view(BF16)},
-         "(y - 0) * Inf with y = [1, 0, -3]: +Inf (0x7F80), 0 * Inf = NaN — the x86 default NaN, sign set, which "
-         "ml_dtypes rounds to bf16 0xFFC0 (torch's own cast would write 0xFFFF) — and -Inf (0xFF80)."),
-] + [Case(f"nonfinite_scale_{name}_{out}", _nonfinite(v, out),
-          why="A NaN / Inf scale: (y - z) * NaN is NaN and 0 * Inf is NaN; the NaN's bits must match the golden's.")
-     for name, v in (("nan", np.nan), ("inf", np.inf), ("minus_nan", -np.nan))
-     for out in ("bfloat16", "float16", "float32")] + [
     Case("per_row_zero_point",
          lambda: ((Y316, S3, np.array([1, 4, -2], np.int32)), {"axis": None}),
          {"x": ((np.arange(48).reshape(3, 16) - np.array([[1], [4], [-2]])) * S3[:, None]).astype(np.float32)},
@@ -139,6 +131,21 @@ BAD_CALLS = [
     ),
     BadCall("zero_point_size_1_per_row", lambda: ((Y316, S3, np.ones(1, np.float32)), dict(axis=None)),
             ValueError, r"dequantize: argument 'zero_point' must be of shape y\.shape\[:-1\] ="),
+    # nan_policy="raise" (the default record): a non-finite scale or float zero point is refused, the argument
+    # and the first bad index named (issue 19: these used to give silent NaN / Inf).
+    BadCall("scale_nan", lambda: ((Y23, np.float32([1.0, np.nan, 2.0])), {}),
+            ValueError, r"dequantize: argument 'scale' must be finite .*; got NaN at index \(1,\)"),
+    BadCall("scale_inf_per_row", lambda: ((Y23, np.float32([np.inf, 1.0])), dict(axis=None)),
+            ValueError, r"dequantize: argument 'scale' must be finite .*; got Inf at index \(0,\)"),
+    BadCall("zero_point_nan", lambda: ((Y23, S3, np.float32([0.0, 0.0, np.nan])), {}),
+            ValueError, r"dequantize: argument 'zero_point' must be finite .*; got NaN at index \(2,\)"),
+] + [BadCall(f"nonfinite_scale_{name}_{out}", _nonfinite(v, out), ValueError,
+             rf"dequantize: argument 'scale' must be finite .*; got {kind} at index \(0,\)",
+             "A NaN / Inf scale (once computed through, with the NaN bits of each output dtype pinned) is refused "
+             "under nan_policy='raise', on every output dtype; the IEEE bits are pinned by the golden's tests "
+             "under nan_policy='ieee' (tests/golden/test_quantize.py).")
+     for name, v, kind in (("nan", np.nan, "NaN"), ("inf", np.inf, "Inf"), ("minus_nan", -np.nan, "NaN"))
+     for out in ("bfloat16", "float16", "float32")
 ]
 
 declare(OpDecl(

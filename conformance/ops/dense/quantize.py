@@ -157,10 +157,11 @@ CASES = [
     Case("int32_bounds_zero_point", lambda: ((a([[3e9, -3e9, 2.5, 2147483520.0]], np.float32), a([1.0], np.float32),
                                               np.array([7], np.int32)), {"dtype": "int32", "axis": 1}),
          why="The same row with an int32 zero point 7: the sum saturates at the int32 bounds."),
-    Case("zero_scale", lambda: ((a([[1.0, -1.0, 0.0]], np.float32), a([0.0], np.float32), None),
-                                 {"dtype": "int8", "axis": 0}),
-         {"y": np.array([[127, -128, 0]], np.int8)},
-         "x / 0: +inf saturates to 127, -inf to -128, and 0 / 0 = NaN writes code 0."),
+    Case("zero_scale_multiplies", lambda: ((a([[3.0, -2.0, 0.0]], np.float32), a([0.0], np.float32),
+                                             a([1.0], np.float32)), {"dtype": "int8", "axis": -1, "div_mode": False}),
+         {"y": np.array([[1, 1, 1]], np.int8)},
+         "div_mode=False multiplies (AscendQuantV3): rint(x * 0 + 1) = 1 for every finite x. A zero scale is refused "
+         "only where the op divides by it (div_mode=True)."),
 ]
 
 
@@ -302,6 +303,12 @@ BAD_CALLS = [
             ValueError, r"quantize: argument 'axis' must be in \[-2, 1\] for a 2-D x"),
     BadCall("scales_size_axis", lambda: ((np.ones((2, 3), np.float32), np.ones(3, np.float32)), dict(axis=0)),
             ValueError, r"quantize: argument 'scales' must be of size 2"),
+    # div_mode=True divides by the scale: a zero would make x / 0 saturate to +-127 (0 / 0 the NaN code);
+    # under nan_policy="raise" it is refused, naming the first zero (issue 19). -0.0 is a zero too.
+    BadCall("scales_zero_div_mode", lambda: ((X28, np.float32([1, 1, 1, 0, 1, 1, 1, 1])), {}),
+            ValueError, r"quantize: argument 'scales' must be non-zero \(the op divides by it.*; got 0 at index \(3,\)"),
+    BadCall("scales_negative_zero_bf16", lambda: ((X28, np.float32([-0.0]).astype(_dt.bfloat16)), dict(axis=-1)),
+            ValueError, r"quantize: argument 'scales' must be non-zero .*; got 0 at index \(0,\)"),
 ]
 
 declare(OpDecl(

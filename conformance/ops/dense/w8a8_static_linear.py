@@ -240,7 +240,7 @@ BAD_CALLS = [
             },
         ),
         ValueError,
-        r"quantize: argument 'x' must be finite",
+        r"w8a8_static_linear: argument 'x' must be finite",
     ),
     BadCall(
         "quant_matmul_scale_nonfinite",
@@ -254,7 +254,7 @@ BAD_CALLS = [
             },
         ),
         ValueError,
-        r"quant_matmul: argument 'scale' must be finite",
+        r"w8a8_static_linear: argument 'deq_scale' must be finite",
     ),
     BadCall(
         "quant_matmul_x1_shape",
@@ -283,7 +283,7 @@ BAD_CALLS = [
             dict(input_scale=S1, input_offset=S1, deq_scale=DEQ, quant_bias=None),
         ),
         ValueError,
-        r"quantize: argument 'x' must be finite",
+        r"w8a8_static_linear: argument 'x' must be finite",
     ),
     BadCall(
         "input_scale_nan",

@@ -94,6 +94,12 @@ BAD_CALLS = [
         TypeError,
         r"fp8_block_matmul: argument 'output_dtype' must be float32, bfloat16 or float16",
     ),
+    BadCall("block_size_budget", lambda: varied(_valid, {1: np.ones((4, 1), np.float32), 3: np.ones((1, 1), np.float32)},
+                                                 block_size=10**10),
+            ValueError, r"fp8_block_matmul: argument 'block_size' must be small enough that .* allocation budget of 4294967296 bytes .*; got \(10000000000, 1\) x 4 B"),
+    BadCall("a_q_nan_code", lambda: varied(_valid, {0: np.where(np.arange(fx().aq.size).reshape(fx().aq.shape) == 65,
+                                                                 np.uint8(0xFF), fx().aq.view(np.uint8)).view(fx().aq.dtype)}),
+            ValueError, r"fp8_block_matmul: argument 'a_q' must be finite .*; got NaN at index \(1, 1\)"),
 ]
 
 

@@ -42,6 +42,8 @@ BAD_CALLS = [
             ValueError, r"per_token_group_quant_fp8: argument 'scale_fmt' must be one of"),
     BadCall("eps_nonfinite", lambda: ((fx().x, 128), {"eps": np.inf}),
             ValueError, r"per_token_group_quant_fp8: argument 'eps' must be a positive finite float"),
+    BadCall("group_size_budget", lambda: ((fx().x, 10**10), {}),
+            ValueError, r"per_token_group_quant_fp8: argument 'group_size' must be small enough that .* allocation budget of 4294967296 bytes .*; got \(4, 1, 10000000000\) x 4 B"),
 ]
 
 declare(OpDecl(

@@ -99,7 +99,7 @@ BAD_CALLS = [
             "The A8W4 yOffset 8 * sum_k w * s = 8 * 112 * 3e37 overflows fp32: quant_matmul refuses the Inf offset."),
     BadCall("x_nan", lambda: ((np.where(np.arange(32).reshape(2, 16) == 19, np.nan, 1.0).astype(BF16),
                                np.full((8, 16), 7, np.int8), np.full(8, 0.01, np.float32)), {}),
-            ValueError, r"dynamic_quant: argument 'x' must be finite .* NaN at index \(1, 3\)"),
+            ValueError, r"w4a8_dynamic_linear: argument 'x' must be finite .* NaN at index \(1, 3\)"),
 ]
 
 

@@ -345,8 +345,8 @@ LAYER_ERRORS = {
     "gmm1_inf_before_gmm2_scale": r"dequant_swiglu_quant: argument 'x' must be finite",
     "gmm1_inf_before_shared": r"dequant_swiglu_quant: argument 'x' must be finite",
     "gmm2_scale_before_shared": r"grouped_matmul: argument 'scale' must be finite",
-    "activation_inf": r"dynamic_quant: argument 'x' must be finite",
-    "activation_inf_before_down_scale": r"dynamic_quant: argument 'x' must be finite",
+    "activation_inf": r"w8a8_dynamic_linear: argument 'x' must be finite",
+    "activation_inf_before_down_scale": r"w8a8_dynamic_linear: argument 'x' must be finite",
     "down_scale": r"quant_matmul: argument 'scale' must be finite",
     "gate_inf": r"swiglu: argument 'x' must be finite",
 }
