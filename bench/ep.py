@@ -185,22 +185,27 @@ def main(argv: list[str] | None = None) -> int:
     if not ok:
         print(f"python -m bench.ep: torch-dist is not available: {why}", file=sys.stderr)
         return 2
+    if args.experts < TOP_K or args.tokens < 0 or args.rounds < 1 or min(args.ranks) < 1:
+        print(f"python -m bench.ep: need --experts >= top-k = {TOP_K}, --tokens >= 0, --rounds >= 1, --ranks >= 1",
+              file=sys.stderr)
+        return 2
     records = []
     try:
         for ranks in args.ranks:
             if args.experts % ranks:
-                print(f"python -m bench.ep: --experts {args.experts} is not a multiple of R = {ranks}", file=sys.stderr)
+                print(f"python -m bench.ep: --experts {args.experts} is not a multiple of R = {ranks}",
+                      file=sys.stderr)
                 return 2
             for dispatch in args.dispatch:
                 rec = measure(backend, ranks, dispatch, tokens=args.tokens, experts=args.experts, rounds=args.rounds,
                               verify=not args.no_verify)
                 records.append(rec)
+                print(f"R={ranks} {dispatch}: " + json.dumps({k: rec[k] for k in ("call_s", "phases_s", "verified")}),
+                      file=sys.stderr, flush=True)
             if not args.no_baseline:
                 base = single_process(ranks, args.tokens, args.experts, rounds=args.rounds)
                 for rec in records[-len(args.dispatch):]:
                     rec["single_process_s"] = base
-                print(f"R={ranks} {dispatch}: " + json.dumps({k: rec[k] for k in ("call_s", "phases_s", "verified")}),
-                      file=sys.stderr, flush=True)
     finally:
         backend.close()
     print(f"Command: python -m bench.ep {' '.join(sys.argv[1:] if argv is None else argv)}")
