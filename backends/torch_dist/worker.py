@@ -13,7 +13,7 @@ runs ``tasks.<task>(ctx, payload)`` on ranks ``[0, ranks)`` with the process gro
 (:class:`Context`), and answers
 ``("result", value)``, ``("raise", exception)`` for a ``ValueError`` / ``TypeError`` / ``OverflowError``
 (re-raised by the parent as is), or ``("error", traceback)``. A watchdog thread ends the process when the
-parent is gone (its pid changes).
+parent is gone (its pid changes), removing the rank's log, the socket and the pool's folder.
 """
 
 from __future__ import annotations
@@ -30,10 +30,27 @@ _RERAISED = (ValueError, TypeError, OverflowError)
 _STORE_TIMEOUT_S = 60.0   # the rendezvous store's own timeout (at least): the ranks reach it within seconds
 
 
-def _watch_parent(parent: int) -> None:
+def _orphaned(address: str, rank: int) -> None:
+    """The parent is gone: remove what it would have removed (this rank's log, the socket and, for the last
+    rank to leave, the pool's folder: :class:`.pool.RankPool`)."""
+    folder = os.path.dirname(address)
+    for path in (os.path.join(folder, f"rank{rank}.log"), address):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
+
+
+def _watch_parent(parent: int, address: str, rank: int) -> None:
+    """Exit when the parent is gone (its pid changes), cleaning up after it."""
     while True:
         time.sleep(0.5)
         if os.getppid() != parent:
+            _orphaned(address, rank)
             os._exit(3)
 
 
@@ -63,7 +80,7 @@ class Context:
 def main(argv: list[str]) -> int:
     address, rank, world, backend, timeout, threads = argv
     rank, world, timeout, threads = int(rank), int(world), float(timeout), int(threads)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(os.getppid(), address, rank), daemon=True).start()
     conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ["W8A8_TORCH_DIST_AUTHKEY"]))
     conn.send(rank)
     import torch
@@ -95,7 +112,8 @@ def main(argv: list[str]) -> int:
         while True:
             try:
                 tag, *msg = conn.recv()
-            except (EOFError, OSError):
+            except (EOFError, OSError):   # the parent's end closed without "exit": it is gone
+                _orphaned(address, rank)
                 break
             if tag == "exit":
                 break

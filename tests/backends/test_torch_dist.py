@@ -336,14 +336,16 @@ def _running(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_do_not_outlive_their_parent():
     code = ("import os\nfrom backends.torch_dist.pool import RankPool\np = RankPool(2)\n"
-            "print(*p.pids(), flush=True)\nos._exit(0)\n")
+            "print(p._dir, *p.pids(), flush=True)\nos._exit(0)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=os.getcwd())
-    pids = [int(p) for p in out.stdout.split()]
+    folder, *pids = out.stdout.split()
+    pids = [int(p) for p in pids]
     assert len(pids) == 2, out.stderr[-2000:]
     deadline = time.monotonic() + 30
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+    while (any(_running(p) for p in pids) or os.path.exists(folder)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_running(p) for p in pids)
+    assert not os.path.exists(folder)        # the workers removed the socket, their logs and the folder
 
 
 def test_available_says_why_not(monkeypatch):
