@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.processes import pdeathsig  # the probe binary dies with this process
+
 VENDOR_PEAKS = {
     # dense int8 / fp64 ops per second, vendor datasheets
     "ascend-910c": {"int8": 1.6e15, "fp64": None, "source": "Huawei Ascend 910C (2 dies), INT8 ~1600 TOPS (vendor)"},
@@ -131,7 +133,7 @@ def measure_bandwidth(threads: int | None = None, seconds: float = 0.4) -> dict:
     if exe is not None:
         for name, size in sizes.items():
             r = subprocess.run([str(exe), "bw", str(threads), str(size), str(seconds)], capture_output=True, text=True,
-                               timeout=120)
+                               timeout=120, preexec_fn=pdeathsig)
             for line in r.stdout.splitlines():
                 key, _, value = line.partition(" ")
                 if key == "bw_read":
@@ -162,7 +164,7 @@ def dram_bandwidth(threads: int | None = None, seconds: float = 0.2) -> float:
         return 0.0
     size = bandwidth_sizes(threads, *cache_sizes())["bw_dram"]
     r = subprocess.run([str(exe), "bw", str(threads), str(size), str(seconds)], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, preexec_fn=pdeathsig)
     for line in r.stdout.splitlines():
         key, _, value = line.partition(" ")
         if key == "bw_read":
@@ -178,7 +180,8 @@ def measure(threads: int | None = None, iters: int = 10_000_000, bandwidth: bool
     found: dict[str, float] = {}
     if exe is not None:
         for _ in range(repeats):   # a ceiling is the best rate seen: a busy machine only lowers a run
-            r = subprocess.run([str(exe), str(threads), str(iters)], capture_output=True, text=True, timeout=300)
+            r = subprocess.run([str(exe), str(threads), str(iters)], capture_output=True, text=True, timeout=300,
+                               preexec_fn=pdeathsig)
             for line in r.stdout.splitlines():
                 name, _, value = line.partition(" ")
                 try:

@@ -337,9 +337,15 @@ def expected_unverified(r: dict) -> bool:
     return r.get("group") == "peers" and r.get("backend") != "torch-cpu"
 
 
-def _worker(conn, cases, timing):
+def _worker(conn, cases, timing, parent_pid):
+    from conformance.processes import die_with_parent
+
+    from .runner import started
+
+    die_with_parent(parent_pid)
     try:
         for case in cases:  # BenchCase objects: plain data and a module-level builder, pickled whole
+            conn.send(started(case))
             for rec in run_case(case, **timing):
                 conn.send(rec)
     except Exception as exc:  # noqa: BLE001
@@ -352,15 +358,14 @@ def peer_case_list(full: bool) -> list[BenchCase]:
     return [dynamic_linear_case(m, k, n, ("peers",)) for m, k, n in shapes(full)]
 
 
-def run_peers(cases: list[BenchCase], *, timing: dict | None = None, on_record=None) -> list[dict]:
-    """:func:`run_case` for each case in a fresh process (spawn: no thread pool shared with the caller)."""
+def run_peers(cases: list[BenchCase], *, timing: dict | None = None, on_record=None,
+              timeout: float | None = None) -> list[dict]:
+    """:func:`run_case` for each case in a fresh process (spawn: no thread pool shared with the caller; it
+    dies with the caller), every case under ``timeout`` seconds (default: the bench's)."""
     import multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    p = ctx.Process(target=_worker, args=(child, list(cases), timing or {}), daemon=True)
-    p.start()
-    child.close()
-    from .runner import collect
+    from .runner import DEFAULT_TIMEOUT_S, collect, start
 
-    return collect(parent, p, {"backend": "peers", "case": "?", "group": "peers"}, on_record)
+    p, conn = start(mp.get_context("spawn"), _worker, list(cases), timing or {})
+    return collect(conn, p, {"backend": "peers", "case": "?", "group": "peers"}, on_record,
+                   timeout=timeout or DEFAULT_TIMEOUT_S)[0]

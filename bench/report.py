@@ -262,7 +262,7 @@ def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str
         else:
             cells = [_e(r.get("status") if r.get("status") != "ok" else "unverified"),
                      _e(r.get("verify_note") or r.get("note") or ""), "", "", "", ""]
-            cls = "bad" if r.get("status") in ("error", "crashed") or r.get("status") == "ok" else "na"
+            cls = "bad" if r.get("status") in ("error", "crashed", "timeout") or r.get("status") == "ok" else "na"
         rows.append(f"<tr><td><code>{_e(r.get('op'))}</code></td><td>{_e(r.get('label'))}</td><td>{_e(r['backend'])}</td>"
                     + "".join(f"<td class='{cls}'>{c}</td>" for c in cells) + "</tr>")
     fit_rows = "".join(f"<tr><td>{_e(f['backend'])}</td><td>{_e(f['op'])}</td><td>{_e(f['axis'])}</td>"

@@ -1,6 +1,8 @@
 """Run benchmark cases per backend, each backend in its own process, then verify every result.
 
-One backend at a time, in a fresh process: thread pools of different libraries (OpenBLAS for the
+One backend at a time, in a fresh process that dies with its parent, every case under a timeout (a
+hanging call is recorded ``timeout``, a dying one ``crashed`` with its op and signal, and the rest
+goes on in a fresh process): thread pools of different libraries (OpenBLAS for the
 golden, OpenMP for torch) never spin against each other, and the process's memory baseline is its
 own. Every case's output is saved; afterwards the parent compares each backend's output with the
 golden's on the *same* inputs (the numpy backend's saved output, or the golden computed in the
@@ -17,6 +19,8 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+
+from conformance.processes import signal_text
 
 
 def case_seed(name: str) -> int:
@@ -45,7 +49,10 @@ def load_outputs(path: Path) -> dict:
     return out
 
 
-def _worker(conn, backend: str, registrations: dict, cases: list, tmp: str, timing: dict):
+def _worker(conn, backend: str, registrations: dict, cases: list, tmp: str, timing: dict, parent_pid: int):
+    from conformance.processes import die_with_parent
+
+    die_with_parent(parent_pid)
     import backends
     from backends.base import Unsupported
 
@@ -57,6 +64,7 @@ def _worker(conn, backend: str, registrations: dict, cases: list, tmp: str, timi
     b = backends.get(backend)
     for case in cases:  # BenchCase objects: plain data and a module-level builder, pickled whole
         cname = case.name
+        conn.send(started(case))
         rec = {"backend": backend, "case": cname, "op": case.op, "label": case.label, "params": case.params,
                "work": case.work, "unit": case.unit, "tags": list(case.tags),
                "compute": case.compute}
@@ -79,46 +87,99 @@ def _worker(conn, backend: str, registrations: dict, cases: list, tmp: str, timi
     conn.send(None)
 
 
+DEFAULT_TIMEOUT_S = 600.0
+"""Seconds one bench case (its warm-up and timed rounds) may take before its process is killed."""
+STARTUP_TIMEOUT_S = 300.0
+"""Seconds a bench process may take to start its next case (imports: torch takes seconds on a busy machine)."""
+
+
+def started(case) -> tuple[str, dict]:
+    """The message a bench worker sends before it runs ``case``: what a crash or timeout is recorded as."""
+    return ("start", {"case": case.name, "op": case.op, "label": case.label})
+
+
+def start(ctx, target, *args):
+    """A spawned worker running ``target(conn, *args, parent_pid)`` (it dies with this process); returns
+    ``(process, conn)``."""
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=target, args=(child, *args, os.getpid()), daemon=True)
+    p.start()
+    child.close()
+    return p, parent
+
+
 def run(backend_names: list[str], cases: list, *, full: bool = False, registrations: dict | None = None,
-        timing: dict | None = None, on_record=None, workdir: str | None = None) -> list[dict]:
+        timing: dict | None = None, on_record=None, workdir: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S) -> list[dict]:
     """Time ``cases`` on each backend (one process per backend) and verify them; return records.
 
-    ``full`` is accepted for callers that still pass it: the cases travel whole, so the worker no
-    longer rebuilds them from the declarations."""
+    Each case runs under ``timeout`` seconds: a case that overruns is recorded ``timeout`` and one whose
+    process dies ``crashed`` (with its op and the signal), and the backend's remaining cases go on in a
+    fresh process. ``full`` is accepted for callers that still pass it: the cases travel whole, so the
+    worker no longer rebuilds them from the declarations."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     tmp = workdir or tempfile.mkdtemp(prefix="w8a8-bench-")
     records: list[dict] = []
     for backend in backend_names:
-        parent, child = ctx.Pipe()
-        p = ctx.Process(target=_worker, args=(child, backend, registrations or {}, list(cases), tmp, timing or {}),
-                        daemon=True)
-        p.start()
-        child.close()
-        records += collect(parent, p, {"backend": backend, "case": "?"}, on_record)
+        todo = list(cases)
+        while todo:
+            p, conn = start(ctx, _worker, backend, registrations or {}, todo, tmp, timing or {})
+            got, stopped = collect(conn, p, {"backend": backend, "case": "?", "op": "?"}, on_record, timeout=timeout)
+            records += got
+            if stopped is None:
+                break
+            names = [c.name for c in todo]
+            todo = todo[names.index(stopped["case"]) + 1:]
     verify(records, cases)
     return records
 
 
-def collect(conn, process, crashed: dict, on_record=None) -> list[dict]:
-    """The records a worker ``process`` sends on ``conn`` until its ``None``; if it dies first, a record
-    ``crashed`` + status / note saying so ends the list."""
-    records = []
-    while True:
-        try:
-            rec = conn.recv()
-        except EOFError:
-            records.append(dict(crashed, status="crashed",
-                                note=f"the benchmark process died (exit code {process.exitcode})"))
-            break
-        if rec is None:
-            break
+def collect(conn, process, base: dict, on_record=None, *, timeout: float | None = None
+            ) -> tuple[list[dict], dict | None]:
+    """The records a worker ``process`` sends on ``conn`` until its ``None``, and the case it stopped in.
+
+    Before each case the worker sends :func:`started`; a case with no record within ``timeout`` seconds
+    (a process that starts no case within :data:`STARTUP_TIMEOUT_S`) has its process killed and a
+    ``timeout`` record, a process that dies a ``crashed`` record naming the
+    op, the case and the signal. Returns ``(records, stopped)``: ``stopped`` is the started case that
+    did not finish (None when the worker finished, or died before any case)."""
+    records: list[dict] = []
+    current: dict | None = None
+
+    def add(rec: dict) -> None:
         records.append(rec)
         if on_record:
             on_record(rec)
+
+    while True:
+        # a running case has ``timeout``; between cases (the process starting, importing) a generous bound
+        limit = timeout if current is not None or timeout is None else max(timeout, STARTUP_TIMEOUT_S)
+        if not conn.poll(limit):
+            process.kill()
+            process.join(timeout=10)
+            what = "no result" if current is not None else "no case started"
+            add(dict(base, **(current or {}), status="timeout",
+                     note=f"{what} within {limit:g} s; the benchmark process was killed"))
+            return records, current
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            process.join(timeout=10)
+            where = f"in {current['op']} ({current['case']})" if current else "before its first case"
+            add(dict(base, **(current or {}), status="crashed",
+                     note=f"the benchmark process died {where}: {signal_text(process.exitcode)}"))
+            return records, current
+        if msg is None:
+            break
+        if isinstance(msg, tuple) and msg[0] == "start":
+            current = msg[1]
+            continue
+        current = None
+        add(msg)
     process.join(timeout=10)
-    return records
+    return records, None
 
 
 def verify(records: list[dict], cases: list, table=None) -> None:

@@ -179,6 +179,9 @@ def measure_build(build, budget: int = CASE_BYTES) -> int | None:
         pid = os.fork()
     if pid == 0:  # the child: cap, build, report, exit without running the parent's cleanup
         os.close(read)
+        from .processes import pdeathsig
+
+        pdeathsig()  # a kill -9 of the parent takes the child with it
         try:
             _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
             cap = _vm_bytes() + 2 * budget

@@ -13,6 +13,9 @@ Statuses of a result:
   message matching the declared pattern;
 * ``refused`` — both sides refused a drawn input with the same error type (NaN/Inf inputs, the
   error contract): agreement, but counted apart from ``pass`` so that nothing passes vacuously;
+* ``device-unspecified`` — the backend accepted an input (drawn, named or a declared bad call) that the
+  golden refuses only by its NaN policy (it computes it under ``nan_policy="ieee"``: NaN/Inf, ...), where
+  the device behaviour is not specified: counted apart, not a failure (under ``strict``: a failure);
 * ``tolerated`` — within the tolerance, not identical;
 * ``mistrusted`` — identical, but the golden output is degenerate (see :mod:`.compare`);
 * ``fail`` — an output differs beyond tolerance; the backend accepted an input the golden refuses
@@ -20,7 +23,9 @@ Statuses of a result:
   golden contradicts (a named case's documented value, a bad call the golden accepts);
 * ``error`` — the backend raised where the golden returned;
 * ``unsupported`` — the backend declined the call (:class:`backends.Unsupported`): a skip;
-* ``crashed`` / ``timeout`` — set by the runner when the worker process died or overran.
+* ``crashed`` / ``timeout`` — set by the runner when the worker process died or overran;
+* ``leak`` — set by the runner when the worker kept more memory after the case than its budget (the
+  judgement is kept in the record's ``judged``).
 
 ``strict=True`` (a backend's own test suite, e.g. torch-cpu's) asks more: every output bitwise
 including its bytes (NaN payloads, signed zeros) and the rows a mask leaves unspecified, a refusal
@@ -46,8 +51,10 @@ from w8a8.numerics import ASCEND
 from .attribution import attribute, attribute_error
 from .compare import FAIL, MISTRUSTED, PASS, TOLERATED, Comparison, Tolerance, compare, worst
 
-FINAL_STATUSES = ("pass", "tolerated", "refused", "mistrusted", "fail", "error", "unsupported", "crashed", "timeout")
-BAD_STATUSES = ("fail", "error", "crashed", "timeout")
+UNSPECIFIED = "device-unspecified"
+FINAL_STATUSES = ("pass", "tolerated", "refused", "mistrusted", UNSPECIFIED, "fail", "error", "unsupported", "crashed",
+                  "timeout", "leak")
+BAD_STATUSES = ("fail", "error", "crashed", "timeout", "leak")
 REFUSALS = (ValueError, TypeError, OverflowError)
 _RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -231,12 +238,17 @@ def _expected_mismatches(expected: dict, ref: dict, got: dict, masks: dict) -> l
     return notes
 
 
-def _judge_error(case: CaseSpec, ref: Outcome, got: Outcome, strict: bool) -> Verdict:
-    """An error case: the declaration, then the backend, must raise the declared error."""
+def _judge_error(case: CaseSpec, ref: Outcome, got: Outcome, strict: bool,
+                 unspecified: Callable[[], bool] = lambda: False) -> Verdict:
+    """An error case: the declaration, then the backend, must raise the declared error — unless the
+    golden raises it only by its NaN policy and the backend computes (``device-unspecified``)."""
     bad = case.bad
     wrong = bad.judge(ref.error)
     if wrong:
         return Verdict(FAIL, f"the declaration is wrong: the golden {wrong}")
+    if got.error is None and not strict and unspecified():
+        return Verdict(UNSPECIFIED, f"backend accepted a bad call the golden refuses ({_describe(ref.error)}); the "
+                                    "device behaviour on it is not specified, so this is not a failure")
     problem = bad.judge(got.error)
     if problem is None and strict and str(got.error) != str(ref.error):
         problem = f"raised {_describe(got.error)}; the golden's message is {str(ref.error)!r}"
@@ -245,9 +257,24 @@ def _judge_error(case: CaseSpec, ref: Outcome, got: Outcome, strict: bool) -> Ve
     return Verdict(PASS, f"both raise {_describe(ref.error)}")
 
 
-def _judge_refusal(ref: Outcome, got: Outcome, strict: bool) -> Verdict:
-    """The golden refused a drawn or named input: the backend must refuse it the same way."""
+def policy_only_refusal(spec, args, kwargs, numerics) -> bool:
+    """Whether the golden refuses these inputs only by its NaN policy: under ``numerics`` with
+    ``nan_policy="ieee"`` it computes them. Such an input (NaN/Inf, ...) is one whose device behaviour
+    is not specified (:data:`UNSPECIFIED`)."""
+    if getattr(numerics, "nan_policy", None) != "raise":
+        return False
+    ieee = numerics.replace(nan_policy="ieee")
+    return not _run(spec, NumpyBackend(ieee), args, kwargs, catch=Exception, numerics=ieee).refused
+
+
+def _judge_refusal(ref: Outcome, got: Outcome, strict: bool, unspecified: Callable[[], bool] = lambda: False
+                   ) -> Verdict:
+    """The golden refused a drawn or named input: the backend must refuse it the same way — unless the
+    refusal is the golden's NaN policy only (``unspecified()``): accepting it is then ``device-unspecified``."""
     if got.error is None:
+        if not strict and unspecified():
+            return Verdict(UNSPECIFIED, f"backend accepted an input the golden refuses ({_describe(ref.error)}); "
+                                        "the device behaviour on it is not specified, so this is not a failure")
         return Verdict(FAIL, f"backend accepted an input the golden refuses ({_describe(ref.error)})")
     same = isinstance(got.error, type(ref.error)) and (not strict or str(got.error) == str(ref.error))
     if same:
@@ -258,10 +285,11 @@ def _judge_refusal(ref: Outcome, got: Outcome, strict: bool) -> Verdict:
 def judge(spec, case: CaseSpec, args, kwargs, ref: Outcome, got: Outcome, backend, *, tolerance=None,
           strict: bool = False) -> Verdict:
     """The verdict on one case from what the golden (``ref``) and the backend (``got``) did."""
+    unspecified = lambda: policy_only_refusal(spec, args, kwargs, backend.numerics)  # noqa: E731 - asked lazily
     if case.kind == "error":
-        return _judge_error(case, ref, got, strict)
+        return _judge_error(case, ref, got, strict, unspecified)
     if ref.refused:
-        return _judge_refusal(ref, got, strict)
+        return _judge_refusal(ref, got, strict, unspecified)
     if got.refused:
         return Verdict("error", _describe(got.error),
                        traceback="".join(traceback.format_exception(got.error))[-4000:])
@@ -370,5 +398,6 @@ def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures:
     return record(spec, params, backend, case, verdict, time.perf_counter() - t0, variant)
 
 
-__all__ = ["run_case", "run_both", "judge", "record", "variant_of", "resolve_case", "case_id", "repro_command", "bits_differ", "FINAL_STATUSES",
-           "BAD_STATUSES", "PASS", "FAIL", "TOLERATED", "MISTRUSTED"]
+__all__ = ["run_case", "run_both", "judge", "record", "variant_of", "resolve_case", "case_id", "repro_command",
+           "bits_differ", "FINAL_STATUSES", "BAD_STATUSES", "UNSPECIFIED", "policy_only_refusal", "PASS", "FAIL",
+           "TOLERATED", "MISTRUSTED"]

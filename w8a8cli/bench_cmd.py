@@ -37,6 +37,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--min-rounds", type=validate.integer(1), default=3,
                         help="minimum timed rounds per case, >= 1 (default 3)")
     parser.add_argument("--no-peak", action="store_true", help="skip the peak micro-benchmark")
+    parser.add_argument("--timeout", type=validate.real(0, open_low=True), default=600.0,
+                        help="seconds one case may take on a backend before its process is killed and the case "
+                             "recorded 'timeout', a finite number > 0 (default 600)")
     parser.add_argument("--peers", action="store_true",
                         help="also time torch-cpu's w8a8_dynamic_linear round-robin with its CPU peers (onnxruntime, "
                              "torchao, torch bf16 matmul, the int8 GEMMs alone) in one process (extra 'bench')")
@@ -108,10 +111,10 @@ def run(args) -> int:
         else:
             console.print(f"  {r['backend']:>10s} {r['case']:<48s} {state}: {r.get('note', '')[:60]}", highlight=False)
 
-    records = run_bench(names, cases, full=full, registrations=registrations,
+    records = run_bench(names, cases, full=full, registrations=registrations, timeout=args.timeout,
                         timing={"max_time": args.max_time, "min_rounds": args.min_rounds}, on_record=on_record)
     if args.peers and (not args.op or "w8a8_dynamic_linear" in args.op):
-        records += bench_peers.run_peers(bench_peers.peer_case_list(full), on_record=on_record,
+        records += bench_peers.run_peers(bench_peers.peer_case_list(full), on_record=on_record, timeout=args.timeout,
                                          timing={"max_time": 2 * args.max_time, "min_rounds": max(7, args.min_rounds)})
     if not args.no_peak:   # again at the end: a ceiling is the best rate seen (a busy machine only lowers one)
         peaks = peaks.best(measure())
@@ -137,7 +140,7 @@ def run(args) -> int:
                                                                                for r in records], "scaling": fits},
                                                     indent=1, default=str))
         console.print(f"plots and bench-report.html in {out}")
-    bad = [r for r in records if r.get("status") in ("error", "crashed") or (r.get("status") == "ok" and not r.get("verified")
+    bad = [r for r in records if r.get("status") in ("error", "crashed", "timeout") or (r.get("status") == "ok" and not r.get("verified")
                                                                            and not bench_peers.expected_unverified(r))]
     console.print(f"done in {time.perf_counter() - t0:.0f} s; {len(bad)} case(s) failed or unverified")
     return 1 if bad else 0

@@ -45,6 +45,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--timeout", type=validate.real(0, open_low=True), default=120.0,
                         help="seconds per backend call, a finite number > 0 (default 120)")
     parser.add_argument("--no-attribution", action="store_true", help="skip mismatch attribution (faster)")
+    parser.add_argument("--leak-budget", type=validate.real(0), default=256.0, metavar="MIB",
+                        help="resident memory a worker may keep after one case before the case is recorded 'leak' "
+                             "and the worker replaced, a finite number >= 0 (default 256; 0 turns the watch off)")
     parser.add_argument("--tolerances", metavar="PATH",
                         help="TOML tolerance table, read and checked before the run (default: the packaged table, "
                              "conformance/data/tolerances.toml; ops without an entry are compared bitwise)")
@@ -165,7 +168,7 @@ def _case_params(args) -> dict:
 def _run_single(args, names: list[str]) -> int:
     import backends
 
-    from conformance.evaluate import run_case
+    from conformance.evaluate import BAD_STATUSES, run_case
     from conformance.registry import get
 
     params = args.case_params
@@ -174,12 +177,32 @@ def _run_single(args, names: list[str]) -> int:
         path = _tolerance_path(args)
         from conformance.tolerances import ToleranceTable
 
-        record = run_case(get(args.op[0]), params, backends.get(name), attribute_failures=not args.no_attribution,
+        backend = backends.get(name)
+        record = run_case(get(args.op[0]), params, backend, attribute_failures=not args.no_attribution,
                           tolerance=ToleranceTable.load(path) if path else None)
+        evidence = _evidence(get(args.op[0]), params, backend, record)
+        if evidence:
+            record["evidence"] = evidence
         print(json.dumps(record, indent=2, default=str))
-        if record["status"] in ("fail", "error", "crashed", "timeout"):
+        if evidence:
+            from conformance.evidence import render
+
+            print(f"{record['status']}: the first mismatches of {backend.name} against the golden "
+                  f"(index, golden, backend, pre-rounding, the inputs there):")
+            print(render(evidence))
+        if record["status"] in BAD_STATUSES:
             worst = 1
     return worst
+
+
+def _evidence(spec, params, backend, record) -> list[dict]:
+    """The values at the first mismatches of a judged case (:mod:`conformance.evidence`); best effort."""
+    from conformance.evidence import mismatch_evidence
+
+    try:
+        return mismatch_evidence(spec, params, backend, record)
+    except Exception as exc:  # noqa: BLE001 - the verdict stands without its evidence
+        return [{"output": "?", "note": f"no evidence: {type(exc).__name__}: {exc}"}]
 
 
 def run(args) -> int:
@@ -190,6 +213,11 @@ def run(args) -> int:
             print(f"{name:28s} [{spec.family}] {spec.description}")
         return 0
     check(args)
+    if args.resume and not args.case:
+        problem = _adopt_plan(args)
+        if problem:
+            print(f"w8a8 conformance: {problem}", file=sys.stderr)
+            return 2
     names, registrations, problem = _select_backends(args.backend)
     if problem:
         raise validate.UsageError.relay("--backend", problem)
@@ -200,17 +228,80 @@ def run(args) -> int:
     if args.case:
         return _run_single(args, names)
 
+    from conformance.outlock import OutLock, OutLocked
     from conformance.runner import RunOptions, WorkerPool
 
     options = RunOptions(workers=args.workers, timeout=args.timeout, attribute=not args.no_attribution,
-                         registrations=registrations, tolerances=_tolerance_path(args))
+                         registrations=registrations, tolerances=_tolerance_path(args),
+                         leak_budget_mb=args.leak_budget)
+    lock = OutLock(args.out)
+    try:
+        lock.acquire()
+    except (OutLocked, OSError) as exc:
+        print(f"w8a8 conformance: {exc}", file=sys.stderr)
+        return 2
     pool = WorkerPool(options) if options.workers > 0 else None  # their startup overlaps the planning
     try:
         return _plan_and_run(args, names, options, pool)
     finally:
         if pool is not None:
             pool.close()
+        lock.release()
 
+
+def _given_flags(args) -> tuple[dict, set[str]]:
+    """The plan-defining flags of this command line (:mod:`conformance.resume`), and which were given."""
+    from conformance.resume import plan_flags
+
+    names = [_resolved_name(spec) for spec in args.backend] if args.backend else \
+        [b.name for b in __import__("backends").available() if b.name != "numpy"] or ["numpy"]
+    flags = plan_flags(backends=names, backend_specs=args.backend, ops=args.op, profile=args.profile, seed=args.seed,
+                       tolerances=_tolerance_path(args))
+    explicit = {flag for flag, given in (("backends", args.backend), ("ops", args.op),
+                                         ("profile", args.profile != "ci"), ("seed", args.seed != 0),
+                                         ("tolerances", args.tolerances or args.exact)) if given}
+    return flags, explicit
+
+
+def _resolved_name(spec: str) -> str:
+    import backends
+
+    try:
+        return backends.get(spec).name
+    except (KeyError, ImportError, AttributeError):
+        return spec
+
+
+def _adopt_plan(args) -> str | None:
+    """On ``--resume``: take the saved plan's flags into ``args`` (saying which defaults it replaces), or
+    return the conflict line when a given flag contradicts the plan."""
+    from rich.console import Console
+
+    from conformance.resume import reconcile
+    from conformance.runner import load_plan
+
+    plan_path = Path(args.out) / "plan.json"
+    if not plan_path.is_file():
+        return None
+    try:
+        _, saved = load_plan(plan_path)
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        return f"--resume: the saved plan {plan_path} cannot be read ({type(exc).__name__}: {exc})"
+    console = Console(stderr=True)
+    if "flags" not in saved:
+        console.print(f"[yellow]{plan_path} records no flags (an older run): resuming with the flags given[/]")
+        return None
+    given, explicit = _given_flags(args)
+    result = reconcile(saved["flags"], given, explicit)
+    if result.conflict:
+        return result.conflict
+    for note in result.notes:
+        console.print(f"[dim]{note}[/]")
+    flags = result.flags
+    args.backend = flags.get("backend_specs") or flags["backends"]
+    args.op, args.profile, args.seed = flags["ops"], flags["profile"], flags["seed"]
+    args.tolerances, args.exact = flags["tolerances"], flags["tolerances"] is None
+    return None
 
 def _plan_and_run(args, names, options, pool) -> int:
     import functools
@@ -244,8 +335,12 @@ def _plan_and_run(args, names, options, pool) -> int:
         results.path.rename(archived)
         console.print(f"[dim]earlier results kept as {archived}[/]")
     if not (args.resume and plan_path.exists()):
+        from conformance.resume import plan_flags
+
+        flags = plan_flags(backends=names, backend_specs=args.backend, ops=args.op, profile=args.profile,
+                           seed=args.seed, tolerances=_tolerance_path(args))
         save_plan(plan_path, tasks, {"not_implemented": skipped, "profile": args.profile, "seed": args.seed,
-                                     "outside": outside})
+                                     "outside": outside, "flags": flags})
     if "numpy" in names and len(names) == 1 and not args.backend:
         console.print("[yellow]no backend other than the golden is available: running the golden against itself "
                       "(a self-check of the named cases and error contract)[/]")

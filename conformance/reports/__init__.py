@@ -17,7 +17,10 @@ FILES = {"markdown": "report.md", "junit": "report.xml", "json": "summary.json",
 
 
 def status_order() -> list[str]:
-    return ["pass", "tolerated", "refused", "mistrusted", "unsupported", "fail", "error", "crashed", "timeout"]
+    from ..evaluate import UNSPECIFIED
+
+    return ["pass", "tolerated", "refused", "mistrusted", UNSPECIFIED, "unsupported", "fail", "error", "crashed", "timeout",
+            "leak"]
 
 
 def write_all(out_dir: str | Path, records: list[dict], meta: dict) -> dict[str, Path]:
@@ -77,14 +80,18 @@ def outside_text(stats: dict) -> str:
 def cell_text(cell: dict, outside: dict | None = None) -> str:
     """``"28/30"`` style text of a matrix cell (passes over judged cases), with the bad counts and the draws
     outside the backend's capabilities (``outside``: :func:`outside_of`)."""
+    from ..evaluate import BAD_STATUSES, UNSPECIFIED
+
     good = cell.get("pass", 0) + cell.get("tolerated", 0)
-    judged = sum(cell.get(s, 0) for s in ("pass", "tolerated", "mistrusted", "fail", "error", "crashed", "timeout"))
-    bad = {s: cell.get(s, 0) for s in ("fail", "error", "crashed", "timeout") if cell.get(s)}
+    judged = sum(cell.get(s, 0) for s in ("pass", "tolerated", "mistrusted", *BAD_STATUSES))
+    bad = {s: cell.get(s, 0) for s in BAD_STATUSES if cell.get(s)}
     text = f"{good}/{judged}"
     if cell.get("mistrusted"):
         text += f" ({cell['mistrusted']} mistrusted)"
     if cell.get("refused"):
         text += f" (+{cell['refused']} invalid inputs refused by both)"
+    if cell.get(UNSPECIFIED):
+        text += f" (+{cell[UNSPECIFIED]} accepted where the device behaviour is unspecified)"
     if bad:
         text += " " + ", ".join(f"{n} {s}" for s, n in bad.items())
     if cell.get("unsupported"):
@@ -113,7 +120,9 @@ def meta_rows(meta: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str, s
 
 
 def cell_state(cell: dict) -> str:
-    if any(cell.get(s) for s in ("fail", "error", "crashed", "timeout")):
+    from ..evaluate import BAD_STATUSES
+
+    if any(cell.get(s) for s in BAD_STATUSES):
         return "bad"
     if cell.get("pass", 0) + cell.get("tolerated", 0) == 0:
         return "empty"

@@ -15,10 +15,11 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ..evaluate import BAD_STATUSES, UNSPECIFIED
 from ..results import distance_text, record_distance, worst_text  # noqa: F401 - re-exported
 
-BAD = ("fail", "error", "crashed", "timeout")
-GOOD = ("pass", "tolerated", "refused", "mistrusted")
+BAD = BAD_STATUSES
+GOOD = ("pass", "tolerated", "refused", "mistrusted", UNSPECIFIED)
 _IGNORED_PARAMS = ("seed",)
 
 
@@ -46,7 +47,7 @@ def cause_of(record: dict) -> str:
     note = record.get("note") or ""
     if record.get("expected_mismatch"):
         return "differs from the documented values: " + _normalized(record["expected_mismatch"][0])
-    if record["status"] in ("crashed", "timeout"):
+    if record["status"] in ("crashed", "timeout", "leak"):
         return record["status"] + (": " + _normalized(note) if note else "")
     return _normalized(note.splitlines()[0] if note else record["status"])
 

@@ -1,5 +1,5 @@
 """JUnit XML: one ``testsuite`` per backend, one ``testcase`` per case (``classname`` =
-``backend.op``); fail / error / crashed / timeout become ``<failure>`` or ``<error>``, unsupported
+``backend.op``); fail / error / crashed / timeout / leak become ``<failure>`` or ``<error>``, unsupported
 becomes ``<skipped>``; the attribution and the repro command go into the message."""
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ def render(records: list[dict], meta: dict) -> str:
             if status == "fail":
                 counts["failures"] += 1
                 ET.SubElement(tc, "failure", message=message[:500], type="mismatch").text = message
-            elif status in ("error", "crashed", "timeout"):
+            elif status in ("error", "crashed", "timeout", "leak"):
                 counts["errors"] += 1
                 ET.SubElement(tc, "error", message=message[:500], type=status).text = message + \
                     ("\n" + r["traceback"] if r.get("traceback") else "")
             elif status == "unsupported":
                 counts["skipped"] += 1
                 ET.SubElement(tc, "skipped", message=r.get("note", "unsupported"))
-            elif status == "mistrusted":
-                ET.SubElement(tc, "system-out").text = "mistrusted: " + message
+            elif status in ("mistrusted", "device-unspecified"):
+                ET.SubElement(tc, "system-out").text = f"{status}: " + message
         suite.set("tests", str(len(rows)))
         for k in ("failures", "errors", "skipped"):
             suite.set(k, str(counts[k]))

@@ -197,12 +197,26 @@ MOVED_OR_FORMAT_DEFINED = {
 }
 
 
+def _is_float_array(v) -> bool:
+    return isinstance(v, np.ndarray) and v.size and _dt.is_float(v.dtype)
+
+
+def _float_value(v):
+    """``v`` itself when it is a non-empty float array; for the per-rank lists of the expert-parallel ops,
+    the first rank's non-empty float array (its index in the list); else None."""
+    if _is_float_array(v):
+        return v, None
+    if isinstance(v, list):
+        return next(((x, j) for j, x in enumerate(v) if _is_float_array(x)), None) or (None, None)
+    return None, None
+
+
 def _float_inputs(args, kwargs, names):
     for i, v in enumerate(args):
-        if isinstance(v, np.ndarray) and v.size and _dt.is_float(v.dtype):
+        if _float_value(v)[0] is not None:
             yield names[i], i, None
     for k, v in kwargs.items():
-        if isinstance(v, np.ndarray) and v.size and _dt.is_float(v.dtype):
+        if _float_value(v)[0] is not None:
             yield k, None, k
 
 
@@ -242,8 +256,12 @@ def test_nan_in_any_float_input_is_refused_naming_op_and_argument(name):
     names = list(op.signature.parameters)
     checked = 0
     for arg, i, key in _float_inputs(args, kwargs, names):
-        value = (args[i] if key is None else kwargs[key]).copy()
+        given = args[i] if key is None else kwargs[key]
+        array, rank = _float_value(given)
+        value = array.copy()
         value.reshape(-1)[0] = np.nan
+        if rank is not None:                      # a per-rank list: NaN in one rank's tensor
+            value = [value if j == rank else x for j, x in enumerate(given)]
         a2, k2 = list(args), dict(kwargs)
         if key is None:
             a2[i] = value

@@ -279,14 +279,31 @@ def test_a_valid_file_still_reads_without_safetensors(single, monkeypatch):
 
 # -- --verify's sizes ---------------------------------------------------------------------------------------
 
+def _resolved(path):
+    from checkpoints import resolve
+
+    return resolve(Checkpoint.open(path))
+
+
 def test_verify_tokens_beyond_the_budget_is_one_line(single, capsys):
-    # 10^8 token rows of the widest module: refused before any module runs (was a MemoryError traceback)
+    # 10^8 token rows of the widest module: refused before any module runs (was a MemoryError traceback).
+    # The command line refuses it while parsing; the library refuses it too, against the allocation budget.
     line = inspect_fails(single, capsys, "--verify", "--tokens", str(10**8))
-    assert line.startswith("w8a8 inspect: verify: argument 'tokens' must be small enough that 100000000 token rows")
-    assert "allocation budget of 4294967296 bytes" in line
+    assert line == "w8a8 inspect: error: --tokens: expected an integer in 1..4096, got 100000000"
+    from checkpoints.verify import verify
+
+    with pytest.raises(ValueError) as info:
+        verify(_resolved(single), tokens=10**8)
+    msg = str(info.value)
+    assert msg.startswith("verify: argument 'tokens' must be small enough that 100000000 token rows")
+    assert "allocation budget of 4294967296 bytes" in msg
 
 
 def test_verify_layers_matching_nothing_is_an_error(single, capsys):
-    # was "0 modules", exit 0
+    # was "0 modules", exit 0: refused by the command line, and by the library
     line = inspect_fails(single, capsys, "--verify", "--layers", "no.such.layer")
-    assert "verify: argument 'layers' must match at least one module" in line and "'no.such.layer'" in line
+    assert "--layers: expected a pattern matching some module" in line and "'no.such.layer'" in line
+    from checkpoints.verify import verify
+
+    with pytest.raises(ValueError, match="verify: argument 'layers' must match at least one module .*'no.such.layer'"):
+        verify(_resolved(single), layers="no.such.layer")
