@@ -36,6 +36,7 @@ _BUILTINS: dict[str, str] = {
     "numpy": "backends.numpy_backend:NumpyBackend",
     "torch-cpu": "backends.torch_cpu:TorchCpuBackend",
     "torch-npu": "backends.torch_npu:TorchNpuBackend",
+    "torch-dist": "backends.torch_dist:TorchDistBackend",
     "onnxruntime": "backends.onnxruntime:OnnxruntimeBackend",
     "onnxruntime-dqmm": "backends.onnxruntime:OnnxruntimeDqmmBackend",
     "torchao": "backends.torchao:TorchaoBackend",
