@@ -39,6 +39,11 @@ _DYN_NAMES = ("weight", "weight_scale", "bias")
 def _weight(op: str, x: np.ndarray, weight) -> tuple[np.ndarray, int, int]:
     weight = _check.array(op, "weight", weight, dtypes=(_dt.int8,), ndim=2)
     n, k = weight.shape
+    if k == 0:
+        # aclnn returns before any kernel for an empty tensor: the quantized input is never written and
+        # the matmul's output is whatever the allocation held; the golden refuses rather than invent it
+        _check.fail(op, "weight", "[N, K] with K >= 1 (K = 0 leaves the device's output unwritten)",
+                    _check.describe(weight))
     if x.shape[-1] != k:
         _check.fail(op, "x", f"of last dimension K = {k} (weight is [N, K] = {weight.shape})", _check.describe(x))
     return weight, n, k

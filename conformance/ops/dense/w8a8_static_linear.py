@@ -115,6 +115,16 @@ def _valid():
 
 BAD_CALLS = [
     BadCall(
+        "k_zero",
+        lambda: (
+            (np.ones((3, 0), BF16), np.ones((5, 0), np.int8)),
+            {"input_scale": S1, "input_offset": S1 * 0, "deq_scale": S5, "quant_bias": None},
+        ),
+        ValueError,
+        r"w8a8_static_linear: argument 'weight' must be \[N, K\] with K >= 1",
+        "K = 0: the device never writes the output of an empty matmul; the golden refuses.",
+    ),
+    BadCall(
         "input_scale_shape",
         lambda: (
             (X, LW),
