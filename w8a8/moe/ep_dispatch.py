@@ -240,6 +240,12 @@ def dispatch_args(op: str, v2: bool, x, expert_ids, group_ep, ep_world_size, ep_
         _check.shape(op, "scales", sc, [(g.experts + offset, h)],
                      f"of shape [E + {offset}, H] = [{g.experts + offset}, {h}]")
         C.check_finite(op, "scales", sc, numerics)
+    if qm == 2 and numerics.ep_dispatch_quant == "init_routing" and (sc is not None or xs[0].dtype != _dt.bfloat16):
+        # that formula is npu_moe_init_routing_v2(quant_mode=1)'s, on the bf16 rows it gathers: an fp16 x or
+        # smoothed (fp32) rows would need a rounding to bf16 the modelled deployment never does
+        _check.fail(op, "numerics", "ep_dispatch_quant 'mc2' or 'deepep_normal' for an fp16 x or smooth scales "
+                    "('init_routing' models moe_init_routing_v2's quantizer on bf16 rows)",
+                    f"'init_routing' with x {_dt.name(xs[0].dtype)}" + (" and smooth scales" if sc is not None else ""))
     active = mask_args(op, v2, x_active_mask, g, bs, k)
     es = None
     if expert_scales is not None:

@@ -325,3 +325,22 @@ def test_dispatch_matches_the_op_plugin_test_construction(p):
         want = rows[(ends[q - 1] if q else 0):ends[q]]
         assert np.array_equal(out[0][q].view(np.uint16), want.view(np.uint16))
         assert np.array_equal(out[3][q], counts[q * p["e_loc"]:(q + 1) * p["e_loc"]])
+
+
+def test_init_routing_formula_refuses_what_its_quantizer_never_sees():
+    """'init_routing' models npu_moe_init_routing_v2(quant_mode=1) on the bf16 rows it gathers: smoothed (fp32)
+    rows or an fp16 x would need an extra rounding to bf16 that deployment never does, so they are refused
+    naming 'numerics'; the same bf16 call without smooth scales runs."""
+    rng = np.random.default_rng(101)
+    x, ids, _ = _mc2_inputs(rng, r=2, bs=(3, 2))
+    num = w8a8.ASCEND.replace(ep_dispatch_quant="init_routing")
+    sc = rng.uniform(0.5, 2.0, (E + 1, 1024)).astype(F32)
+    with pytest.raises(ValueError, match="argument 'numerics' must be ep_dispatch_quant 'mc2' or 'deepep_normal'.*"
+                                         "with x bfloat16 and smooth scales"):
+        w8a8.moe_distribute_dispatch_v2(x, ids, "ep", 2, [0, 1], E, quant_mode=2, scales=sc, global_bs=6,
+                                        numerics=num)
+    x16 = [v.astype(np.float16) for v in x]
+    with pytest.raises(ValueError, match="'init_routing' with x float16"):
+        w8a8.moe_distribute_dispatch_v2(x16, ids, "ep", 2, [0, 1], E, quant_mode=2, global_bs=6, numerics=num)
+    out = w8a8.moe_distribute_dispatch_v2(x, ids, "ep", 2, [0, 1], E, quant_mode=2, global_bs=6, numerics=num)
+    assert sum(len(v) for v in out[0]) == 5 * K
