@@ -20,6 +20,9 @@ mismatch (then the cause is complete: nothing else differs).
   (nondeterministic; tests/backends/test_torchao.py ``test_bug_int8_k_equals_1``);
 * ``nvfp4-zero-tensor`` — an all-zero tensor whose per-tensor scale is 0 (torchao
   ``per_tensor_amax_to_scale``) makes every block scale NaN;
+* ``nvfp4-nan-as-1.5`` — torchao's NVFP4 computes ``x·((1/S)/s_b)``: with a per-tensor scale S whose
+  fp32 reciprocal overflows (S < 2^-128) every zero element becomes ``0·inf = NaN``, which its
+  ``_f32_to_floatx_unpacked`` writes as E2M1 code 3 | sign (±1.5) — a zero input quantized to -1.5;
 * ``k0-stale-output`` — an integer GEMM with K = 0 returns an int32 output it never wrote (the sum of no
   terms is 0): onnxruntime 1.32 ``MatMulInteger`` hands back a reused buffer that still holds the previous
   run's results (tests/backends/test_onnxruntime.py ``test_bug_matmul_integer_k0_returns_a_stale_buffer``).
@@ -223,6 +226,26 @@ def _int8_k1_one_row(ctx: Context):
     return {"y": np.ones(np.shape(ctx.got["y"]), bool)}
 
 
+def _nvfp4_nan_as_1_5(ctx: Context):
+    x = ctx.args[0] if ctx.args else ctx.kwargs.get("x")
+    s = ctx.kwargs.get("per_tensor_scale")
+    got, ref = ctx.got.get("data"), ctx.ref.get("data")
+    if x is None or s is None or got is None or ref is None:
+        return None
+    with np.errstate(over="ignore", divide="ignore"):
+        if np.isfinite(np.float32(1) / np.float32(s)):
+            return None
+    zero = np.asarray(x).astype(np.float32) == 0
+    g, r = np.asarray(got, np.uint8), np.asarray(ref, np.uint8)
+    if zero.shape[:-1] != g.shape[:-1] or zero.shape[-1] != 2 * g.shape[-1]:
+        return None
+    nibbles = [(g & 0xF, r & 0xF, zero[..., 0::2]), (g >> 4, r >> 4, zero[..., 1::2])]  # packed LSB first
+    ok = np.ones(g.shape, bool)
+    for gn, rn, z in nibbles:
+        ok &= (gn == rn) | (z & ((gn & 0x7) == 3))
+    return {"data": ok}
+
+
 def _k0_stale_output(ctx: Context):
     a = ctx.args[0] if ctx.args else ctx.kwargs.get("a")
     ref, got = ctx.ref.get("acc"), ctx.got.get("acc")
@@ -253,6 +276,10 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("nvfp4-zero-tensor", ("nvfp4_quantize",),
              "NVFP4 all-zero tensor: a per-tensor scale of 0 makes every block scale NaN (0/0; torchao "
              "per_tensor_amax_to_scale)", _nvfp4_zero),
+    Detector("nvfp4-nan-as-1.5", ("nvfp4_quantize",),
+             "torchao NVFP4: with a per-tensor scale whose fp32 reciprocal overflows, x*((1/S)/s_b) makes every zero "
+             "element 0*inf = NaN, written as E2M1 code 3 | sign (+-1.5): a zero quantized to -1.5",
+             _nvfp4_nan_as_1_5),
     Detector("k0-stale-output", ("int_matmul",),
              "integer GEMM with K = 0 returns values it never wrote instead of zeros (onnxruntime 1.32 MatMulInteger "
              "reuses an output buffer: the previous run's results come back)", _k0_stale_output),

@@ -196,6 +196,15 @@ def test_torchao_fp16_intermediate_overflow_fails_with_its_detector():
     assert "fp16-epilogue-overflow" in r["attribution"]["detectors"], r["attribution"]["cause"]
 
 
+@pytest.mark.parametrize("scale", ["1e-40", "1e-45"])
+def test_torchao_nvfp4_zero_becomes_minus_1_5_under_a_tiny_tensor_scale(scale):
+    # S = 1e-40: fp32(1/S) overflows to inf, torchao's x * ((1/S)/s_b) gives 0 * inf = NaN for every zero, and
+    # _f32_to_floatx_unpacked writes that NaN (sign set) as E2M1 code 0xB = -1.5: byte 0xBB for two zeros
+    key = f"nvfp4_quantize/extreme_tensor_scale_per_tensor_scale_{scale}"
+    (r,) = _records(_torchao(), "nvfp4_quantize", [{"named": key}])
+    assert r["status"] == "fail" and r["attribution"]["detectors"] == ["nvfp4-nan-as-1.5"], r["attribution"]
+
+
 def test_torchao_k_equals_1_error_is_named():
     (r,) = _records(_torchao(), "dynamic_quant", [{"named": "dynamic_quant/rows_of_1_bfloat16"}])
     assert r["status"] == "error"
