@@ -46,6 +46,7 @@ import numpy as np
 from backends.base import Unsupported
 from backends.numpy_backend import NumpyBackend
 from w8a8.int4 import unpack_int4
+from w8a8 import variants
 from w8a8.numerics import ASCEND
 
 from .attribution import attribute, attribute_error
@@ -325,22 +326,6 @@ def run_both(spec, case: CaseSpec, args, kwargs, backend, *, tolerance=None, str
     return judge(spec, case, args, kwargs, ref, got, backend, tolerance=tolerance, strict=strict), got
 
 
-def variant_of(op: str, args, kwargs, numerics) -> str | None:
-    """The kernel variant the golden models for this call under ``numerics`` (its label, e.g.
-    ``"dynamic_quant/single-row[100]"``; ``"fixed"`` under ``variants="fixed"``), or None for an op with
-    one kernel or a call the golden refuses."""
-    from w8a8 import variants
-
-    if op not in variants.explainable_ops():
-        return None
-    if numerics.variants == "fixed":
-        return "fixed"
-    try:
-        return variants.select(op, *args, **{**kwargs, "numerics": numerics}).label
-    except (ValueError, TypeError, OverflowError):
-        return None
-
-
 def record(spec, params: dict, backend, case: CaseSpec, verdict: Verdict, duration_s: float,
            variant: str | None = None) -> dict:
     """The result record of a case (what the results file, the reports and the runner read)."""
@@ -386,7 +371,7 @@ def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures:
     t0 = time.perf_counter()
     case = resolve_case(spec, params, kind=kind, name=name, expected=expected)
     args, kwargs = case.build()
-    variant = variant_of(spec.name, args, kwargs, backend.numerics)
+    variant = variants.label(spec.name, args, kwargs, backend.numerics)
     verdict, got = run_both(spec, case, args, kwargs, backend, tolerance=tolerance, strict=strict)
     if verdict.status == FAIL and attribute_failures and verdict.comparisons:
         verdict.attribution = _attribute(spec, args, kwargs, backend, got, verdict)
@@ -398,6 +383,6 @@ def run_case(spec, params: dict, backend, *, tolerance=None, attribute_failures:
     return record(spec, params, backend, case, verdict, time.perf_counter() - t0, variant)
 
 
-__all__ = ["run_case", "run_both", "judge", "record", "variant_of", "resolve_case", "case_id", "repro_command",
+__all__ = ["run_case", "run_both", "judge", "record", "resolve_case", "case_id", "repro_command",
            "bits_differ", "FINAL_STATUSES", "BAD_STATUSES", "UNSPECIFIED", "policy_only_refusal", "PASS", "FAIL",
            "TOLERATED", "MISTRUSTED"]

@@ -57,17 +57,9 @@ def declared_numerics(platform: str = DEFAULT_PLATFORM, numerics: Numerics | Non
 
 def variant_label(op: str, args, kwargs, *, platform: str = DEFAULT_PLATFORM,
                   numerics: Numerics | None = None) -> str | None:
-    """The kernel variant the golden models for this call (``"dynamic_quant/single-row[100]"``), or
-    None for an op with one kernel (no selector) or a call whose arguments the golden refuses."""
-    record = declared_numerics(platform, numerics)
-    if op not in w8a8.variants.explainable_ops():
-        return None
-    if record.variants == "fixed":
-        return "fixed (the record's main-path formulas)"
-    try:
-        return w8a8.variants.select(op, *args, **{**dict(kwargs), "numerics": record}).label
-    except (ValueError, TypeError):
-        return None
+    """The kernel the golden models for this call (:func:`w8a8.variants.label` under
+    :func:`declared_numerics`)."""
+    return w8a8.variants.label(op, args, kwargs, declared_numerics(platform, numerics))
 
 
 def run(op: str, args, kwargs, *, platform: str = DEFAULT_PLATFORM, numerics: Numerics | None = None):

@@ -277,3 +277,11 @@ def test_finalize_templates(h, k, name):
                       skip2=False, drop_pad_mode=2, platform=A3)
     assert v.name == name
     assert v.decides["dropped_slot_bias"] == "skip"          # every bf16 template guards the bias add
+
+
+def test_label_names_the_modelled_kernel_for_records():
+    x = np.zeros((16, 4096), w8a8.bfloat16)
+    assert w8a8.variants.label("dynamic_quant", (x,), {}, w8a8.ASCEND) == "dynamic_quant/single-row[100]"
+    assert w8a8.variants.label("dynamic_quant", (x,), {}, w8a8.ASCEND.replace(variants="fixed")) == "fixed"
+    assert w8a8.variants.label("trans_quant_param", (np.ones(2, np.float32),), {}, w8a8.ASCEND) is None  # one kernel
+    assert w8a8.variants.label("dynamic_quant", (np.zeros(3, np.int8),), {}, w8a8.ASCEND) is None       # refused

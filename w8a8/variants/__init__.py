@@ -14,7 +14,8 @@ This package mirrors the host tiling's conditions, in their order, as pure funct
   its arithmetic in order of operations, and the source lines (``repo:path:lines@commit``) of both;
 * :mod:`.calls`: the same from an op's checked arguments (what every golden op calls);
 * :func:`select`: the variant any caller's call gets, ``select(op, *args, **kwargs)`` with the op's own
-  arguments (including ``numerics=``, whose ``platform`` picks the chip).
+  arguments (including ``numerics=``, whose ``platform`` picks the chip); :func:`label` its name for a
+  record (conformance and replay results say which kernel was modelled).
 
 How an op uses it (``Numerics.variants``): under ``"select"`` (the default of :data:`w8a8.ASCEND` and
 :data:`w8a8.ASCEND_A2`) the op computes with :meth:`Variant.numerics` — the record with the variant's
@@ -27,7 +28,7 @@ from __future__ import annotations
 from ._core import Variant, src
 from . import calls
 
-__all__ = ["Variant", "select", "explainable_ops", "src", "calls"]
+__all__ = ["Variant", "select", "label", "explainable_ops", "src", "calls"]
 FLATTEN = False  # w8a8.variants stays a namespace: w8a8.variants.select, not w8a8.select
 
 # The ops a selector exists for: each has a function of that name in :mod:`.calls`, taking the op's
@@ -62,3 +63,18 @@ def select(op: str, *args, **kwargs) -> Variant:
         raise TypeError(f"variants.select: argument 'numerics' must be a w8a8.Numerics; got {type(numerics).__name__}")
     checked = registry.get(op).args(*args, **kwargs)
     return getattr(calls, op)(checked.x if op == "swiglu" else checked, numerics)
+
+
+def label(op: str, args, kwargs, numerics) -> str | None:
+    """The name of the kernel the golden models for ``w8a8.<op>(*args, **kwargs)`` under ``numerics``:
+    its :attr:`Variant.label` (``"dynamic_quant/single-row[100]"``), ``"fixed"`` under
+    ``variants="fixed"`` (the record's own formulas for every shape), or None for an op with one kernel
+    or a call its check refuses."""
+    if op not in _OPS:
+        return None
+    if numerics.variants == "fixed":
+        return "fixed"
+    try:
+        return select(op, *args, **{**dict(kwargs), "numerics": numerics}).label
+    except (ValueError, TypeError, OverflowError):
+        return None
