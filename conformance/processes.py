@@ -1,9 +1,10 @@
 """Worker processes that cannot outlive their parent, and what they measure of themselves.
 
-* :func:`die_with_parent` — called first thing in every worker (conformance, bench, peers): on Linux
-  the kernel sends the worker ``SIGKILL`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``), even
-  while the worker is stuck in a call that never returns; everywhere, a daemon thread polls the
-  parent's pid and exits the worker when it changes (the fallback where ``prctl`` does not exist).
+* :func:`die_with_parent` (:mod:`backends.lifetime`, the mechanism every worker of the project shares) —
+  called first thing in every worker (conformance, bench, peers): on Linux the kernel sends the worker
+  ``SIGKILL`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``), even while the worker is stuck in a
+  call that never returns; everywhere, a daemon thread polls the parent's pid and exits the worker when
+  it changes (the fallback where ``prctl`` does not exist).
   A ``kill -9`` of ``w8a8 conformance`` or ``w8a8 bench`` therefore leaves no process behind
   (:func:`pdeathsig` alone is the ``preexec_fn`` of the bench's probe binaries).
 * :func:`rss_bytes` and :func:`release_free_memory` — the worker's resident memory and what it really
@@ -15,45 +16,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 
-PR_SET_PDEATHSIG = 1
-WATCH_INTERVAL_S = 0.5
-
-
-def pdeathsig() -> bool:
-    """Ask Linux to SIGKILL this process when its parent thread exits; False where that is not possible.
-    Also usable as a ``subprocess`` ``preexec_fn`` (the bench's probe binaries)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _watch(parent_pid: int) -> None:
-    import time
-
-    while True:
-        if os.getppid() != parent_pid:
-            os._exit(70)  # the parent is gone (this process was re-parented): nothing may outlive it
-        time.sleep(WATCH_INTERVAL_S)
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Make this process end when the process ``parent_pid`` (its parent) ends.
-
-    Call it at the very start of a worker with the pid the parent passed in (``os.getpid()`` in the
-    parent): if the parent already died before this ran, the worker exits at once.
-    """
-    pdeathsig()
-    if os.getppid() != parent_pid:  # died before prctl took effect
-        os._exit(70)
-    threading.Thread(target=_watch, args=(parent_pid,), name="w8a8-parent-watch", daemon=True).start()
+from backends.lifetime import die_with_parent, pdeathsig  # noqa: F401 - re-exported for the workers
 
 
 def rss_bytes() -> int:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
-import time
 import traceback
 from datetime import timedelta
 from multiprocessing.connection import Client
+
+from .. import lifetime
 
 _RERAISED = (ValueError, TypeError, OverflowError)
 _STORE_TIMEOUT_S = 60.0   # the rendezvous store's own timeout (at least): the ranks reach it within seconds
@@ -43,15 +43,6 @@ def _orphaned(address: str, rank: int) -> None:
         os.rmdir(folder)
     except OSError:
         pass
-
-
-def _watch_parent(parent: int, address: str, rank: int) -> None:
-    """Exit when the parent is gone (its pid changes), cleaning up after it."""
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent:
-            _orphaned(address, rank)
-            os._exit(3)
 
 
 class Context:
@@ -80,7 +71,8 @@ class Context:
 def main(argv: list[str]) -> int:
     address, rank, world, backend, timeout, threads = argv
     rank, world, timeout, threads = int(rank), int(world), float(timeout), int(threads)
-    threading.Thread(target=_watch_parent, args=(os.getppid(), address, rank), daemon=True).start()
+    # no kernel parent-death signal here: an orphaned rank must first remove its log, socket and folder
+    lifetime.watch_parent(os.getppid(), on_orphan=lambda: _orphaned(address, rank), exit_code=3)
     conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ["W8A8_TORCH_DIST_AUTHKEY"]))
     conn.send(rank)
     import torch
