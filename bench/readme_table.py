@@ -1,13 +1,13 @@
-"""The README's performance tables, generated from ``w8a8 bench --json`` output (never typed by hand).
+"""The performance tables of docs/benchmarks.md, generated from ``w8a8 bench --json`` output (never typed by hand).
 
     python -m bench.readme_table bench.json                    # print the Markdown
-    python -m bench.readme_table bench.json --readme README.md # replace the block between the markers
+    python -m bench.readme_table bench.json --readme docs/benchmarks.md # replace the block between the markers
 
 Two tables: torch-cpu and its peers on the dense dynamic Linear (times of one round-robin run, each
 relative to torch-cpu's; numerics: bit-identical or the SQNR against the golden), and every case of the
 backends' runs (each backend's median time, verified results only) with torch-cpu's roofline (the
 limiting resource and the % of its time, the DRAM-bandwidth view beside it).
-The ceilings and the command line come from the JSON's ``machine_info``. The block in the README sits
+The ceilings and the command line come from the JSON's ``machine_info``. The block in that page sits
 between :data:`BEGIN` and :data:`END`; everything else in the file is left as it is.
 """
 
