@@ -56,7 +56,7 @@ ENV_NAMES = ("SGLANG_DEEPEP_BF16_DISPATCH", "DEEP_NORMAL_MODE_USE_INT8_QUANT", "
 """The environment variables the decision reads (spec §2.1, §2.3-§2.5)."""
 INT8_SCHEMES = ("W8A8_DYNAMIC", "W4A8_DYNAMIC")
 """MoE schemes whose method asks the dispatcher for int8 (spec §2.1 row 1; vllm-ascend
-``dispatch_with_quant``, spec §3.1)."""
+``dispatch_with_quant``)."""
 
 _MC2_CAPACITY = "tokens <= the MC2 capacity (min(ceil(max tokens / TP), 512) per TP rank)"
 
@@ -171,9 +171,9 @@ class DispatchPath:
                 "reasons": list(self.reasons), "warnings": list(self.warnings), "summary": self.summary()}
 
 
-DYNAMIC_QUANT = "npu_dynamic_quant: s = 1/(127/max|x|), q = rint(x * (127/max|x|)) (spec §1.5)"
-DEEPEP_NORMAL_QUANT = "spec §1.5 with 127/(max|x| + 1e-12) (Ascend DeepEP normal, spec §2.3)"
-ROUTING_QUANT = "npu_moe_init_routing_v2(quant_mode=1): s = max|x|/127, q = x/s (spec §2.5; ascend-ops §7.6)"
+DYNAMIC_QUANT = "npu_dynamic_quant: s = 1/(127/max|x|), q = rint(x * (127/max|x|))"
+DEEPEP_NORMAL_QUANT = "npu_dynamic_quant's formula with 127/(max|x| + 1e-12) (Ascend DeepEP normal)"
+ROUTING_QUANT = "npu_moe_init_routing_v2(quant_mode=1): s = max|x|/127, q = x/s"
 
 
 def _arrive(phase: str, transport: str, wire: str, experts_int8: bool, formula: str, reasons: list[str],
@@ -185,13 +185,13 @@ def _arrive(phase: str, transport: str, wire: str, experts_int8: bool, formula: 
                             "with BF16 weights (sglang PR #23815)")
         else:
             reasons.append("the runner gets the received per-token scale, so `if pertoken_scale is None: "
-                           "npu_dynamic_quant` is skipped: one quantization in all (spec §2.2 step 2, §3.3)")
+                           "npu_dynamic_quant` is skipped: one quantization in all")
         where = "arrival (dispatcher)" if quantized_on_arrival_by_dispatcher else "sender"
         return DispatchPath(phase, transport, wire, where, formula, tuple(reasons), tuple(warnings))
     if wire == "bf16":
         if experts_int8:
             reasons.append("no scale arrives: W13's `if pertoken_scale is None` runs npu_dynamic_quant on the "
-                           "received BF16 rows, once (spec §2.2 step 2, §3.3)")
+                           "received BF16 rows, once")
             return DispatchPath(phase, transport, wire, "arrival (W13)", DYNAMIC_QUANT, tuple(reasons),
                                 tuple(warnings))
         reasons.append("float experts: nothing is quantized")
@@ -221,28 +221,28 @@ def _requested_dtype(cfg: LaunchConfig, mode: str, scheme: str | None, reasons: 
                                     "(sglang PR #22316; fixed by PR #23815): INT8 is sent anyway")
                 return "int8"
             bf16 = _flag(env, "SGLANG_DEEPEP_BF16_DISPATCH")
-            reasons.append(f"low-latency: use_fp8 = not SGLANG_DEEPEP_BF16_DISPATCH (= {bf16}) (spec §2.1, "
+            reasons.append(f"low-latency: use_fp8 = not SGLANG_DEEPEP_BF16_DISPATCH (= {bf16}) ("
                            "deepep.py @ 454e84da)")
             return "bf16" if bf16 else "int8"
         on = env.get("DEEP_NORMAL_MODE_USE_INT8_QUANT") == "1"
         reasons.append(f"normal: INT8 only if DEEP_NORMAL_MODE_USE_INT8_QUANT=1 (it is "
                        f"{env.get('DEEP_NORMAL_MODE_USE_INT8_QUANT', 'unset')!s}); the scheme is not consulted "
-                       f"(spec §2.1 @ 454e84da, §2.3)")
+                       f"(sgl-kernel-npu DeepEP)")
         return "int8" if on else "bf16"
     # get_deepep_output_dtype, in its priority order (spec §2.1 row 2)
     if cfg.dispatcher_output_dtype != "auto":
         reasons.append(f"--deepep-dispatcher-output-dtype {cfg.dispatcher_output_dtype} (priority 0 of "
-                       "get_deepep_output_dtype, spec §2.1)")
+                       "get_deepep_output_dtype)")
         return cfg.dispatcher_output_dtype
     if _flag(env, "SGLANG_DEEPEP_BF16_DISPATCH"):
-        reasons.append("SGLANG_DEEPEP_BF16_DISPATCH set (deprecated env, priority 1, spec §2.1): BF16")
+        reasons.append("SGLANG_DEEPEP_BF16_DISPATCH set (deprecated env, priority 1): BF16")
         return "bf16"
     if scheme in INT8_SCHEMES:
         reasons.append(f"the {scheme} MoE method sets dispatcher_output_dtype='int8' after loading W13 (priority 3; "
-                       "spec §2.1 row 1, moe_methods.py)")
+                       "moe_methods.py)")
         return "int8"
-    reasons.append(f"the {scheme or 'unknown'} MoE method requests no int8 dispatch: NPU default BF16 (priority 5, "
-                   "spec §2.1)")
+    reasons.append(f"the {scheme or 'unknown'} MoE method requests no int8 dispatch: NPU default BF16 (priority 5)"
+                   )
     return "bf16"
 
 
@@ -254,7 +254,7 @@ def _sglang_deepep(cfg: LaunchConfig, mode: str, phase: str, scheme: str | None,
               "low_latency": "Ascend DeepEP low-latency (aclnnMoeLowLatencyDispatchV2)"}[mode]
     if strategy not in ("default", "ops", "alltoall"):
         return DispatchPath(phase, f"Ascend DeepEP, DEEP_USE_MODE={strategy}", "?", "?", "?",
-                            (f"DEEP_USE_MODE={strategy} is not covered by spec §2.3-§2.5",))
+                            (f"DEEP_USE_MODE={strategy} is not covered by this model of the dispatch paths",))
     dtype = _requested_dtype(cfg, mode, scheme, reasons, warnings)
     if dtype == "nvfp4":
         return DispatchPath(phase, kernel, "?", "?", "?", tuple(reasons + ["NVFP4 dispatch: not an Ascend path"]),
@@ -266,7 +266,7 @@ def _sglang_deepep(cfg: LaunchConfig, mode: str, phase: str, scheme: str | None,
             return DispatchPath(phase, kernel, "fp8", "sender", "per-token FP8 (A5; not modelled)", tuple(reasons),
                                 tuple(warnings))
         reasons.append(f"{dtype.upper()} -> use_fp8=True, which Ascend DeepEP runs as INT8 on {cfg.soc.upper()} "
-                       "(quant_mode 2; spec §2.1 row 4, §2.4; sglang PR #38831)")
+                       "(quant_mode 2; sglang PR #38831)")
         if dtype == "fp8":
             warnings.append(f"fp8 was asked for: on {cfg.soc.upper()} the wire carries INT8, not FP8 "
                             "(use_fp8 means INT8 on A2/A3, per-token FP8 on A5)")
@@ -275,20 +275,20 @@ def _sglang_deepep(cfg: LaunchConfig, mode: str, phase: str, scheme: str | None,
         if env_int8 != (dtype != "bf16"):
             warnings.append(f"DEEP_NORMAL_MODE_USE_INT8_QUANT={cfg.env['DEEP_NORMAL_MODE_USE_INT8_QUANT']} does not "
                             "decide here: Ascend DeepEP reads it only when SGLang passes no quant argument, and this "
-                            "revision derives the choice from the dispatcher dtype (spec §2.1, §2.3; spec §7.3: not "
+                            "revision derives the choice from the dispatcher dtype (not "
                             "confirmed for every revision)")
     int8 = dtype != "bf16"
     if strategy == "alltoall" and mode == "normal":
         if int8:
             warnings.append("DEEP_USE_MODE=alltoall normal strategy: the int8 request never takes effect (quant_mode "
-                            "is set to 'bf16' before the env test; SGLang passes none): BF16 is sent (spec §2.5)")
-        reasons.append("DEEP_USE_MODE=alltoall normal strategy sends BF16 (spec §2.5)")
+                            "is set to 'bf16' before the env test; SGLang passes none): BF16 is sent")
+        reasons.append("DEEP_USE_MODE=alltoall normal strategy sends BF16")
         return _arrive(phase, "Ascend DeepEP normal, alltoall strategy (all_to_all_single)", "bf16", experts_int8,
                        "-", reasons, warnings)
     if strategy == "alltoall":
         if int8:
             reasons.append("DEEP_USE_MODE=alltoall low-latency strategy exchanges BF16 (padded to capacity) and runs "
-                           "npu_dynamic_quant after the exchange (spec §2.4)")
+                           "npu_dynamic_quant after the exchange")
             return _arrive(phase, "Ascend DeepEP low-latency, alltoall strategy (dist.all_to_all)", "bf16",
                            experts_int8, DYNAMIC_QUANT, reasons, warnings, quantized_on_arrival_by_dispatcher=True)
         return _arrive(phase, "Ascend DeepEP low-latency, alltoall strategy (dist.all_to_all)", "bf16", experts_int8,
@@ -304,7 +304,7 @@ def _sglang(cfg: LaunchConfig, scheme: str | None, experts_int8: bool) -> list[D
     backend = cfg.moe_a2a_backend
     if backend == "none":
         why = ["--moe-a2a-backend none: no EP exchange; each rank routes its own tokens (ascend_tp path, "
-               "serving-paths §5)"]
+               "SGLang's NPU MoE path)"]
         if experts_int8:
             why.append("quantized once in npu_moe_init_routing_v2(quant_mode=1), handed to W13 with its scale")
             return [DispatchPath("all batches", "none (npu_moe_init_routing_v2)", "none", "routing", ROUTING_QUANT,
@@ -313,11 +313,11 @@ def _sglang(cfg: LaunchConfig, scheme: str | None, experts_int8: bool) -> list[D
     if backend == "ascend_fuseep":
         return [DispatchPath("all batches", "FuseEP aclnnFusedDeepMoe (dispatch, GMM1, swiglu-quant, GMM2, combine)",
                              "fused", "fused kernel", "int8 quant_mode=1 inside the kernel (not covered)",
-                             ("--moe-a2a-backend ascend_fuseep: one fused kernel, combine a no-op (spec §2.6); its "
+                             ("--moe-a2a-backend ascend_fuseep: one fused kernel, combine a no-op; its "
                               "internals are not covered: compare end to end with a tolerance",))]
     if backend != "deepep":
         return [DispatchPath("all batches", f"--moe-a2a-backend {backend}", "?", "?", "?",
-                             (f"--moe-a2a-backend {backend} is not an Ascend path covered by the spec",))]
+                             (f"--moe-a2a-backend {backend} is not an Ascend path covered by this model of the dispatch paths",))]
     if cfg.deepep_mode == "auto":
         # DeepEPMode.resolve: NORMAL when any rank's batch has an extend (prefill), else LOW_LATENCY
         return [_sglang_deepep(cfg, "normal", "prefill batches (auto -> normal)", scheme, experts_int8),
@@ -336,15 +336,14 @@ def _vllm_comm(comm: str, phase: str, experts_int8: bool, why: list[str]) -> Dis
                             "routing" if experts_int8 else "nowhere", ROUTING_QUANT if experts_int8 else "-",
                             tuple(reasons))
     if comm == "fused_mc2":
-        reasons.append("FUSED_MC2 (dispatch_ffn_combine / MegaMoe): one fused op, not covered by the spec")
+        reasons.append("FUSED_MC2 (dispatch_ffn_combine / MegaMoe): one fused op, not covered by this model of the dispatch paths")
         return DispatchPath(phase, "FUSED_MC2", "fused", "fused kernel", "not covered", tuple(reasons))
     if comm == "mc2":
-        reasons.append(f"MC2: quant_mode = {2 if experts_int8 else 0} (2 when dispatch_with_quant: W8A8/W4A8 experts; "
-                       "spec §3.1)")
+        reasons.append(f"MC2: quant_mode = {2 if experts_int8 else 0} (2 when dispatch_with_quant: W8A8/W4A8 experts)")
         return _arrive(phase, "MC2 torch_npu.npu_moe_distribute_dispatch_v2", "int8+fp32" if experts_int8 else "bf16",
                        experts_int8, DYNAMIC_QUANT, reasons, [])
     reasons.append("All2AllV: " + ("npu_dynamic_quant per copy before two all_to_all_single (scales, then int8 rows)"
-                                   if experts_int8 else "BF16 rows through all_to_all_single") + " (spec §3.2)")
+                                   if experts_int8 else "BF16 rows through all_to_all_single") + "")
     return _arrive(phase, "ALLTOALL (all_to_all_single, TokenDispatcherWithAll2AllV)",
                    "int8+fp32" if experts_int8 else "bf16", experts_int8, DYNAMIC_QUANT, reasons, [])
 

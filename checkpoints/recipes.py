@@ -54,7 +54,7 @@ DEEPSEEK_V4_FLASH_W8A8: dict = {
         "config_id": "deepseek_v4_flash_w8a8",
         "verified": {"framework": "vLLM-Ascend", "hardware": "Atlas_A3_Inference"},
         "source": "msModelSlim lab_practice/deepseek_v4/deepseek_v4_flash_w8a8.yaml @ 3de0a3c4 "
-                  "(spec/serving-paths.md §1.5; seed 000)",
+                  "(the DeepSeek-V4-Flash W8A8 recipe of msModelSlim)",
     },
     "spec": {
         "process": [
@@ -80,7 +80,7 @@ DEEPSEEK_V3_2_W8A8: dict = {
     "metadata": {
         "config_id": "deepseek_v3_2_w8a8",
         "source": "msModelSlim lab_practice/deepseek_v3_2/deepseek_w8a8.yaml, reconstructed from its public "
-                  "description (spec/serving-paths.md §1.7); not a verbatim copy",
+                  "description; not a verbatim copy",
     },
     "spec": {
         "process": [

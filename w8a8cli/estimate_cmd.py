@@ -1,13 +1,13 @@
 """``w8a8 estimate``: weight bytes, devices, nodes and the decode lower bound of a model per format.
 
-Seed 004's calculator: for each format (BF16, FP8 128x128 blocks, INT8 per-channel, INT4 groups of
+For each format (BF16, FP8 128x128 blocks, INT8 per-channel, INT4 groups of
 32, MXFP4, NVFP4) the weight bytes including scales, the minimum number of devices with a share of
 memory reserved for KV cache and activations, the 8-device nodes that makes, and the time to read
 one token's weights at a given parallel degree. The model comes as parameter counts (--total,
 --active) or as a DeepSeek-V3/V4-style config.json (--config). See deployment/estimate.py for the
 formulas and the sources of the built-in device numbers.
 
-Example (the seed's table): w8a8 estimate --total 1e12 --active 32e9 --device h200
+Example: w8a8 estimate --total 1e12 --active 32e9 --device h200
 """
 
 from __future__ import annotations

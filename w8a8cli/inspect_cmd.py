@@ -55,7 +55,7 @@ def add_arguments(parser) -> None:
     from checkpoints import dispatch as d
 
     launch = parser.add_argument_group("serving launch (the EP dispatch path of the MoE layers; "
-                                       "spec/expert-parallel.md)")
+                                       "see docs/expert-parallelism.md)")
     launch.add_argument("--soc", choices=d.SOCS, default="a3", help="Ascend SoC (default a3 = 910C)")
     launch.add_argument("--moe-a2a-backend", choices=d.A2A_BACKENDS, default="none",
                         help="SGLang --moe-a2a-backend (default none: no EP exchange)")
