@@ -692,7 +692,7 @@ def _heuristic(spec, first_stage: str | None, comparisons: dict, fields: tuple[s
                 return "relative error about 2^-10: an FP19-truncated scale"
             if 2**-10 <= rel <= 2**-7:
                 return "relative error about one bf16 step (2^-9 .. 2^-8): a scale or intermediate rounded to bf16"
-    return "no Numerics record, argument or kernel variant reproduces the backend; compare the stages above"
+    return "no Numerics record, argument or kernel variant reproduces the backend; see the per-stage comparison of the case (its record, or --case)"
 
 
 def _ties_only(spec, args, kwargs, outputs: dict, ref: dict, masks: dict, numerics) -> bool | None:

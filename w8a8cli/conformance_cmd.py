@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from conformance.reports.console import esc
+
 from . import validate
 
 HELP = "run backends against the golden on every op; write .jsonl/.md/.xml/.html reports"
@@ -53,6 +55,8 @@ def add_arguments(parser) -> None:
                              "conformance/data/tolerances.toml; ops without an entry are compared bitwise)")
     parser.add_argument("--exact", action="store_true", help="ignore every tolerance table: bitwise everywhere")
     parser.add_argument("--list-ops", action="store_true", help="list the ops with their descriptions and exit")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print the full agreement matrix (every op), not only the ops that did not pass")
 
 
 def _select_backends(requested: list[str] | None) -> tuple[list[str], dict[str, str], str | None]:
@@ -289,14 +293,14 @@ def _adopt_plan(args) -> str | None:
         return f"--resume: the saved plan {plan_path} cannot be read ({type(exc).__name__}: {exc})"
     console = Console(stderr=True)
     if "flags" not in saved:
-        console.print(f"[yellow]{plan_path} records no flags (an older run): resuming with the flags given[/]")
+        console.print(f"[yellow]{esc(plan_path)} records no flags (an older run): resuming with the flags given[/]")
         return None
     given, explicit = _given_flags(args)
     result = reconcile(saved["flags"], given, explicit)
     if result.conflict:
         return result.conflict
     for note in result.notes:
-        console.print(f"[dim]{note}[/]")
+        console.print(f"[dim]{esc(note)}[/]")
     flags = result.flags
     args.backend = flags.get("backend_specs") or flags["backends"]
     args.op, args.profile, args.seed = flags["ops"], flags["profile"], flags["seed"]
@@ -320,7 +324,7 @@ def _plan_and_run(args, names, options, pool) -> int:
         tasks, saved = load_plan(plan_path)
         skipped = saved.get("not_implemented", {})
         outside = saved.get("outside", {})
-        console.print(f"[dim]resuming the plan saved in {plan_path}[/]")
+        console.print(f"[dim]resuming the plan saved in {esc(plan_path)}[/]")
     else:
         try:
             outside: dict = {}  # per backend and op: the draws outside its capabilities (conformance.drawing)
@@ -333,7 +337,7 @@ def _plan_and_run(args, names, options, pool) -> int:
     if results.path.exists() and not args.resume:
         archived = out / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
         results.path.rename(archived)
-        console.print(f"[dim]earlier results kept as {archived}[/]")
+        console.print(f"[dim]earlier results kept as {esc(archived)}[/]")
     if not (args.resume and plan_path.exists()):
         from conformance.resume import plan_flags
 
@@ -344,7 +348,7 @@ def _plan_and_run(args, names, options, pool) -> int:
     if "numpy" in names and len(names) == 1 and not args.backend:
         console.print("[yellow]no backend other than the golden is available: running the golden against itself "
                       "(a self-check of the named cases and error contract)[/]")
-    console.print(f"w8a8 conformance: {len(tasks)} cases, backends {', '.join(names)}, profile {args.profile}, "
+    console.print(f"w8a8 conformance: {len(tasks)} cases, backends {esc(', '.join(names))}, profile {args.profile}, "
                   f"{args.workers} worker(s)")
     t0 = time.perf_counter()
     stats = _run_with_progress(console, tasks, results, options, args.resume,
@@ -358,9 +362,10 @@ def _plan_and_run(args, names, options, pool) -> int:
     paths = reports.write_all(out, records, meta)
     from conformance.reports import terminal
 
-    summary = terminal.print_summary(records, meta)
+    summary = terminal.print_summary(records, meta, verbose=getattr(args, "verbose", False))
     console.print(f"ran {stats['ran']} case(s) ({stats['skipped_done']} already done) in {elapsed:.1f} s")
-    console.print("reports: " + ", ".join(str(p) for p in [results.path, *paths.values()]))
+    console.print("reports: " + ", ".join(str(p) for p in [results.path, *paths.values()]), soft_wrap=True,
+                  markup=False, highlight=False)
     return 0 if summary["ok"] else 1
 
 

@@ -1,0 +1,33 @@
+"""Terminal output that survives copy and paste: commands on lines of their own, never hard-wrapped.
+
+rich wraps long lines at the terminal width (80 columns when the output is a pipe), inserting real
+newlines: a repro line copied from such output no longer runs. Everything a user may paste back — a
+repro command, a Python snippet — goes through :func:`print_command` (``soft_wrap``: the terminal wraps
+it visually, the text keeps one line). Everything else that comes from outside the program (paths,
+backend names, error messages such as ``[/path/file.cc:129]``) goes through :func:`esc` before it is
+put into markup.
+"""
+
+from __future__ import annotations
+
+
+def make_console(stderr: bool = False):
+    """A rich console for the commands' terminal output (stderr for progress and notes)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def esc(value) -> str:
+    """``value`` as text safe inside rich markup (``None`` as ``-``)."""
+    from rich.markup import escape
+
+    return "-" if value is None else escape(str(value))
+
+
+def print_command(console, text: str, label: str | None = "repro:", indent: str = "   ") -> None:
+    """Print ``label`` on one line and ``text`` (a command or snippet) unwrapped on the next ones, from
+    column 0, without markup or highlighting: what is printed is exactly what runs when pasted."""
+    if label:
+        console.print(indent + label, markup=False, highlight=False)
+    console.print(text, soft_wrap=True, markup=False, highlight=False, crop=False)
