@@ -73,6 +73,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-bytes", type=validate.real(0, open_low=True), default=8.0, metavar="GiB",
                         help="memory for golden outputs kept for --chain (a finite number > 0; default 8 GiB)")
     parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="list every call in the terminal, not only those that do not agree")
 
 
 def _numerics(text: str | None, platform: str):
@@ -133,6 +135,7 @@ def run(args) -> int:
         return _fail(f"DUMP {path}: no such file or folder")
     from rich.console import Console
 
+    from conformance.reports.console import esc
     from replay import engine, runner
     from replay.reports import write_all
 
@@ -171,7 +174,7 @@ def run(args) -> int:
     if results.path.exists() and not args.resume:
         archived = out / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
         results.path.rename(archived)
-        console.print(f"[dim]earlier results kept as {archived}[/]")
+        console.print(f"[dim]earlier results kept as {esc(archived)}[/]")
     stats = _run_with_progress(console, path, options, results, args.resume)
     records = [r for r in results.records() if r.get("backend") == engine.BACKEND]
     from replay import golden
@@ -185,37 +188,59 @@ def run(args) -> int:
                         "'variant')" if golden.declared_numerics(args.platform, numerics).variants == "select"
                         else "one fixed kernel's formulas for every call (variants='fixed')"}
     summary, paths = write_all(out, records, meta)
-    _print(console, summary)
+    _print(console, summary, verbose=args.verbose)
     console.print(f"{stats['entries']} entries in {stats['dumps']} dump folder(s); {stats['written']} results written"
                   f" ({stats['skipped_done']} already done)")
-    console.print("reports: " + ", ".join(str(p) for p in [results.path, *paths.values()]))
+    console.print("reports: " + ", ".join(str(p) for p in [results.path, *paths.values()]), soft_wrap=True,
+                  markup=False, highlight=False)
     if args.json:
         print(paths["json"].read_text())
     return summary["exit_status"]
 
 
-def _print(console, summary: dict) -> None:
+QUIET_VERDICTS = ("agree-bitwise", "agree-tolerance", "crc-match", "stats-consistent")
+
+
+def _print(console, summary: dict, verbose: bool = False) -> None:
     from rich.table import Table
 
-    t = Table(title="w8a8 replay: quant calls")
-    for col in ("#", "call", "verdict", "msprobe", "note"):
-        t.add_column(col, overflow="fold")
+    from conformance.reports.console import esc, print_command
+
+    t = Table(title="w8a8 replay: quant calls", title_justify="left")
+    t.add_column("#", justify="right")
+    t.add_column("call", no_wrap=True)
+    t.add_column("verdict", no_wrap=True)
+    t.add_column("msprobe", no_wrap=True)
+    hidden, notes = 0, []
     for dump, rs in summary["timeline"].items():
         first = summary["first_divergence"].get(dump)
         for r in rs:
+            if not verbose and r is not first and r["verdict"] in QUIET_VERDICTS:
+                hidden += 1
+                continue
             style = "bold red" if r is first else ("red" if r["verdict"] in ("disagree", "crc-mismatch",
                                                                              "stats-inconsistent") else None)
-            t.add_row(str(r["params"]["index"]), r["name"], r["verdict"], (r.get("msprobe") or {}).get("verdict", "-"),
-                      (r.get("note") or r.get("reason") or "")[:120], style=style)
-    console.print(t)
+            t.add_row(str(r["params"]["index"]), esc(r["name"]), esc(r["verdict"]),
+                      esc((r.get("msprobe") or {}).get("verdict", "-")), style=style)
+            note = r.get("note") or r.get("reason")
+            if note and r["verdict"] not in QUIET_VERDICTS:
+                notes.append(f"  #{r['params']['index']}: {esc(note)}")
+    if t.row_count:
+        console.print(t)
+        for line in notes:
+            console.print(line, highlight=False)
+    if hidden:
+        console.print(f"{hidden} call(s) agree with the golden (every call with -v, in report.md and report.html)",
+                      highlight=False)
     if not summary["quant_calls"]:
         console.print("[yellow]no call of a supported quant op in this dump: nothing to judge[/]")
     for dump, r in summary["first_divergence"].items():
-        console.print(f"[bold]first divergence[/] {dump}: {r['name']} — {r.get('note')}")
+        note = f" — {esc(r['note'])}" if r.get("note") else ""
+        console.print(f"[bold]first divergence[/] {esc(dump)}: {esc(r['name'])}{note}")
         if r.get("repro"):
-            console.print(f"  repro: {r['repro']}")
+            print_command(console, r["repro"], indent="  ")
         if r.get("repro_python"):
-            console.print(r["repro_python"])
+            print_command(console, r["repro_python"], label="the same in Python:", indent="  ")
 
 
 def _run_with_progress(console, path, options, results, resume) -> dict:

@@ -98,7 +98,7 @@ def print_summary(records: list[dict], meta: dict, console=None, verbose: bool =
         sep = "; ".join(f"fails only with {s}" for s in d["separating"])
         line = f"{i}. [red]{esc(statuses)}[/] {esc(d['backend'])} {esc(d['op'])} — stage {esc(d['stage'])}: {esc(d['cause'])}"
         line += f" (worst {esc(d['worst'])})" + (f"; {esc(sep)}" if sep else "")
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)   # one line per group: grep-able, copyable
         if d.get("repro"):
             print_command(console, d["repro"])
     if len(found) > 20:
