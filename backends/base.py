@@ -178,8 +178,12 @@ class Backend:
     _loaders: dict[str, str] = {}           # op -> the name of its registered method (loads)
     _transfer_s: float | None = None  # seconds in transfer() while a call is being prepared
 
+    _HOOKS = ("_is_device_array",)
+    """The base class's private names a subclass may override (the device-array test of ``finish``)."""
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        _guard_private_names(cls)
         cls._implementations, cls._loaders = _registrations(cls)
 
     # -- identity -----------------------------------------------------------------------------
@@ -363,6 +367,17 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.name}'>"
+
+
+def _guard_private_names(cls) -> None:
+    """A subclass that defines one of :class:`Backend`'s own private names (``_load``, ``_convert_out``,
+    ...) would silently replace the base class's machinery: a TypeError naming both, at class creation."""
+    own = {n for n in vars(Backend) if n.startswith("_") and not (n.startswith("__") and n.endswith("__"))}
+    clash = sorted((own - set(Backend._HOOKS)) & set(vars(cls)))
+    if clash:
+        name = clash[0]
+        raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{name} shadows backends.Backend.{name}, the base "
+                        f"class's own machinery; rename it (a backend's helpers may use any other name)")
 
 
 def _op_method(op: registry.GoldenOp):
