@@ -26,10 +26,10 @@ its tokenizer loading is used.) What it does:
 3. each quantized by one msModelSlim command line, run through :func:`quant` here so that the
    patches below can be switched on by name (``--patch NAME``)::
 
-       python tests/modelrun/dsv4/make_checkpoints.py --quant --patch load-config --patch flex-smooth-dtype -- \
+       python tests/modelrun/dsv4/make_checkpoints.py --quant --prequant data/prequant/<output> --patch load-config --patch flex-smooth-dtype -- \
            quant --model_type DeepSeek-V4-Flash --model_path data/float/dsv4-bf16 \
            --save_path data/msmodelslim/dsv4-w8a8 --device cpu --config_path <recipe>
-       python tests/modelrun/dsv4/make_checkpoints.py --quant --patch load-config --patch flex-smooth-dtype \
+       python tests/modelrun/dsv4/make_checkpoints.py --quant --prequant data/prequant/<output> --patch load-config --patch flex-smooth-dtype \
            --patch mtp-cpu-device --patch mtp-head-dtype -- \
            quant --model_type DeepSeek-V4-Flash --model_path data/float/dsv4-mtp-bf16 \
            --save_path data/msmodelslim/dsv4-mtp-w8a8 --device cpu --config_path <recipe>
@@ -37,6 +37,12 @@ its tokenizer loading is used.) What it does:
    ``<recipe>`` is msModelSlim's ``lab_practice/deepseek_v4/deepseek_v4_flash_w8a8.yaml`` (copied
    byte for byte to ``data/recipes/``) with only its ``dataset:`` line pointed at ``data/calib.jsonl``
    (prompts of 130-200 tokens, so the ratio-128 layer's compressor emits entries in calibration).
+
+With ``--prequant DIR`` it also writes ``data/prequant/<output>/``: the float model msModelSlim quantized,
+in the checkpoint's names — the checkpoint's FLOAT tensors plus every quantized Linear's weight as it was
+when msModelSlim installed its quantizer (after QuaRot and flex-smooth; recorded in-process, nothing
+changed). It is the ``--reference`` of ``w8a8 run`` on these checkpoints: QuaRot rotates and flex-smooth
+rescales the weights, so the original float model is the same function but not the same weights.
 
 The patches (each small; none changes the arithmetic of a real DeepSeek-V4-Flash run):
 
@@ -293,22 +299,64 @@ def _attr(obj, name, value):
         setattr(obj, name, old)
 
 
-def quant(patches: list[str], argv: list[str]) -> int:
-    """``msmodelslim ARGV`` in this process with the named patches on."""
+def record_prequant(stack, recorded: dict) -> None:
+    """Record the float weight of every Linear when msModelSlim installs its quantizer — after QuaRot and
+    flex-smooth, so the weight msModelSlim itself quantizes (a recording; nothing is changed)."""
+    from msmodelslim.processor.quant.linear import LinearQuantProcessor
+
+    original = LinearQuantProcessor._process_linear
+
+    def process_linear(self, full_name, module):
+        recorded[full_name + ".weight"] = module.weight.detach().clone()
+        return original(self, full_name, module)
+
+    stack.enter_context(_attr(LinearQuantProcessor, "_process_linear", process_linear))
+
+
+def write_prequant(save: Path, recorded: dict, out: Path) -> None:
+    """``out``: a float model in the checkpoint's own names — its FLOAT tensors as saved, plus each quantized
+    Linear's weight as msModelSlim had it just before quantizing (:func:`record_prequant`)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    desc = json.loads((save / "quant_model_description.json").read_text())
+    tensors = {}
+    for f in sorted(save.glob("quant_model_weights-*.safetensors")):
+        with safe_open(str(f), "pt") as h:
+            for k in h.keys():
+                if desc.get(k) == "FLOAT":
+                    tensors[k] = h.get_tensor(k)
+    for k, w in recorded.items():
+        tensors[k] = w.contiguous()
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(save / name, out / name)
+
+
+def quant(patches: list[str], argv: list[str], prequant: Path | None = None) -> int:
+    """``msmodelslim ARGV`` in this process with the named patches on; with ``prequant``, also the float
+    model msModelSlim quantized (:func:`write_prequant`)."""
     from msmodelslim.cli.__main__ import main as cli_main
 
     unknown = [p for p in patches if p not in PATCHES]
     if unknown:
         raise SystemExit(f"--patch: unknown {unknown}; expected some of {sorted(PATCHES)}")
+    recorded: dict = {}
+    rc = 0
     with contextlib.ExitStack() as stack:
         for p in patches:
             PATCHES[p](stack)
+        if prequant is not None:
+            record_prequant(stack, recorded)
         sys.argv = ["msmodelslim"] + argv
         try:
             cli_main()
         except SystemExit as exc:
-            return int(exc.code or 0)
-    return 0
+            rc = int(exc.code or 0)
+    if rc == 0 and prequant is not None:
+        write_prequant(Path(argv[argv.index("--save_path") + 1]), recorded, prequant)
+    return rc
 
 
 def main() -> int:
@@ -334,7 +382,8 @@ def main() -> int:
     for src, out, patches in RUNS:
         argv = ["quant", "--model_type", "DeepSeek-V4-Flash", "--model_path", str(DATA / "float" / src),
                 "--save_path", str(DATA / "msmodelslim" / out), "--device", "cpu", "--config_path", str(run_recipe)]
-        cmd = [sys.executable, __file__, "--quant"] + [a for p in patches for a in ("--patch", p)] + ["--"] + argv
+        cmd = [sys.executable, __file__, "--quant", "--prequant", str(DATA / "prequant" / out)] + \
+            [a for p in patches for a in ("--patch", p)] + ["--"] + argv
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
     shutil.rmtree(work, ignore_errors=True)
@@ -347,7 +396,8 @@ if __name__ == "__main__":
         rest = sys.argv[2:]
         sep = rest.index("--")
         names = [rest[i + 1] for i in range(0, sep, 2) if rest[i] == "--patch"]
-        sys.exit(quant(names, rest[sep + 1:]))
+        pre = [Path(rest[i + 1]) for i in range(0, sep, 2) if rest[i] == "--prequant"]
+        sys.exit(quant(names, rest[sep + 1:], pre[0] if pre else None))
     if importlib.util.find_spec("msmodelslim") is None:
         print("msmodelslim is not installed here (see this file's docstring)", file=sys.stderr)
         sys.exit(2)
