@@ -3,9 +3,10 @@
 ``logits = Model(cfg, tensors, readings=..., executor=...).forward(input_ids)``. ``tensors``: the
 native names of a DeepSeek-V4 release (``embed.weight``, ``layers.N.attn.wq_a.weight``,
 ``layers.N.ffn.experts.E.w1.weight``, ``layers.N.hc_attn_fn``, ``mtp.0.e_proj.weight``...). Every Linear
-goes through ``executor.linear(name, x)``, the routed experts of an MoE block through
-``executor.moe(prefix, x, ids, weights)`` (None: the float experts here) and the SwiGLU of the shared
-expert through ``executor.act(prefix, gate, up, limit)``, so a run can put modules on a backend's
+goes through ``executor.linear(name, x)`` (a fused gate / up pair through ``executor.linear_pair``),
+the routed experts of an MoE block through ``executor.moe(prefix, x, input_ids, layer)`` (None: the float
+router and experts here; else the routed output, scaled) and each expert's SwiGLU through
+``executor.act(prefix, gate, up, limit)`` (None: torch's), so a run can put modules on a backend's
 serving path. Where the references disagree the :class:`~.readings.Readings` decide.
 
 One layer, in order of operations (``h``: the ``hc_mult`` residual streams ``[1, S, hc, D]``):
@@ -134,7 +135,7 @@ class FloatExecutor:
     def act(self, prefix: str, gate: torch.Tensor, up: torch.Tensor, limit: float | None) -> torch.Tensor | None:
         return None
 
-    def moe(self, prefix: str, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor):
+    def moe(self, prefix: str, x: torch.Tensor, ids: torch.Tensor, layer: int):
         return None
 
 
@@ -326,7 +327,7 @@ class Model:
 
     def expert(self, p: str, x: torch.Tensor, weight: torch.Tensor | None, limit: float | None) -> torch.Tensor:
         lin = self.ex.linear
-        if self.r.expert_math == "hf":       # transformers' fused gate_up_proj: one GEMM, then chunk
+        if self.r.expert_math == "hf" or getattr(self.ex, "fuses_gate_up", False):   # one GEMM, then chunk
             gate, up = self.ex.linear_pair(p + ".w1", p + ".w3", x)
         else:
             gate, up = lin(p + ".w1", x), lin(p + ".w3", x)
@@ -351,7 +352,7 @@ class Model:
         h = x.reshape(-1, shape[-1])
         top, weights, hashed = self.route(p, h, ids, layer)
         self.observe("router", p, ids=top, weights=weights, hashed=hashed, x=h)
-        routed = self.ex.moe(p, h, top, weights)
+        routed = self.ex.moe(p, h, ids, layer)       # a serving path: its own router, scaled output
         if routed is None:
             official = r.expert_math == "official"
             y = torch.zeros_like(h, dtype=torch.float32 if official else h.dtype)
@@ -365,8 +366,8 @@ class Model:
                     y.index_add_(0, tok, self.expert(f"{p}.experts.{e}", h[tok], weights[tok, slot, None],
                                                      c.swiglu_limit).to(y.dtype))
             routed = y
-        if r.route_scale_at == "output":
-            routed = routed * c.routed_scaling_factor
+            if r.route_scale_at == "output":
+                routed = routed * c.routed_scaling_factor
         shared = self.expert(p + ".shared_experts", h, None, c.swiglu_limit if r.shared_expert_clamp else None)
         if r.expert_math == "official":
             return (routed.float() + shared.float()).to(h.dtype).view(shape)
