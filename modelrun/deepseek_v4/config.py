@@ -72,7 +72,8 @@ def _get(cfg: dict, key: str, typ, lo=None):
 
 def parse(cfg: dict) -> DSV4Config:
     g = lambda k, t=int, lo=1: _get(cfg, k, t, lo)  # noqa: E731
-    layers, mtp = g("num_hidden_layers"), _get(cfg, "num_nextn_predict_layers", int, 0)
+    layers = g("num_hidden_layers")
+    mtp = _get(cfg, "num_nextn_predict_layers", int, 0) if "num_nextn_predict_layers" in cfg else 0
     ratios = cfg.get("compress_ratios")
     if not isinstance(ratios, list) or len(ratios) < layers + mtp or any(r not in RATIOS for r in ratios):
         raise ValueError(f"config.json: 'compress_ratios' must list one of {RATIOS} for each of the {layers} layers "
