@@ -67,7 +67,7 @@ class _Log:
 def checkpoint_tensors(res) -> dict[str, torch.Tensor]:
     """The checkpoint's FLOAT-typed tensors by native name, as stored."""
     ck = res.checkpoint
-    return {n: to_torch(np.asarray(ck.tensor(n))) for n in ck.entries if ck.description.types.get(n) == "FLOAT"}
+    return {n: to_torch(np.array(ck.tensor(n))) for n in ck.entries if ck.description.types.get(n) == "FLOAT"}
 
 
 def _check_reference(res, ref: dict, cfg) -> None:
