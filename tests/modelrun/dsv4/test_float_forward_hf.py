@@ -72,7 +72,8 @@ def test_the_config_exercises_every_variant(models):
 
 
 def test_a_single_reading_changes_the_bits(models):
-    """The switches are live: the official Sinkhorn order alone moves the fp32 logits off transformers'."""
+    """The switches are live: the official hyper-connection normalisation order (mixes scaled after the fn
+    matmul) alone moves the fp32 logits off transformers', by rounding only."""
     hf, ours, cfg = models
     ids = _ids(160, 160)
     other = forward.Model(cfg, ours.t, readings=readings.HF.with_(hc_norm="mixes"))
