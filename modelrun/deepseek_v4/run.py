@@ -126,18 +126,7 @@ def _module_results(res, cfg, ex, ref, dt) -> list:
     out = []
     for name, calls in sorted(by.items(), key=lambda kv: order[kv[0]]):
         c0 = calls[0]
-        x = np.concatenate([c.x.reshape(-1, c.x.shape[-1]) for c in calls])
-        y = np.concatenate([c.y.reshape(-1, c.y.shape[-1]) for c in calls])
-        backends = {}
-        for c in calls:
-            for m in c.matches:
-                b = backends.setdefault(m.backend, {"equal": 0, "elements": 0, "max_ulp": 0, "error": None})
-                b["equal"] += m.equal
-                b["elements"] += m.elements
-                b["max_ulp"] = max(b["max_ulp"], m.max_ulp)
-                b["error"] = b["error"] or m.error
-        for b in backends.values():
-            b["bitwise"] = b["error"] is None and b["equal"] == b["elements"]
+        x, y, backends = A.gather_calls(calls)
         if c0.kind == "linear":
             w = _ref_weight(ref, c0)
             y_ref = A._f64(x) @ w.T
@@ -220,8 +209,6 @@ def run(checkpoint, reference, sequences, *, backends=("numpy",), layers: str = 
         report=None) -> dict:
     """The DeepSeek-V4 analysis (module docstring) as a JSON-able dict (the keys of ``analysis.run`` plus
     ``dsv4``). ValueError for bad input, :class:`CheckpointError` for a checkpoint with errors."""
-    import backends as _backends
-
     t0 = time.perf_counter()
     if loader != "sglang":
         raise ValueError(f"--loader {loader}: the DeepSeek-V4 run composes SGLang's serving path only")
@@ -235,16 +222,7 @@ def run(checkpoint, reference, sequences, *, backends=("numpy",), layers: str = 
     ref_t = load_dir(reference)
     _check_reference(res, ref_t, cfg)
     A.check_sequences(sequences, cfg.vocab, res.checkpoint.config.get("max_position_embeddings"), max_tokens)
-    bes, unavailable = [], {}
-    for name in backends:
-        try:
-            b = _backends.get(name)
-        except KeyError as exc:
-            raise ValueError(f"--backend: {exc.args[0]}") from None
-        ok, why = b.available()
-        (bes.append(b) if ok else unavailable.__setitem__(name, why))
-    if not bes:
-        raise ValueError(f"--backend: none of {list(backends)} is available here")
+    bes, unavailable = A.available_backends(backends)
     primary, dt = bes[0], TORCH_DTYPES[cfg.dtype]
     ck_t = checkpoint_tensors(res)
     mtp = cfg.mtp > 0 and any(n.startswith("mtp.0.") for n in ck_t)
