@@ -51,7 +51,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=validate.integer(0), default=0, help="--verify activation seed (>= 0; default 0)")
     parser.add_argument("--reference", metavar="DIR",
                         help="--verify: the float model (safetensors, checkpoint names) for the SQNR reference, checked "
-                             "against the checkpoint (names, shapes, distance); default: the dequantized weights")
+                             "against the checkpoint (names, shapes, distance); default: the dequantized weights. "
+                             "DeepSeek-V4: also the original float model its hc_*_fn are checked against, through "
+                             "the saved QuaRot rotation")
     from checkpoints import dispatch as d
 
     launch = parser.add_argument_group("serving launch (the EP dispatch path of the MoE layers; "
