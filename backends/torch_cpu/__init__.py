@@ -47,6 +47,8 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
     device = "cpu"
     numerics: Numerics = ASCEND
 
+    bind_memo: dict | None = None  # while a bound MoE / grouped-matmul call loads: its memo (.bound)
+
     def __init__(self, gemm: str | None = None):
         if gemm is not None and gemm not in runtime.GEMM_PATHS:
             raise ValueError(f"TorchCpuBackend: argument 'gemm' must be one of {runtime.GEMM_PATHS}; got {gemm!r}")
@@ -91,6 +93,24 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
 
         return isinstance(value, Bits) or is_tensor(value)
 
+    # -- weights packed once -----------------------------------------------------------------------
+    def bind(self, op: str, /, *args, **kwargs):
+        """:meth:`Backend.bind`: the dense Linears pack and probe their weight once per activation dtype,
+        the MoE layer and the grouped matmul memoise their weights' packing (:mod:`.bound`)."""
+        super().bind(op, *args, **kwargs)
+        from .bound import bind
+
+        return bind(self, op, args, kwargs)
+
+    def notes(self, op: str, loaded) -> dict:
+        """The GEMM path the call takes (``"vnni"``, ``"qlinear"``, ``"int_mm"``; the Linears' own, after
+        their load-time probes)."""
+        if op in ("w8a8_dynamic_linear", "w8a8_static_linear"):
+            from .linear import path_taken
+
+            return {"gemm": path_taken(loaded[1])}
+        return {}
+
     # -- the thread policy of a call ----------------------------------------------------------------
     def prepare(self, op: str, /, *args, **kwargs) -> Prepared:
         """:meth:`Backend.prepare`, the device work run under the thread policy (:mod:`.runtime`)."""
@@ -103,7 +123,8 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
                 return run()
 
         prepared.run = run_with_threads
-        prepared.notes.update(gemm=self.gemm_path if op in _LOADED_WEIGHTS else None, threads=threads["policy"],
+        gemm = prepared.notes.get("gemm") or (self.gemm_path if op in _LOADED_WEIGHTS else None)
+        prepared.notes.update(gemm=gemm, threads=threads["policy"],
                               torch_threads=threads["torch_threads"],
                               elementwise_threads=threads["elementwise_threads"])
         return prepared

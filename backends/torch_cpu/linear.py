@@ -186,6 +186,14 @@ def load_static(x_dtype: torch.dtype, weight: torch.Tensor, recip: torch.Tensor,
     return layer
 
 
+def path_taken(layer) -> str:
+    """The GEMM path a loaded Linear's calls take: its fused kernel's (``"vnni"``), else the weight's
+    (``"qlinear"`` where prepacked, else ``"int_mm"``)."""
+    if layer.fused is not None:
+        return "vnni"
+    return "qlinear" if layer.weight.packed is not None else "int_mm"
+
+
 def w8a8_static_linear(x: torch.Tensor, layer: StaticLinear) -> torch.Tensor:
     """``x_q = quantize(x, r, o, int8, div_mode=False)``, then ``quant_matmul(x_q, W, deq, bias=...)``
     (row block by row block, see :func:`_blocks`; fused in one kernel on the "vnni" path)."""
