@@ -18,9 +18,15 @@ Layers of a call (the one mechanism of :meth:`backends.base.Backend.prepare`):
    elementwise stages on ``runtime.op_threads()`` and the GEMMs on all of torch's threads, the BLAS
    thread cap applied once per process (measurements in :mod:`.runtime`).
 
-The int8 GEMM path (``gemm=``): ``"auto"`` (default, or ``$W8A8_TORCH_CPU_GEMM``) takes
-``"qlinear"`` only where the CPU has AMX-INT8 and ``"int_mm"`` everywhere else (the qlinear
-reference kernel without AMX is ~4000x slower: 92 s for 2048^3 on a Zen 4).
+The int8 GEMM path (``gemm=``): ``"auto"`` (default, or ``$W8A8_TORCH_CPU_GEMM``) takes ``"amx"``
+(torch-cpu's own AMX-INT8 tile kernels) where the CPU has AMX and they pass their checks, else
+``"qlinear"`` where the CPU has AMX-INT8, else ``"vnni"`` where the fused AVX-512 VNNI kernels work,
+else ``"int_mm"`` (the qlinear reference kernel without AMX is ~4000x slower: 92 s for 2048^3 on a
+Zen 4); :mod:`.runtime` has the rules.
+
+Weights packed once: :meth:`TorchCpuBackend.bind` (:mod:`.bound`). A direct op call
+(``backend.w8a8_dynamic_linear(x, w, s)``) checks, packs and probes the weight on every call — tens of
+milliseconds for a 4096 x 4096 weight, against ~1 ms for the call itself at M = 16.
 
 This module imports no torch: the submodules that do are imported on first use.
 """
@@ -61,7 +67,9 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
 
     @property
     def gemm_path(self) -> str:
-        """The int8 GEMM path in use: ``"int_mm"`` or ``"qlinear"`` (resolved on first use)."""
+        """The int8 GEMM path of the dense Linears: ``"amx"``, ``"vnni"``, ``"qlinear"`` or ``"int_mm"``
+        (resolved on first use; a Linear whose load-time probe fails falls back: ``Prepared.notes["gemm"]`` /
+        ``Bound.gemm_path`` say what a call took)."""
         if self._gemm is None:
             self._gemm = runtime.resolve_gemm_path(self._gemm_request)
         return self._gemm
@@ -70,6 +78,7 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
         info = super().info()
         if info["available"]:
             info["gemm_path"] = self.gemm_path
+            info["gemm"] = {"isa": runtime.isa(), "path": self.gemm_path, "paths": runtime.gemm_paths()}
             info["thread_policy"] = runtime.thread_policy()
         return info
 

@@ -136,6 +136,32 @@ def vnni_status() -> tuple[bool, str]:
     return available()
 
 
+_ISA = (("amx_int8", "AMX-INT8"), ("amx_bf16", "AMX-BF16"), ("avx512_vnni", "AVX-512 VNNI"),
+        ("avx512_bf16", "AVX-512 BF16"), ("avx512f", "AVX-512F"), ("avx_vnni", "AVX-VNNI"), ("avx2", "AVX2"))
+
+
+def isa(flags: frozenset[str] | None = None) -> str:
+    """The int8 / bf16 instruction sets of this CPU that torch-cpu's paths care about, from ``/proc/cpuinfo``
+    (``"AVX-512 VNNI, AVX-512 BF16, AVX-512F, AVX2"`` on a Zen 4), or ``"unknown"`` without flags."""
+    flags = cpu_flags() if flags is None else flags
+    found = [name for flag, name in _ISA if flag in flags]
+    return ", ".join(found) if flags else "unknown"
+
+
+def gemm_paths() -> dict[str, str]:
+    """Every GEMM path of the dense Linears: ``""`` where usable here, else why not (the selection's own
+    reasons); ``int_mm`` is always usable."""
+    out = {}
+    for path, status in (("amx", amx_status), ("vnni", vnni_status)):
+        ok, why = status()
+        out[path] = "" if ok else why
+    out["qlinear"] = "" if has_amx_int8() and has_qlinear() else (
+        "oneDNN's qlinear without AMX-INT8 runs a reference kernel (~4000x slower): not used" if has_qlinear()
+        else "this torch has no torch.ops.onednn.qlinear_pointwise")
+    out["int_mm"] = ""
+    return out
+
+
 def amx_status() -> tuple[bool, str]:
     """Whether torch-cpu's own AMX-INT8 tile kernels are usable here: ``(True, "")`` or ``(False, why)``
     (the CPU flags, the build, the ``arch_prctl`` permission, the self-test: :func:`.packed.amx_available`)."""

@@ -169,3 +169,45 @@ def test_the_amx_linear_is_the_golden(m):
         lin = b.bind("w8a8_dynamic_linear", w, s)
         assert_bits(lin(x), w8a8.w8a8_dynamic_linear(x, w, s))
         assert lin.gemm_path(x.dtype) == "amx"
+
+
+# -- the ISA, the GEMM path of each call and the unit that bounds it -------------------------------------------
+
+def test_isa_names_the_units_from_the_flags():
+    spr = frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"})
+    assert runtime.isa(spr) == "AMX-INT8, AMX-BF16, AVX-512 VNNI, AVX-512 BF16, AVX-512F, AVX2"
+    assert runtime.isa(frozenset({"avx2", "fma"})) == "AVX2"
+    assert runtime.isa(frozenset()) == "unknown"
+
+
+@needs_vnni
+def test_backend_info_and_notes_name_the_path_each_call_took():
+    b = TorchCpuBackend()
+    info = b.info()["gemm"]
+    assert info["path"] == b.gemm_path and info["paths"]["int_mm"] == ""
+    assert (info["paths"]["amx"] == "") == AMX_OK
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 64)).astype(ml_dtypes.bfloat16)
+    w = rng.integers(-128, 128, (16, 64), dtype=np.int8)
+    s = np.full(16, 1e-3, np.float32)
+    assert b.prepare("w8a8_dynamic_linear", x, w, s).notes["gemm"] == b.gemm_path
+    assert TorchCpuBackend(gemm="int_mm").prepare("w8a8_dynamic_linear", x, w, s).notes["gemm"] == "int_mm"
+
+
+def test_the_roofline_names_the_unit_of_the_calls_gemm_path():
+    from bench import peak, report
+    from conformance.ops.dense.w8a8_dynamic_linear import bench_case
+    from bench.timing import stats
+
+    peaks = peak.Peaks(8e12, 1.1e11, "int8_amx", "fp64_fma_avx512", "test", 2, bw_l2=2e11, bw_llc=2e11,
+                       bw_dram=4e10, l2_bytes=2 << 20, llc_bytes=300 << 20, int8_vnni=1.3e12, int8_amx=8e12)
+    case = bench_case(2048, 2048, 2048)
+    recs = [{"backend": "torch-cpu", "case": case.name, "op": case.op, "params": case.params, "work": case.work,
+             "unit": case.unit, "status": "ok", "verified": True, "stats": stats([10e-3]), "gemm": g}
+            for g in ("amx", "vnni", None)]
+    report.annotate(recs, peaks)
+    amx, vnni, unknown = (r["roofline"] for r in recs)
+    assert amx["unit"] == "AMX-INT8" and amx["pct"] == pytest.approx(case.work / 8e12 / 10e-3)
+    assert vnni["unit"] == "AVX-512 VNNI" and vnni["pct"] == pytest.approx(case.work / 1.3e12 / 10e-3)
+    assert amx["label"].startswith("int8-bound (AMX-INT8) at") and unknown["unit"] == "AMX-INT8"  # the widest
+    assert recs[0]["peak_kind"] == "int8 (AMX-INT8)"
