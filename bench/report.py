@@ -181,7 +181,7 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
                                                   "ratio_to_fastest", "ratio_to_peak", "peak_kind", "roofline",
                                                   "peak_memory_bytes", "transfer_in_s", "load_s", "transfer_out_s",
                                                   "group", "op", "label", "params", "numerics", "sqnr_db",
-                                                  "torch_cpu_speedup", "notes")},
+                                                  "torch_cpu_speedup", "notes", "gemm")},
             "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": meta.get("min_rounds", 3),
                         "max_time": meta.get("max_time", 2.0), "min_time": 0.0, "warmup": True},
             "stats": st})
@@ -189,7 +189,7 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
                              "machine": platform.machine(), "python_implementation": platform.python_implementation(),
                              "python_version": platform.python_version(), "system": platform.system(),
                              "release": platform.release(), "cpu": {"count": meta.get("cpus")},
-                             "w8a8_peaks": meta.get("peaks")},
+                             "w8a8_peaks": meta.get("peaks"), "w8a8_isa": meta.get("isa")},
             "commit_info": meta.get("commit_info", {}), "benchmarks": benches, "w8a8_command": meta.get("command"),
             "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "version": pytest_benchmark.__version__}
