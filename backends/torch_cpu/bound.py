@@ -41,15 +41,24 @@ MEMO = ("w8a8_moe", "w8a8_moe_prequantized", "grouped_matmul")
 _EXPONENT = {np.dtype(np.float16): 0x7C00}   # |bits| >= this: Inf / NaN
 
 
-def all_finite(x: np.ndarray) -> bool:
+def all_finite(x: np.ndarray, scratch: list | None = None) -> bool:
     """Whether every element of ``x`` is finite; bf16 / fp16 on their bits (``|bits| < exponent mask``: one
-    integer max over the data, ~20x faster than a float ``isfinite`` on 16 x 4096 bf16 rows)."""
+    integer max over the data, ~20x faster than a float ``isfinite`` on 16 x 4096 bf16 rows). ``scratch``:
+    a one-element list holding a reusable int16 buffer (a fresh 128 KiB temporary per call is an mmap and
+    its page faults: ~0.1 ms, measured, against a 0.8 ms decode Linear)."""
     if not x.size:
         return True
     limit = 0x7F80 if x.dtype.name == "bfloat16" else _EXPONENT.get(x.dtype)
     if limit is None or not x.dtype.isnative:
         return bool(np.isfinite(x).all())
-    return int((np.ascontiguousarray(x).view(np.int16) & 0x7FFF).max()) < limit
+    bits = np.ascontiguousarray(x).reshape(-1).view(np.int16)
+    if scratch is None:
+        return int((bits & 0x7FFF).max()) < limit
+    if scratch[0] is None or scratch[0].size < bits.size:
+        scratch[0] = np.empty(bits.size, np.int16)
+    out = scratch[0][:bits.size]
+    np.bitwise_and(bits, 0x7FFF, out=out)
+    return int(out.max()) < limit
 
 
 class DenseBound(Bound):
@@ -63,6 +72,7 @@ class DenseBound(Bound):
         self._golden = registry.get(op)
         self._impl = getattr(backend, backend._implementation(op))
         self._layers: dict = {}   # activation dtype -> the loaded layer
+        self._scratch: list = [None]   # all_finite's buffer
 
     def layer(self, dtype):
         """The loaded layer for activations of ``dtype`` (after a first call with one), else None."""
@@ -99,7 +109,7 @@ class DenseBound(Bound):
         layer = self._layers.get(x.dtype) if type(x) is np.ndarray else None
         if layer is None or x.ndim == 0 or x.shape[-1] != layer.weight.shape[0]:
             return self._first(x)
-        if self._numerics.nan_policy == "raise" and not all_finite(x):
+        if self._numerics.nan_policy == "raise" and not all_finite(x, self._scratch):
             return self._first(x)   # raises the golden's error, naming the first non-finite position
         return self._run((self.backend.to_device(x), layer))
 
