@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 import w8a8
+from backends.base import Bound
 from backends.torch_common import from_torch, to_torch
 from checkpoints.naming import parse_expert
 from w8a8.ulp import ulp_distance
@@ -130,17 +131,21 @@ class ServingExecutor:
         return (w,), {k: self._arr(prefix, "." + k) for k in ("input_scale", "input_offset", "deq_scale",
                                                              "quant_bias")}
 
-    def _bound(self, backend, key: str, op: str, args: tuple, kwargs: dict):
-        """``backend.bind(op, *args, **kwargs)`` of module ``key``, made once (its weights packed once)."""
+    def _bound(self, backend, key: str | None, op: str, args: tuple, kwargs: dict):
+        """``backend.bind(op, *args, **kwargs)`` of module ``key``, made once (its weights packed once); with
+        no ``key``, a bound call that prepares every call (the direct op's cost)."""
+        if key is None:
+            return Bound(backend, op, args, kwargs)
         bound = self._binds.get((backend.name, key))
         if bound is None:
             bound = self._binds[(backend.name, key)] = backend.bind(op, *args, **kwargs)
         return bound
 
-    def _run_op(self, op: str, x: np.ndarray, args: tuple, kwargs: dict, key: str,
+    def _run_op(self, op: str, x: np.ndarray, args: tuple, kwargs: dict, key: str | None = None,
                 per_call: dict | None = None) -> tuple[np.ndarray, list[BackendMatch]]:
-        """``op`` of module ``key`` on every backend (bound once per module: :meth:`_bound`) and the golden;
-        ``per_call``: the keyword arguments that change from call to call (a MoE's router logits)."""
+        """``op`` of module ``key`` on every backend (bound once per module: :meth:`_bound`; ``key`` None: not
+        bound, prepared per call) and the golden; ``per_call``: the keyword arguments that change from call to
+        call (a MoE's router logits), not bound."""
         per_call = per_call or {}
         y = np.asarray(self._bound(self.backend, key, op, args, kwargs)(x, **per_call))
         matches = []
