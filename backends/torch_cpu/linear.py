@@ -202,7 +202,7 @@ def load_static(x_dtype: torch.dtype, weight: torch.Tensor, recip: torch.Tensor,
 
 
 def path_taken(layer) -> str:
-    """The GEMM path a loaded Linear's calls take: its fused kernel's (``"vnni"``), else the weight's
+    """The GEMM path a loaded Linear's calls take: its fused kernel's (``"vnni"`` / ``"amx"``), else the weight's
     (``"qlinear"`` where prepacked, else ``"int_mm"``)."""
     if layer.fused is not None:
         return layer.fused.weight.layout
