@@ -25,7 +25,7 @@ else ``"int_mm"`` (the qlinear reference kernel without AMX is ~4000x slower: 92
 Zen 4); :mod:`.runtime` has the rules.
 
 Weights packed once: :meth:`TorchCpuBackend.bind` (:mod:`.bound`). A direct op call
-(``backend.w8a8_dynamic_linear(x, w, s)``) checks, packs and probes the weight on every call — tens of
+(``backend.w8a8_dynamic_linear(x, w, s)``) checks, packs and probes the weight on every call — tens to hundreds of
 milliseconds for a 4096 x 4096 weight, against ~1 ms for the call itself at M = 16.
 
 This module imports no torch: the submodules that do are imported on first use.
@@ -112,7 +112,7 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
         return bind(self, op, args, kwargs)
 
     def notes(self, op: str, loaded) -> dict:
-        """The GEMM path the call takes (``"vnni"``, ``"qlinear"``, ``"int_mm"``; the Linears' own, after
+        """The GEMM path the call takes (``"amx"``, ``"vnni"``, ``"qlinear"``, ``"int_mm"``; the Linears' own, after
         their load-time probes)."""
         if op in ("w8a8_dynamic_linear", "w8a8_static_linear"):
             from .linear import path_taken
