@@ -75,3 +75,52 @@ def runnable_blocks() -> list:
 def pytest_generate_tests(metafunc):
     if "doc_block" in metafunc.fixturenames:
         metafunc.parametrize("doc_block", runnable_blocks())
+
+
+def run_in_pty(command: str, cwd, columns: int = 80, timeout: float = 900) -> tuple[int, str]:
+    """Run ``command`` (bash) with stdout and stderr on a pseudo-terminal ``columns`` wide, as a person at
+    an 80-column terminal sees it; return (exit status, the text printed, escape sequences removed)."""
+    import fcntl
+    import pty
+    import re
+    import select
+    import struct
+    import subprocess
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = command_env()
+    env["TERM"] = "xterm-256color"
+    proc = subprocess.Popen(["/bin/bash", "-c", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + timeout
+    while True:
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(command)
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:   # EIO: the child side closed
+                data = b""
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None and not select.select([master], [], [], 0.2)[0]:
+            break
+    os.close(master)
+    rc = proc.wait()
+    text = b"".join(chunks).decode("utf-8", "replace")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]", "", text)
+    lines = [ln.split("\r")[-1] if ln.replace("\r", "") else "" for ln in text.replace("\r\n", "\n").split("\n")]
+    return rc, "\n".join(lines)
+
+
+def printed_repro_lines(text: str) -> list[str]:
+    """The commands a run printed for pasting back: the line after each ``repro:`` label."""
+    lines = text.splitlines()
+    return [lines[i + 1].strip() for i, ln in enumerate(lines[:-1]) if ln.strip() == "repro:" and lines[i + 1].strip()]

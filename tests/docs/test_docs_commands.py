@@ -6,6 +6,10 @@ order; a command passes when it exits 0 or 1 (1: the run found disagreements, wh
 show on purpose) without a traceback, and a ``$ CMD`` line's promised output lines all appear in what it
 printed. A python block passes when it runs and prints the lines its trailing ``# `` comments promise.
 Blocks marked ``slow`` are marked slow here; ``long`` ones run only with W8A8_DOCS_LONG=1.
+
+README's commands run on an 80-column pseudo-terminal, as a person sees them; every repro line they print
+(the line after a ``repro:`` label) is then pasted back as it was printed and must run too (exit 0 or 1,
+no traceback, no usage error).
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ import sys
 
 import pytest
 
-from .conftest import ROOT, command_env, scratch
+import shlex
+
+from .conftest import ROOT, command_env, printed_repro_lines, run_in_pty, scratch
 
 _DIRS: dict = {}
+_PASTED: list = []   # (README command, the repro line it printed), for the summary test below
 
 
 def _folder(tmp_path_factory, page: str):
@@ -52,7 +59,13 @@ def test_doc_block_runs(doc_block, tmp_path_factory):
             assert line in proc.stdout, f"{where}: promised output {line!r} not printed:\n{proc.stdout[-2000:]}"
         return
     for command, expected in doc_block.commands:
-        proc = _run(command, cwd, shell=True)
+        if doc_block.page == "README.md":
+            rc, printed = run_in_pty(command, cwd)
+            proc = subprocess.CompletedProcess(command, rc, printed, "")
+            for line in printed_repro_lines(printed):
+                _paste_back(where, command, line, cwd)
+        else:
+            proc = _run(command, cwd, shell=True)
         printed = proc.stdout + proc.stderr
         assert "Traceback (most recent call last)" not in printed, f"{where}: {command}\n{printed[-3000:]}"
         if expected:
@@ -62,6 +75,25 @@ def test_doc_block_runs(doc_block, tmp_path_factory):
                                                f"{printed[-2000:]}")
         else:
             assert proc.returncode in (0, 1), f"{where}: {command} exited {proc.returncode}:\n{printed[-3000:]}"
+
+
+def _paste_back(where: str, command: str, line: str, cwd) -> None:
+    shlex.split(line)   # a hard-wrapped line would leave a quote open: ValueError
+    proc = _run(line, cwd, shell=True)
+    printed = proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1) and "Traceback (most recent call last)" not in printed, (
+        f"{where}: {command} printed the repro line\n{line}\nwhich, pasted back, exited {proc.returncode}:\n"
+        f"{printed[-3000:]}")
+    _PASTED.append((command, line))
+
+
+def test_readme_repro_lines_were_pasted_back():
+    """After README's blocks ran (above): its conformance and replay examples printed repro lines at 80
+    columns, and each ran when pasted back."""
+    if not any(c.startswith("w8a8 conformance --backend conformance.planted") for c, _ in _PASTED):
+        pytest.skip("README's blocks were not run in this session (-k / -m selected others)")
+    commands = {c.split()[1] for c, _ in _PASTED}
+    assert {"conformance", "replay"} <= commands, _PASTED
 
 
 def test_every_block_not_run_says_why(docblocks):
