@@ -1,14 +1,14 @@
 """pytest plugin (entry point ``pytest11: w8a8``): run the conformance suite from pytest.
 
-    pytest --pyargs conformance.suite --backend torch-cpu          # the suite against a backend
-    pytest --pyargs conformance.suite --backend my_pkg.kernels:MyBackend --conformance-op quant_matmul
+    pytest --pyargs conformance.suite --w8a8-backend torch-cpu          # the suite against a backend
+    pytest --pyargs conformance.suite --w8a8-backend my_pkg.kernels:MyBackend --w8a8-op quant_matmul
     pytest ... --hypothesis-profile thorough                      # dev / ci / thorough
 
 Per op it runs its drawn cases (one test per strategy of the declaration), its named cases and its
 error cases (:mod:`conformance.suite`).
 
-Options: ``--backend NAME`` (repeatable; default: every available backend except the golden),
-``--conformance-op OP`` (repeatable; default: every op), ``--conformance-reproduce BLOB`` (replay
+Options: ``--w8a8-backend NAME`` (repeatable; default: every available backend except the golden),
+``--w8a8-op OP`` (repeatable; default: every op), ``--w8a8-reproduce BLOB`` (replay
 the failing example Hypothesis printed). Hypothesis profiles ``dev``, ``ci``, ``thorough`` are
 registered on import. The suite's drawn tests run under the profile ``--hypothesis-profile`` (or
 ``HYPOTHESIS_PROFILE``) names, else under the one the user's conftest loaded, else ``ci`` — always
@@ -20,7 +20,7 @@ A failing case is shrunk by Hypothesis; its message carries the attribution and 
 Hypothesis's ``@reproduce_failure`` blob from the user's own checkout (the test lives in the
 installed package, where a decorator cannot be added)::
 
-    pytest --pyargs conformance.suite --backend B --conformance-op OP -k 'TEST[ID]' --conformance-reproduce BLOB
+    pytest --pyargs conformance.suite --w8a8-backend B --w8a8-op OP -k 'TEST[ID]' --w8a8-reproduce BLOB
 
 The plugin only adds options and fixtures; it imports nothing heavy until a suite test runs, so it
 is harmless in any pytest run of an environment where w8a8 is installed.
@@ -45,12 +45,12 @@ except ImportError:  # hypothesis not installed: the suite cannot run, the plugi
 
 def pytest_addoption(parser):
     group = parser.getgroup("w8a8", "w8a8 conformance suite")
-    group.addoption("--backend", action="append", default=[], metavar="NAME",
+    group.addoption("--w8a8-backend", action="append", default=[], metavar="NAME",
                     help="backend to run the conformance suite against (repeatable; a registered name or "
                          "'package.module:Class'; default: every available backend except the golden)")
-    group.addoption("--conformance-op", action="append", default=[], metavar="OP",
+    group.addoption("--w8a8-op", action="append", default=[], metavar="OP",
                     help="op of the conformance suite to run (repeatable; default: all)")
-    group.addoption("--conformance-reproduce", default=None, metavar="BLOB",
+    group.addoption("--w8a8-reproduce", default=None, metavar="BLOB",
                     help="replay a failing drawn example: the blob of the @reproduce_failure line Hypothesis printed "
                          "(select its test with -k)")
 
@@ -72,8 +72,8 @@ def suite_settings(config):
 
 
 def reproduce_blob(config) -> bytes | None:
-    """The ``--conformance-reproduce`` blob as bytes: the bare blob, ``b'...'`` or the whole printed line."""
-    text = config.getoption("--conformance-reproduce", default=None)
+    """The ``--w8a8-reproduce`` blob as bytes: the bare blob, ``b'...'`` or the whole printed line."""
+    text = config.getoption("--w8a8-reproduce", default=None)
     if not text:
         return None
     m = re.search(r"b'([^']+)'", text)
@@ -92,8 +92,8 @@ def pytest_runtest_makereport(item, call):
     if m and "conformance_backend" in params:
         op = params.get("conformance_drawn", ("",))[0]
         rep.sections.append(("w8a8: reproduce from your checkout",
-                             f"pytest --pyargs conformance.suite --backend {params['conformance_backend']} "
-                             f"--conformance-op {op} -k '{item.name}' --conformance-reproduce {m.group(1)}"))
+                             f"pytest --pyargs conformance.suite --w8a8-backend {params['conformance_backend']} "
+                             f"--w8a8-op {op} -k '{item.name}' --w8a8-reproduce {m.group(1)}"))
 
 
 def pytest_configure(config):
@@ -102,9 +102,9 @@ def pytest_configure(config):
 
 
 def check_options(config) -> None:
-    """``--backend`` and ``--conformance-op`` name something that exists (checked only when given):
+    """``--w8a8-backend`` and ``--w8a8-op`` name something that exists (checked only when given):
     ``pytest.UsageError`` (one line, exit 4) instead of a KeyError in every test."""
-    requested = config.getoption("--backend", default=None) or []
+    requested = config.getoption("--w8a8-backend", default=None) or []
     if requested:
         import backends
 
@@ -112,22 +112,22 @@ def check_options(config) -> None:
             try:
                 backends.get(name)
             except (KeyError, ImportError, AttributeError) as exc:
-                raise pytest.UsageError(f"--backend: expected a backend name (see 'w8a8 backends') or "
+                raise pytest.UsageError(f"--w8a8-backend: expected a backend name (see 'w8a8 backends') or "
                                         f"'package.module:Class', got {name!r} ({exc})") from None
-    ops = config.getoption("--conformance-op", default=None) or []
+    ops = config.getoption("--w8a8-op", default=None) or []
     if ops:
         from .registry import specs
 
         unknown = [op for op in ops if op not in specs()]
         if unknown:
-            raise pytest.UsageError(f"--conformance-op: expected an op of 'w8a8 conformance --list-ops', "
+            raise pytest.UsageError(f"--w8a8-op: expected an op of 'w8a8 conformance --list-ops', "
                                     f"got {unknown[0]!r}")
 
 
 def selected_backends(config) -> list[str]:
     import backends
 
-    requested = config.getoption("--backend") or []
+    requested = config.getoption("--w8a8-backend") or []
     if requested:
         return requested
     names = [b.name for b in backends.available() if b.name != "numpy"]
@@ -137,7 +137,7 @@ def selected_backends(config) -> list[str]:
 def selected_ops(config) -> list[str]:
     from .registry import specs
 
-    return config.getoption("--conformance-op") or sorted(specs())
+    return config.getoption("--w8a8-op") or sorted(specs())
 
 
 def pytest_generate_tests(metafunc):
@@ -158,3 +158,52 @@ def pytest_generate_tests(metafunc):
             metafunc.parametrize("conformance_named_case", [c.key for c in named_cases() if c.op in ops])
         if "conformance_error_case" in metafunc.fixturenames:
             metafunc.parametrize("conformance_error_case", [b.key for b in bad_calls() if b.op in ops])
+
+
+def _item_backend_and_op(item) -> tuple[str, str] | None:
+    """(backend, op) of a suite test, from its parameters; ``None`` for any other test."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "conformance_backend" not in params:
+        return None
+    if "conformance_drawn" in params:
+        op = params["conformance_drawn"][0]
+    elif "conformance_op" in params:
+        op = params["conformance_op"]
+    else:
+        key = params.get("conformance_named_case") or params.get("conformance_error_case")
+        if not key:
+            return None
+        op = key.split("/", 1)[0]
+    return params["conformance_backend"], op
+
+
+def pytest_collection_modifyitems(config, items):
+    """A suite test of an op the backend does not implement is deselected, not skipped: it was never a
+    test of that backend. (A backend that is not available stays collected and skips, saying why.)"""
+    implemented: dict = {}
+    keep, dropped = [], []
+    for item in items:
+        pair = _item_backend_and_op(item)
+        if pair is not None:
+            name, op = pair
+            if name not in implemented:
+                implemented[name] = _implemented_ops(name)
+            if implemented[name] is not None and op not in implemented[name]:
+                dropped.append(item)
+                continue
+        keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def _implemented_ops(name: str):
+    """The ops backend ``name`` implements, or ``None`` when it cannot be asked (not available)."""
+    import backends
+
+    try:
+        b = backends.get(name)
+        ok, _ = b.available()
+    except Exception:   # an unloadable backend: its tests stay and skip with the reason
+        return None
+    return set(b.ops()) if ok else None

@@ -1,4 +1,4 @@
-"""The shipped conformance suite (``pytest --pyargs conformance.suite --backend NAME``) as a third party
+"""The shipped conformance suite (``pytest --pyargs conformance.suite --w8a8-backend NAME``) as a third party
 runs it: through the pytest plugin, in its own pytest process, with drawn, named and error cases per op.
 (The suite against torch-cpu, strictly, is tests/backends/test_torch_cpu_conformance.py.)"""
 
@@ -13,7 +13,7 @@ def _suite(*args):
 
 
 def test_the_suite_runs_drawn_named_and_error_cases_through_the_plugin():
-    out = _suite("--backend", "numpy", "--conformance-op", "trans_quant_param", "--conformance-op", "nz_to_nd", "-v")
+    out = _suite("--w8a8-backend", "numpy", "--w8a8-op", "trans_quant_param", "--w8a8-op", "nz_to_nd", "-v")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     passed = re.findall(r"::(\w+)\[([^\]]+)\] PASSED", out.stdout)
     kinds = {(test, param.split("-", 1)[1].split("/")[0].split(":")[0]) for test, param in passed}
@@ -24,8 +24,20 @@ def test_the_suite_runs_drawn_named_and_error_cases_through_the_plugin():
 
 
 def test_a_planted_bug_fails_the_suite_with_its_attribution():
-    out = _suite("--backend", "conformance.planted:TiesAwayBackend", "--conformance-op", "dynamic_quant",
+    out = _suite("--w8a8-backend", "conformance.planted:TiesAwayBackend", "--w8a8-op", "dynamic_quant",
                  "-k", "named_case and ties_half_even]")
     assert out.returncode == 1, out.stdout[-3000:]
     assert "dynamic_quant/ties_half_even" in out.stdout and "backend differs from the documented y" in out.stdout
     assert "likely cause: tie rounding" in out.stdout
+
+
+def test_ops_a_backend_does_not_implement_are_deselected_not_skipped():
+    """torch-cpu lacks moe_distribute_combine (the EP ops live in torch-dist): its suite tests are not
+    collected as skips but deselected, and nz_to_nd's stay."""
+    out = _suite("--w8a8-backend", "torch-cpu", "--w8a8-op", "moe_distribute_combine", "--w8a8-op", "nz_to_nd",
+                 "--collect-only", "-q")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    collected = [li for li in out.stdout.splitlines() if "::" in li]
+    assert collected and all("nz_to_nd" in li for li in collected), collected
+    m = re.search(r"(\d+) deselected", out.stdout)
+    assert m and int(m.group(1)) > 0, out.stdout[-1000:]

@@ -279,8 +279,8 @@ def test_the_pytest_suite_runs_outside_the_repository_without_a_deadline(tmp_pat
     (ci, no deadline) applies; before, Hypothesis's 200 ms deadline failed torch-cpu's first calls."""
     pytest.importorskip("torch")
     env = {k: v for k, v in os.environ.items() if k != "HYPOTHESIS_PROFILE"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "--backend", "torch-cpu",
-                          "--conformance-op", "quant_matmul", "-k", "agrees", "-q", "-p", "no:cacheprovider",
+    out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "--w8a8-backend", "torch-cpu",
+                          "--w8a8-op", "quant_matmul", "-k", "agrees", "-q", "-p", "no:cacheprovider",
                           "--rootdir", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
@@ -291,14 +291,14 @@ def test_the_pytest_suite_runs_outside_the_repository_without_a_deadline(tmp_pat
 def test_the_reproduce_command_replays_a_failure_from_anywhere(tmp_path):
     """A planted bug fails; the report prints a command with Hypothesis's blob; that command, run from the
     user's folder, fails again on the same example."""
-    base = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "--backend",
-            "conformance.planted:TiesAwayBackend", "--conformance-op", "dynamic_quant", "-k", "agrees and not bits", "-q",
+    base = [sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", "--w8a8-backend",
+            "conformance.planted:TiesAwayBackend", "--w8a8-op", "dynamic_quant", "-k", "agrees and not bits", "-q",
             "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "--hypothesis-seed", "0"]  # seed 0 draws a tie
     first = subprocess.run(base, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert first.returncode == 1
     assert "w8a8 conformance --backend conformance.planted:TiesAwayBackend --op dynamic_quant --case" in first.stdout
     line = next(li for li in first.stdout.splitlines() if li.startswith("pytest --pyargs conformance.suite"))
-    assert "--conformance-reproduce " in line
+    assert "--w8a8-reproduce " in line
     again = subprocess.run([sys.executable, "-m", *shlex.split(line), "-p", "no:cacheprovider", "--rootdir",
                             str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 1 and "1 failed" in again.stdout, again.stdout[-3000:]
@@ -311,7 +311,7 @@ def test_the_reproduce_command_replays_a_failure_from_anywhere(tmp_path):
 
 
 def test_the_plugin_refuses_unknown_backends_and_ops_up_front(tmp_path):
-    for opt, value in (("--backend", "planted-ties-away"), ("--conformance-op", "no_such_op")):
+    for opt, value in (("--w8a8-backend", "planted-ties-away"), ("--w8a8-op", "no_such_op")):
         out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.suite", opt, value, "-q",
                               "-p", "no:cacheprovider", "--rootdir", str(tmp_path)], cwd=tmp_path,
                              capture_output=True, text=True, timeout=600)
