@@ -73,7 +73,8 @@ def annotate(records: list[dict], peaks) -> None:
                 ceiling, unit = int8_unit(r, peaks)
                 ceiling = ceiling or None
             if r.get("unit") == "OPS":
-                r["ratio_to_peak"] = tp / ceiling if ceiling else None
+                # a ceiling is the best rate seen: a call faster than the measured peak raises it (100 %)
+                r["ratio_to_peak"] = min(1.0, tp / ceiling) if ceiling else None
                 r["peak_kind"] = f"{label} ({unit})" if unit else label
             roof = None if r.get("no_roofline") else roofline(r, peaks, ceiling, label, unit)
             if roof is not None:
@@ -91,9 +92,18 @@ def _fmt_tp(r: dict) -> str:
     return f"{tp / 1e12:.3f} TOPS" if r.get("unit") == "OPS" else f"{tp / 1e9:.2f} Gelem/s"
 
 
+def fmt_mib(n) -> str:
+    """A byte count in MiB for a table: ``-`` when not measured, ``< 1 MiB`` rather than ``0 MiB``."""
+    if not n:
+        return "-"
+    return "< 1 MiB" if n < 2**20 else f"{n / 2**20:.0f} MiB"
+
+
 def print_table(records: list[dict], peaks, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from conformance.reports.console import esc
 
     console = console or Console()
     t = Table(title=f"w8a8 bench (median of rounds; {ceilings_line(peaks)})")
@@ -103,17 +113,17 @@ def print_table(records: list[dict], peaks, console=None) -> None:
     for r in sorted((r for r in records if r.get("group") != "peers"),
                     key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
         if r.get("status") != "ok":
-            t.add_row(r.get("op", "?"), r.get("label", ""), r["backend"], f"[dim]{r.get('status')}[/]",
-                      r.get("note", "")[:60], "", "", "", "", "")
+            t.add_row(esc(r.get("op", "?")), esc(r.get("label", "")), esc(r["backend"]),
+                      f"[dim]{esc(r.get('status'))}[/]", esc((r.get("note") or "")[:60]), "", "", "", "", "")
             continue
         if not r.get("verified"):
-            t.add_row(r["op"], r["label"], r["backend"], "[yellow]unverified[/]", r.get("verify_note", "")[:60],
-                      "", "", "", "", "")
+            t.add_row(esc(r["op"]), esc(r["label"]), esc(r["backend"]), "[yellow]unverified[/]",
+                      esc((r.get("verify_note") or "")[:60]), "", "", "", "", "")
             continue
-        pct = f"{100 * r['ratio_to_peak']:.1f}% {r['peak_kind']}" if r.get("ratio_to_peak") else "-"
-        t.add_row(r["op"], r["label"], r["backend"], _fmt_time(r["stats"]["median"]), _fmt_tp(r),
-                  f"{r.get('ratio_to_fastest', 0):.2f}x", pct, roofline_text(r),
-                  f"{r.get('peak_memory_bytes', 0) / 2**20:.0f} MiB",
+        pct = f"{100 * r['ratio_to_peak']:.1f}% {esc(r['peak_kind'])}" if r.get("ratio_to_peak") else "\u2013"
+        t.add_row(esc(r["op"]), esc(r["label"]), esc(r["backend"]), _fmt_time(r["stats"]["median"]), _fmt_tp(r),
+                  f"{r.get('ratio_to_fastest', 0):.2f}x", pct, esc(roofline_text(r)),
+                  fmt_mib(r.get("peak_memory_bytes")),
                   f"{_fmt_time(r.get('transfer_in_s', 0))} / {_fmt_time(r.get('transfer_out_s', 0))}")
     console.print(t)
     peers = [r for r in records if r.get("group") == "peers"]
@@ -272,8 +282,8 @@ def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str
                     key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
         if r.get("status") == "ok" and r.get("verified"):
             cells = [_fmt_time(r["stats"]["median"]), _fmt_tp(r), f"{r.get('ratio_to_fastest', 0):.2f}x",
-                     f"{100 * (r.get('ratio_to_peak') or 0):.1f}% {r.get('peak_kind', '')}", _e(roofline_text(r)),
-                     f"{r.get('peak_memory_bytes', 0) / 2**20:.0f} MiB"]
+                     (f"{100 * r['ratio_to_peak']:.1f}% {_e(r.get('peak_kind', ''))}" if r.get("ratio_to_peak")
+                      else "\u2013"), _e(roofline_text(r)), fmt_mib(r.get("peak_memory_bytes"))]
             cls = "good"
         else:
             cells = [_e(r.get("status") if r.get("status") != "ok" else "unverified"),

@@ -98,18 +98,21 @@ def run(args) -> int:
         for c in cases:
             print(f"{c.name:56s} {c.work:12.4g} {c.unit:4s} {','.join(c.tags)}" + (f" compute={c.compute}" if c.compute else ""))
         return 0
+    from conformance.reports.console import esc
+
     t0 = time.perf_counter()
     peaks = Peaks(0.0, 0.0, "not measured", "not measured", "skipped (--no-peak)", os.cpu_count() or 1) \
         if args.no_peak else measure()
-    console.print(f"w8a8 bench: {len(cases)} cases x {len(names)} backend(s) ({', '.join(names)}); peaks: int8 "
+    console.print(f"w8a8 bench: {len(cases)} cases x {len(names)} backend(s) ({esc(', '.join(names))}); peaks: int8 "
                   f"{peaks.int8 / 1e12:.2f} TOPS, fp64 {peaks.fp64 / 1e9:.0f} GFLOP/s ({peaks.method})")
 
     def on_record(r):
         state = r.get("status")
         if state == "ok":
-            console.print(f"  {r['backend']:>10s} {r['case']:<48s} {r['stats']['median'] * 1e3:9.2f} ms", highlight=False)
+            console.print(f"  {esc(r['backend']):>10s} {esc(r['case']):<48s} {r['stats']['median'] * 1e3:9.2f} ms", highlight=False)
         else:
-            console.print(f"  {r['backend']:>10s} {r['case']:<48s} {state}: {r.get('note', '')[:60]}", highlight=False)
+            console.print(f"  {esc(r['backend']):>10s} {esc(r['case']):<48s} {esc(state)}: {esc((r.get('note') or '')[:60])}",
+                          highlight=False)
 
     records = run_bench(names, cases, full=full, registrations=registrations, timeout=args.timeout,
                         timing={"max_time": args.max_time, "min_rounds": args.min_rounds}, on_record=on_record)
@@ -125,7 +128,7 @@ def run(args) -> int:
             "machine": f"{os.uname().machine}, {os.cpu_count()} cores", "isa": _isa()}
     if args.json:
         write_atomic(args.json, json.dumps(report.pytest_benchmark_json(records, meta), indent=1, default=str))
-        console.print(f"wrote {args.json}")
+        console.print(f"wrote {esc(args.json)}")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -139,7 +142,7 @@ def run(args) -> int:
         write_atomic(out / "bench.json", json.dumps({"meta": meta, "records": [{k: v for k, v in r.items() if k != "data"}
                                                                                for r in records], "scaling": fits},
                                                     indent=1, default=str))
-        console.print(f"plots and bench-report.html in {out}")
+        console.print(f"plots and bench-report.html in {esc(out)}")
     bad = [r for r in records if r.get("status") in ("error", "crashed", "timeout") or (r.get("status") == "ok" and not r.get("verified")
                                                                            and not bench_peers.expected_unverified(r))]
     console.print(f"done in {time.perf_counter() - t0:.0f} s; {len(bad)} case(s) failed or unverified")

@@ -63,6 +63,8 @@ def run(args) -> int:
     from conformance.tuning import recommend, sweep
     from .conformance_cmd import _versions
 
+    from conformance.reports.console import esc
+
     console = Console(stderr=True)
     try:
         a, b = backends.get(args.backend), backends.get(args.against)
@@ -79,19 +81,29 @@ def run(args) -> int:
 
         b = NumpyBackend(a.numerics)   # what conformance compares A with: the golden under A's declared record
     ops = args.op or [op for op in sorted(specs()) if op in a.ops() and op in b.ops()]
-    console.print(f"w8a8 tune: {a.name} against {b.name}, {len(ops)} op(s), {args.samples} cases each")
-    stats = sweep(a, b, ops, args.samples, args.seed)
+    console.print(f"w8a8 tune: {esc(a.name)} against {esc(b.name)}, {len(ops)} op(s), {args.samples} cases each")
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:   # on stderr; not drawn when it is no terminal
+        bar = progress.add_task("cases", total=len(ops) * args.samples)
+
+        def on_case(op):
+            progress.update(bar, advance=1, description=esc(op))
+
+        stats = sweep(a, b, ops, args.samples, args.seed, on_case=on_case)
+        progress.update(bar, completed=len(ops) * args.samples, description="cases")
     entries = recommend(stats, target=args.target, backend=a.name, against=b.name,
                         numerics_equal=(a.numerics == b.numerics), numerics=a.numerics.name, versions=_versions(),
                         library_order=a.float_sum_order == "library")
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2, default=str))
-    table = Table(title=f"recommended tolerances: {a.name} vs {b.name} under {b.numerics.name} (target p = {args.target:g} per test)")
+    table = Table(title=f"recommended tolerances: {esc(a.name)} vs {esc(b.name)} under {esc(b.numerics.name)} (target p = {args.target:g} per test)")
     for col in ("op", "output", "dtype", "cases", "worst", "p99", "recommended", "bound"):
         table.add_column(col, overflow="fold")
     for e in entries:
-        table.add_row(e.op, e.output, e.dtype, str(e.samples), str(e.max_observed), f"{e.extra['p99']:g}",
-                      e.describe(), e.bound)
+        table.add_row(*(esc(v) for v in (e.op, e.output, e.dtype, e.samples, e.max_observed, f"{e.extra['p99']:g}",
+                                         e.describe(), e.bound)))
     (console if args.json else Console()).print(table)   # --json: stdout holds the JSON alone
     if args.write:
         path = Path(args.write)
@@ -100,7 +112,7 @@ def run(args) -> int:
             current.put(e)
         current.meta.update({"description": "w8a8 tolerance table (see conformance.tolerances)"})
         current.save(path)
-        console.print(f"wrote {len(entries)} entries to {path}")
+        console.print(f"wrote {len(entries)} entries to {esc(path)}")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -113,6 +125,6 @@ def run(args) -> int:
                                                                              "samples": args.samples,
                                                                              "target": args.target}))
         write_atomic(out / "tune.json", json.dumps([e.as_dict() for e in entries], indent=2, default=str))
-        console.print(f"plots and report in {out}")
+        console.print(f"plots and report in {esc(out)}")
     bad = [e for e in entries if "EXCEEDS THE ANALYTIC BOUND" in e.notes or "REFUSED" in e.notes]
     return 1 if bad else 0

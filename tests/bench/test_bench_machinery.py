@@ -130,3 +130,30 @@ def test_lowbit_cases_are_registered_and_float64_formats_measured_against_the_fp
     # a case's own compute wins over the backend's declaration (numpy: fp32, torch-cpu: int8)
     assert [r["peak_kind"] for r in recs] == ["fp64 FMA", "fp64 FMA", "int8"]
     assert recs[0]["ratio_to_peak"] == pytest.approx(2e10 / 1e11) and recs[2]["ratio_to_peak"] == pytest.approx(0.02)
+
+
+def test_percent_of_peak_never_exceeds_100_and_elementwise_ops_and_memory_are_shown_plainly(tmp_path):
+    """A call faster than the measured fp64 ceiling shows 100 % (a ceiling is the best rate seen), an
+    element-wise op (no OPS) '–', a peak memory under 1 MiB '< 1 MiB', an unmeasured one '-'; never '0 MiB'."""
+    import io
+
+    from rich.console import Console
+
+    from bench.peak import Peaks
+
+    peaks = Peaks(1e12, 1e11, "x", "y", "test", 2)
+    fast = {"backend": "numpy", "case": "mx_matmul[M16]", "op": "mx_matmul", "label": "M16", "work": 2e9,
+            "unit": "OPS", "compute": "fp64", "status": "ok", "verified": True, "stats": stats([1e-3]),
+            "peak_memory_bytes": 4096}
+    elementwise = {"backend": "numpy", "case": "dynamic_quant[M16]", "op": "dynamic_quant", "label": "M16",
+                   "work": 65536, "unit": "elem", "status": "ok", "verified": True, "stats": stats([1e-4]),
+                   "peak_memory_bytes": 0}
+    report.annotate([fast, elementwise], peaks)
+    assert fast["ratio_to_peak"] == 1.0 and elementwise.get("ratio_to_peak") is None
+    buf = io.StringIO()
+    report.print_table([fast, elementwise], peaks, console=Console(file=buf, width=250))
+    text = buf.getvalue()
+    assert "100.0% fp64" in text and "\u2013" in text and "< 1 MiB" in text
+    assert "0 MiB" not in text.replace("< 1 MiB", "") and "200.0%" not in text
+    html = report.render_html([fast, elementwise], peaks, [], {"command": "w8a8 bench"})
+    assert "100.0% fp64" in html and "\u2013" in html and " 0 MiB" not in html
