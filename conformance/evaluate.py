@@ -67,8 +67,13 @@ def case_id(op: str, params: dict) -> str:
 
 
 def repro_command(backend: str, op: str, params: dict) -> str:
+    """The command line that runs this one case again, each argument shell-quoted (a backend given as
+    ``"my dir/kernels.py:Mine"`` or a string parameter holding a quote survive a paste into a shell)."""
+    import shlex
+
     blob = json.dumps(params, sort_keys=True, separators=(",", ":"))
-    return f"w8a8 conformance --backend {backend} --op {op} --case '{blob}'"
+    return " ".join(["w8a8", "conformance", "--backend", shlex.quote(backend), "--op", shlex.quote(op), "--case",
+                     shlex.quote(blob)])
 
 
 # ------------------------------------------------------------------------------------------------
