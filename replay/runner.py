@@ -22,6 +22,8 @@ consumer then gets the device value and the chain break is reported).
 from __future__ import annotations
 
 import hashlib
+import json
+import shlex
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -506,7 +508,7 @@ def replay_call(session: Session, call: MappedCall, options: Options, repro_base
             rec["attribution"] = engine.attribute(call.op, iso_args, best["kwargs"], dev_arrays, comps,
                                                   golden.declared_numerics(options.platform, options.numerics),
                                                   best.get("masks") or {})
-        rec["repro"] = f"{repro_base} --call {call.entry.name.full} --export-case"
+        rec["repro"] = repro_line(repro_base, call.entry.name.full, options)
         if ms and ms["verdict"] == "pass":
             rec["stricter"] = "msprobe's criteria pass this call; the golden does not"
     rec["note"] = _note(rec, verdict)
@@ -524,6 +526,21 @@ def replay_call(session: Session, call: MappedCall, options: Options, repro_base
         record = golden.declared_numerics(options.platform, options.numerics)
         rec["repro_python"] = python_snippet(path, call.op, None if record == w8a8.ASCEND else record.as_dict())
     return _finish(rec, verdict)
+
+
+def repro_line(repro_base: str, entry: str, options: Options) -> str:
+    """The command that re-judges one call and exports it as a single-op case (``--export-case`` takes the
+    call's NAME): the dump, the call, and the platform and record the call was judged under."""
+    words = [*shlex.split(repro_base), "--call", entry, "--export-case", entry]
+    if options.platform != "ascend910_93":
+        words += ["--platform", options.platform]
+    if options.numerics is not None:
+        base = golden.platform_numerics(options.platform).as_dict()
+        changed = {k: v for k, v in options.numerics.as_dict().items()
+                   if base.get(k) != v and k not in ("name", "platform")}
+        if changed:
+            words += ["--numerics", json.dumps(changed, sort_keys=True)]
+    return shlex.join(words)
 
 
 def _note(rec: dict, verdict: str) -> str:
@@ -575,7 +592,7 @@ def replay_dump(dump_path, options: Options, results, *, resume: bool = False, o
     done = {r["case_id"] for r in results.records() if "status" in r} if resume else set()
     index = TensorIndex(options.inputs) if options.inputs else None
     stats_: dict = {"dumps": 0, "entries": 0, "written": 0, "skipped_done": 0, "first_divergence": {}}
-    repro_base = repro_base or f"w8a8 replay {dump_path}"
+    repro_base = repro_base or shlex.join(["w8a8", "replay", str(dump_path)])
     budget = options.max_calls
     for where in plan(dump_path, options):
         dump = load_dump(where)
