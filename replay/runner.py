@@ -291,7 +291,21 @@ def _golden(call: MappedCall, args, kwargs, options: Options):
     return results
 
 
-def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, pre, masks) -> dict:
+def crc_mismatch_hint(entry) -> str:
+    """What to do about a CRC mismatch: dump this call's tensors. msprobe's ``list`` selects calls by API name
+    (an entry is dumped when a listed string is a substring of its name, e.g. ``NPU.npu_quant_matmul.0.forward``;
+    ``npu_quant_matmul`` selects every call of the op) — not by output."""
+    api = entry.name.api if entry is not None else None
+    full = entry.name.full if entry is not None else None
+    if not full:
+        return ("CRC differs: the output is not bitwise the golden's; a msprobe tensor dump of this call "
+                "(\"task\": \"tensor\", its API name in \"list\") gives the differing elements")
+    return ("CRC differs: the output is not bitwise the golden's; a msprobe tensor dump of this call gives the "
+            f"differing elements: \"task\": \"tensor\", \"tensor\": {{\"list\": [\"{full}\"]}} (list takes API "
+            f"names, matched as substrings: [\"{api}\"] dumps every call of the op)")
+
+
+def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, pre, masks, entry=None) -> dict:
     """One output: compare arrays, else CRC, else statistics."""
     if ref is None:
         if dev is None or rec is None:
@@ -320,8 +334,7 @@ def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, pre, 
         st = stats.compare_stats(rec, ref)
         out["statistics"] = st["checks"]
         if out["verdict"] == "crc-mismatch":
-            out["note"] = ("CRC differs: the output is not bitwise the golden's; a tensor dump of this one call "
-                           f"(list: [\"{rec.where}\"]) gives the differing elements")
+            out["note"] = crc_mismatch_hint(entry)
         return out
     if rec.stats_null:
         out.update(verdict="missing-data", note=dev.reason if isinstance(dev, MissingTensor) else "no statistics")
@@ -358,7 +371,7 @@ def judge_call(call: MappedCall, args, kwargs, device: dict, options: Options) -
         for i, name in enumerate(names):
             rec = call.outputs[i] if i < len(call.outputs) else None
             outs[name] = _output_verdict(call.op, name, kinds[name], ref.get(name), device.get(name), rec, options,
-                                         pre, masks)
+                                         pre, masks, call.entry)
         verdict = worst(o["verdict"] for o in outs.values())
         if verdict == "mistrusted" and any(o["verdict"] == "agree-bitwise" for o in outs.values()):
             verdict = "agree-bitwise"
