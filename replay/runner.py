@@ -341,7 +341,20 @@ def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, pre, 
         return out
     st = stats.compare_stats(rec, ref)
     out.update(verdict="stats-consistent" if st["ok"] else "stats-inconsistent", statistics=st["checks"])
+    if not st["ok"]:
+        out["note"] = "dumped statistics differ from the golden output's: " + statistics_failures(st["checks"])
     return out
+
+
+def invariant_failures(checks: list[dict]) -> str:
+    """The broken invariants of a statistics-only call, with their numbers (what report and terminal show)."""
+    return "; ".join(f"broken: {c['check']}: {c.get('detail')}" for c in checks if not c.get("ok"))
+
+
+def statistics_failures(checks: list[dict]) -> str:
+    """The dumped statistics that differ from the golden output's, device vs golden."""
+    return "; ".join(f"{c['stat']} device {c.get('device')!r}, golden {c.get('golden')!r} ({c.get('rule')})"
+                     for c in checks if not c.get("ok"))
 
 
 def judge_call(call: MappedCall, args, kwargs, device: dict, options: Options) -> dict:
@@ -493,8 +506,10 @@ def replay_call(session: Session, call: MappedCall, options: Options, repro_base
         outputs_have_files = any(isinstance(d, np.ndarray) for d in device.values())
         if inv["checks"] and not outputs_have_files:
             v = "stats-consistent" if inv["ok"] else "stats-inconsistent"
-            return _finish(rec, v, invariants=inv["checks"], missing=missing,
-                           note="inputs not available: only the exact invariants of the statistics were checked")
+            note = ("inputs not available: only the exact invariants of the statistics were checked" if inv["ok"]
+                    else invariant_failures(inv["checks"]) + " (an exact invariant of the dumped statistics; "
+                                                                "inputs not saved)")
+            return _finish(rec, v, invariants=inv["checks"], missing=missing, note=note)
         return _finish(rec, "missing-data", missing=missing + [d.describe() for d in file_problems],
                        note="; ".join(missing[:3]))
     verdict = best["verdict"]
