@@ -693,7 +693,8 @@ def scale_evidence(ref: np.ndarray, got: np.ndarray, *, fp19: bool = False) -> l
         out.append("every backend scale is FP19-valued (low 13 mantissa bits zero): an FP19-truncated scale")
     out += ratio_words
     if not out and int(dist.max()) <= 4:
-        out.append(f"the scales differ by at most {int(dist.max())} fp32 ULP: the same formula in another order "
+        out.append(f"the scales differ by at most {int(dist.max())} fp32 ULP: consistent with the same formula in "
+                   "another order "
                    "of operations (1/(qmax/amax), amax*fp32(1/qmax) or amax/qmax)")
     return out
 
@@ -846,9 +847,11 @@ def attribute(spec, args, kwargs, backend, backend_outputs: dict, comparisons: d
                 "also_consistent": texts[1:], "candidates_tried": s.tried, "search_cut_short": s.cut_short}
     ties = _ties_only(spec, args, kwargs, backend_outputs, ref, masks, declared)
     if bug is not None:
-        cause = "; ".join(bug["causes"]) + " (explains part of the mismatches)"
+        explained = sum((bug.get("explained") or {}).values())
+        cause = "; ".join(bug["causes"]) + (f" (explains {explained} of the {s.baseline} differing elements)"
+                                            if s.baseline else " (explains part of the mismatches)")
     elif evidence:
-        cause = "; ".join(evidence) + ("; the codes follow from that scale" if any(
+        cause = "; ".join(evidence) + ("; the codes differ as well (not checked against that scale)" if any(
             o.kind == "int" and comparisons.get(o.name, {}).get("verdict") == FAIL for o in spec.outputs) else "")
     else:
         cause = _heuristic(spec, observed_first, comparisons, fields, ties, scale_ulp(spec, ref, backend_outputs))

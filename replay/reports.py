@@ -70,6 +70,25 @@ def summarize(records: list[dict]) -> dict:
             "stricter": [r for r in quant if r.get("stricter")]}
 
 
+def headline(summary: dict) -> str:
+    """The result in words, no more than the records show: a divergence, missing or damaged data, and the calls
+    that were not judged because the dump never saved their tensors."""
+    counts = summary["counts"]
+    bad = sum(counts.get(v, 0) for v in BAD)
+    unsaved = len(summary.get("not_saved") or [])
+    parts = []
+    if bad:
+        parts.append(f"DIVERGENCE ({bad} call(s) disagree)")
+    if not summary["ok"] and counts.get("missing-data", 0) > unsaved:
+        parts.append("MISSING OR DAMAGED DATA")
+    if not parts:
+        parts.append("no judged call disagrees with the golden" if summary["judged"] else "no call was judged")
+    if unsaved:
+        parts.append(f"{unsaved} call(s) not judged: the dump saved no tensors for them (a statistics dump; "
+                     "--inputs gives them from another dump)")
+    return "; ".join(parts)
+
+
 def _first_line(r: dict, md: bool = True) -> str:
     at = r.get("attribution") or {}
     fm = r.get("first_mismatch") or {}
@@ -116,7 +135,7 @@ def _worst_distance(r: dict):
 
 def markdown(summary: dict, meta: dict) -> str:
     lines = ["# w8a8 replay report", ""]
-    lines.append(f"**Result: {'every judged call agrees with the golden' if summary['ok'] else 'DIVERGENCE OR MISSING DATA'}**"
+    lines.append(f"**Result: {headline(summary)}**"
                  f" (exit status {summary['exit_status']}).")
     lines += ["", *[f"- {k}: `{v}`" for k, v in meta.items() if k in ("dump", "platform", "numerics", "mode", "date",
                                                                        "command", "tolerances", "checkpoint")]]
@@ -208,7 +227,7 @@ def html(summary: dict, meta: dict) -> str:
     out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>w8a8 replay</title>",
            f"<style>{CSS}</style></head><body><h1>w8a8 replay report</h1>",
            f"<div class='verdict {'ok' if ok else 'notok'}' id='verdict'>"
-           f"{'Every judged call agrees with the golden' if ok else 'Divergence or missing data'}"
+           f"{_e(headline(summary))}"
            f" (exit status {summary['exit_status']})</div>",
            "<p>" + " · ".join(f"{_e(k)}: <code>{_e(v)}</code>" for k, v in meta.items()
                               if k in ("dump", "platform", "numerics", "mode", "date", "tolerances", "checkpoint")) + "</p>"]

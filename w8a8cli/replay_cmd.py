@@ -212,6 +212,11 @@ def _print(console, summary: dict) -> None:
     console.print(t)
     if not summary["quant_calls"]:
         console.print("[yellow]no call of a supported quant op in this dump: nothing to judge[/]")
+    from rich.markup import escape
+
+    from replay.reports import headline
+
+    console.print(f"result: {escape(headline(summary))} (exit status {summary['exit_status']})")
     for dump, r in summary["first_divergence"].items():
         console.print(f"[bold]first divergence[/] {dump}: {r['name']} — {r.get('note')}")
         if r.get("repro"):

@@ -58,6 +58,8 @@ def test_clean_statistics_md5_dump_without_inputs_exits_0(tmp_path):
     assert "disagree" not in counts and "stats-inconsistent" not in counts and "crc-mismatch" not in counts
     assert counts.get("missing-data", 0) > 0 and summary["not_saved"]      # not judged: tensors never saved
     assert rc == 0
+    head = (out / "report.md").read_text().splitlines()[2]
+    assert f"{len(summary['not_saved'])} call(s) not judged" in head and "MISSING" not in head
 
 
 def test_planted_md5_dump_still_exits_1_with_its_inputs(tmp_path):
