@@ -77,3 +77,19 @@ def test_a_wrong_reference_is_still_refused(tmp_path, capsys):
     save_file(f, str(ref / "model.safetensors"))
     rc = cli.main(["inspect", str(D / "w8a8"), "--verify", "--reference", str(ref)])
     assert rc == 2 and "not a quantization of the reference's weight" in capsys.readouterr().err
+
+
+def test_a_deq_scale_flushed_to_zero_is_a_finding_not_a_traceback(tmp_path, capsys):
+    """msModelSlim's fp16 product below 2^-24 flushes to 0 (seen when making this fixture with a down_proj
+    scaled by 0.02): inspect used to die in static_quant_bias with a ValueError traceback."""
+    ck = tmp_path / "w8a8"
+    shutil.copytree(D / "w8a8", ck)
+    f = next(ck.glob("quant_model_weights-*.safetensors"))
+    t = load_file(str(f))
+    t["model.layers.1.mlp.down_proj.deq_scale"] = np.zeros_like(t["model.layers.1.mlp.down_proj.deq_scale"])
+    save_file(t, str(f))
+    rc = cli.main(["inspect", str(ck)])
+    out = capsys.readouterr()
+    assert rc == 1
+    assert "64 of 64 deq_scale values are 0" in out.out.replace("\n", " ") or "64 of 64 deq_scale values are 0" in \
+        out.err.replace("\n", " ")
