@@ -764,9 +764,11 @@ def _heuristic(spec, first_stage: str | None, comparisons: dict, fields: tuple[s
         rel = c.get("max_rel")
         if isinstance(rel, float) and rel > 0:
             if "fp19_scale" in fields and 2**-11 <= rel <= 2**-9.5:
-                return "relative error about 2^-10: an FP19-truncated scale"
+                return ("relative error about 2^-10: consistent with an FP19-truncated scale (no FP19 record "
+                        "reproduces the backend)")
             if 2**-10 <= rel <= 2**-7:
-                return "relative error about one bf16 step (2^-9 .. 2^-8): a scale or intermediate rounded to bf16"
+                return ("relative error about one bf16 step (2^-9 .. 2^-8): consistent with a scale or intermediate "
+                        "rounded to bf16 (no record reproduces the backend)")
     return ("no Numerics record, argument, optional input or kernel variant reproduces the backend" +
             ("; compare the stages above" if spec.stages else ""))
 

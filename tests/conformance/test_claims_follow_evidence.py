@@ -57,3 +57,14 @@ def test_partial_detector_explanation_counts_what_it_explains(monkeypatch):
     at = engine.attribute(op, (x,), {}, dev, comps, NUM, {})
     differing = int(np.count_nonzero(dev["y"] != ref["y"]))
     assert f"a known bug [x] (explains 2 of the {differing} differing elements)" in at["cause"]
+
+
+def test_a_relative_error_magnitude_is_a_consistency_not_a_cause():
+    from conformance import registry
+    from conformance.attribution import _heuristic
+
+    spec = registry.get("quant_matmul")
+    text = _heuristic(spec, "y", {"y": {"kind": "float", "max_rel": 2.0 ** -8.5}}, ("fp19_scale",), None)
+    assert "consistent with" in text and "no record reproduces" in text
+    text = _heuristic(spec, "y", {"y": {"kind": "float", "max_rel": 2.0 ** -10.2}}, ("fp19_scale",), None)
+    assert text.startswith("relative error about 2^-10: consistent with an FP19-truncated scale")
