@@ -134,15 +134,16 @@ def run(args) -> int:
             raise validate.no_match(args.layers, [m.name for m in report.resolution.modules])
         try:
             if args.reference and (args.prompts or args.token_ids):
+                from modelrun.capture import MAX_TOKENS as CAPTURE_TOKENS
                 from modelrun.capture import capture
 
                 from .run_cmd import _sequences
 
                 seqs = _sequences(_Seqs(args.path, args.reference, args.prompts, args.token_ids))
                 total = sum(len(s) for s in seqs)
-                if total > MAX_VERIFY_TOKENS:
-                    raise validate.UsageError("--prompts / --token-ids", f"at most {MAX_VERIFY_TOKENS} tokens in all",
-                                              total)
+                if total > CAPTURE_TOKENS:   # the float run keeps every module's input; inspect has no flag for it
+                    raise validate.UsageError("--prompts / --token-ids", f"at most {CAPTURE_TOKENS} tokens in all "
+                                              "(every module's input is kept)", total)
                 activations = capture(args.reference, seqs)
             results = verify(report.resolution, backend=args.backend, layers=args.layers, tokens=args.tokens,
                              seed=args.seed, reference=args.reference, error_modules=report.modules_with_errors(),
@@ -319,3 +320,5 @@ def _print(report, out, args) -> None:
             agree = "-" if r["max_ulp"] is None else f"{r['equal']}/{r['elements']} bitwise, max {r['max_ulp']} ULP"
             print(f"  {r['status']:4}  {r['module']} ({r['scheme']}): {agree}; SQNR {sq} on {r.get('inputs', '?')}"
                   + (f"; {r['message']}" if r["message"] else ""))
+            if r.get("deq_scale_precision"):
+                print(f"        {r['deq_scale_precision']}")
