@@ -198,9 +198,13 @@ def test_w8a8_moe_ep_mc2_limits_are_device_constraints(kw, match):
         lower("w8a8_moe_ep", **layer(**kw))
 
 
-def test_w8a8_moe_ep_swiglu_limit_is_unsupported():
-    with pytest.raises(ConstraintError, match="'swiglu_limit'"):
-        lower("w8a8_moe_ep", **layer(), swiglu_limit=7.0)
+def test_w8a8_moe_ep_swiglu_limit_as_each_engine_runs_it():
+    # serving row M1: no routed clamp under SGLang; vllm-ascend's as a bf16 pre-clamp of GMM1's output
+    sgl = lower("w8a8_moe_ep", **layer(), swiglu_limit=7.0)
+    assert "torch.clamp" not in sgl.ranks[0].functions("calls")
+    va = lower("w8a8_moe_ep", **layer(), swiglu_limit=7.0, serving="vllm-ascend").ranks[0].functions("calls")
+    i = va.index("torch_npu.npu_dequant_swiglu_quant")
+    assert va[i - 4:i] == ["torch.chunk", "torch.clamp", "torch.clamp", "torch.cat"]
 
 
 def test_ep_plan_describes_every_rank():
