@@ -54,17 +54,17 @@ _NPU = f"{_SRT}/hardware_backend/npu"
 class Reading:
     """One composition fact: the engine's ``value`` and where it was read (``repo:path@commit[::function]``)."""
 
-    value: str
-    source: str
-    note: str = ""
+    value: str          # the engine's choice (the values of each field: module docstring)
+    source: str         # repository:path@commit[::function or :lines] it was read from
+    note: str = ""      # what the reading leaves open, or why it matters
 
 
 @dataclass(frozen=True)
 class Serving:
     """How one engine composes the ops (module docstring: the fields and their values)."""
 
-    name: str
-    description: str
+    name: str                      # "sglang" or "vllm-ascend"
+    description: str               # the engine and path, in words
     routed_clamp: Reading          # M1
     routed_scaling: Reading        # M2
     dsv4_routing: Reading          # M3
