@@ -34,6 +34,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     parser.add_argument("--loader", choices=("sglang", "vllm-ascend"), default="sglang",
                         help="whose loading rules to apply (default: sglang)")
+    parser.add_argument("--serving", choices=("sglang", "vllm-ascend"), default=None,
+                        help="whose composition of the ops the findings judge (w8a8.serving; default: --loader's "
+                             "engine; its launch options are the serving launch's)")
     parser.add_argument("--headers-only", action="store_true",
                         help="read no tensor data: skip value checks and scale-rounding statistics")
     parser.add_argument("--trace", metavar="GLOB", help="print the full execution chain of the matching modules")
@@ -94,6 +97,10 @@ def run(args) -> int:
         validate.in_dir(args.reference, "--reference", "the float model's directory")
     if args.prompts:
         validate.in_file(args.prompts, "--prompts", "a file of prompts")
+    if args.serving is not None and args.serving != args.loader:
+        print(f"w8a8 inspect: --serving {args.serving} needs --loader {args.serving} (the engine loads and composes "
+              "the modules)", file=sys.stderr)
+        return 2
     try:
         launch = launch_config(args)
     except ValueError as exc:
@@ -105,6 +112,10 @@ def run(args) -> int:
         print(f"w8a8 inspect: {exc}", file=sys.stderr)
         return 2
     out = report.as_dict()
+    from w8a8 import serving as _sv
+
+    out["serving"] = {row: {"value": r.value, "source": r.source}
+                      for row, r in _sv.get(args.serving or args.loader).rows().items()}
     status = 0 if report.ok else 1
     if report.resolution.dsv4 and not args.headers_only:     # hc_* dtypes; with --reference, against QuaRot
         from checkpoints import dsv4_rotation
