@@ -87,7 +87,8 @@ def _host_inputs(a) -> tuple[tuple, dict]:
     ex, r = a.experts, a.routing
     kwargs = {"op": a.op, "w13": ex.w13, "w13_scale": ex.w13_scale, "w2": ex.w2, "w2_scale": ex.w2_scale,
               "mode": r.mode, "k": r.k, "renormalize": r.renormalize, "swiglu_limit": a.swiglu_limit,
-              "shared": None if a.shared_expert is None else dict(a.shared_expert), "gating": None}
+              "shared": None if a.shared_expert is None else dict(a.shared_expert), "gating": None,
+              "routed_scale": getattr(a, "routed_scale", None), "shared_limit": getattr(a, "shared_limit", None)}
     ids = weights = logits = bias = None
     if r.mode == "ids":
         ids, weights = r.ids, r.weights
@@ -122,6 +123,8 @@ class MoeLayer:
     deferred: tuple | None = None  # (stage, exception): the first argument-only error after the checks
     raw: dict = field(default_factory=dict)   # checkpoint tensors for the golden's messages (error paths)
     fused: bool = False            # the whole expert chain in the C kernel (probed at load)
+    routed_scale: float | None = None   # serving row M2: bf16(fp32(routed) * fp32(factor)) after the finalize
+    shared_limit: float | None = None   # serving row M5: the shared expert's bf16 gate / up clamp
     note: str = ""                 # why not, where the vnni GEMMs are in use
 
     @property
@@ -203,7 +206,8 @@ def load(a, transfer, gemm_path: str, memo: dict | None = None) -> tuple[tuple, 
                      s2_absmax=float(absmax(s2f)), mode=kwargs["mode"], k=k,
                      renormalize=kwargs["renormalize"], gating=kwargs["gating"],
                      swiglu_limit=None if limit is None else float(limit), shared=shared, deferred=stages.failed,
-                     raw={"w2_view": w2_view, "shared": kwargs["shared"]})
+                     raw={"w2_view": w2_view, "shared": kwargs["shared"]}, routed_scale=kwargs["routed_scale"],
+                     shared_limit=kwargs["shared_limit"])
     if layer.w13.path == "vnni" and layer.w2.path == "vnni":
         layer.s13f, layer.s2f = layer.s13f.contiguous(), layer.s2f.contiguous()
         layer.note = memoised(memo, "chain_probe", lambda: _probe_chain(layer))
@@ -579,6 +583,8 @@ def forward(x, x_scale, shared_input, ids, weights, logits, bias, *, layer: MoeL
     weights_bf16 = to_float(weights.to(F32), _BF16)   # SGLang: topk_weights.to(hidden.dtype)
     _raise_data_errors(layer, *(_first([r[n] for r in records]) for n in range(3)), weights_bf16, ids, m, h)
     routed = _finalize(o_tok, weights_bf16, t, k, h)
+    if layer.routed_scale is not None:   # the engine's bf16 multiply of the routed output (w8a8.moe.pipeline)
+        routed = to_float(routed.to(F32).mul_(torch.tensor(layer.routed_scale, dtype=F32)), _BF16)
     clock.lap("finalize")
     y = _add_shared(layer, routed, shared_input)
     clock.lap("shared")
@@ -614,6 +620,9 @@ def _add_shared(layer: MoeLayer, routed: torch.Tensor, shared_input) -> torch.Te
     gate, up, down = layer.shared
     g = w8a8_dynamic_linear(shared_input, gate)
     u = w8a8_dynamic_linear(shared_input, up)
+    if layer.shared_limit is not None:   # bf16 clamps (exact); NaN passes through as in the golden's minimum / clip
+        lim = float(layer.shared_limit)
+        g, u = torch.clamp(g, max=lim), torch.clamp(u, min=-lim, max=lim)
     if any_nonfinite(g, u):   # swiglu refuses NaN/Inf in cat([g, u])
         _golden_refuses(swiglu_args, np.concatenate([from_torch(g), from_torch(u)], axis=-1), numerics=ASCEND)
     a = to_float(silu(g.to(F32)).mul_(u.to(F32)), _BF16)

@@ -103,6 +103,11 @@ def print_summary(records: list[dict], meta: dict, console=None, verbose: bool =
             print_command(console, d["repro"])
     if len(found) > 20:
         console.print(f"... and {len(found) - 20} more group(s) (see report.md)")
-    verdict = "[green]all backends agree with the golden[/]" if summary["ok"] else "[bold red]disagreements found[/]"
-    console.print(f"result: {verdict}; " + ", ".join(f"{esc(k)} {v}" for k, v in sorted(summary["totals"].items())))
+    from . import verdict as _verdict
+
+    status, words = _verdict(summary, meta)
+    summary["exit_status"], summary["verdict"] = status, words
+    colour = "green" if status == 0 else "bold red"
+    console.print(f"result: [{colour}]{esc(words)}[/]; " +
+                  (", ".join(f"{esc(k)} {v}" for k, v in sorted(summary["totals"].items())) or "0 cases"))
     return summary
