@@ -175,8 +175,13 @@ def _dense(res: Resolution, m: Module, read_data: bool) -> ModuleReport:
                           nd_reason=None, scales="-", static="-", bytes=_bytes(res, m.shards))
     mdt = _model_dtype(res)
     if m.kind in ("embedding", "router", "lm_head") or t == "FLOAT":
+        stored = res.entry(m.shards[0] + ".weight") if m.shards else None
+        sdt = stored.dtype if stored is not None else mdt        # a FLOAT weight's matmul: its stored dtype
         family = {"embedding": "embedding lookup", "router": "router matmul (float) -> top-k gating",
-                  "lm_head": f"matmul ({_dt.name(mdt)})"}.get(m.kind, f"matmul ({_dt.name(mdt)})")
+                  }.get(m.kind, f"matmul ({_dt.name(sdt)})")
+        if _dt.name(sdt) != _dt.name(mdt) and m.kind != "embedding":
+            m.notes.append(f"stored {_dt.name(sdt)} in a {_dt.name(mdt)} model (the loader's parameter dtype decides "
+                           "whether it runs as stored)")
         report.op_family = family
         report.loaded = f"{_fmt((n, k))} as stored" if ok else "?"
         report.chain += [f"{m.method or 'unresolved'}: {family}; weight [N, K] kept as stored (no W8A8 load step)"]

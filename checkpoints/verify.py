@@ -167,7 +167,7 @@ def _verify_linear(res: Resolution, prefix: str, t: str, backend, tokens: int, s
             result.inputs = f"synthetic (standard normal, {tokens} rows)"
         ws = _arr(res, prefix, ".weight_scale")
         y_g = w8a8.w8a8_dynamic_linear(x, w, ws, bias=bias, numerics=backend.numerics)
-        y_b = backend.w8a8_dynamic_linear(x, w, ws, bias=bias)
+        y_b = backend.bind("w8a8_dynamic_linear", w, ws, bias=bias)(x)   # the serving shape: bound once, called
         w_deq = w.astype(np.float64) * ws.astype(np.float32).astype(np.float64).reshape(n, 1)
         b_ref = None if bias is None else bias.astype(np.float64)
     else:
@@ -182,7 +182,7 @@ def _verify_linear(res: Resolution, prefix: str, t: str, backend, tokens: int, s
             result.inputs = f"synthetic (uniform over the calibrated range, {tokens} rows)"
         kwargs = dict(input_scale=s_in, input_offset=o_in, deq_scale=deq, quant_bias=qb)
         y_g = w8a8.w8a8_static_linear(x, w, numerics=backend.numerics, **kwargs)
-        y_b = backend.w8a8_static_linear(x, w, **kwargs)
+        y_b = backend.bind("w8a8_static_linear", w, **kwargs)(x)
         deq32 = decode_deq_scale(res, res.linears[prefix][".deq_scale"], deq, Findings()).astype(np.float64)
         w_deq = w.astype(np.float64) * (deq32 / s).reshape(n, 1)
         b_ref = (qb.astype(np.float64) + o * w.astype(np.float64).sum(axis=1)) * deq32
@@ -242,7 +242,7 @@ def _verify_moe(res: Resolution, m: Module, backend, tokens: int, seed: int,
         result.inputs = f"synthetic (standard normal, random top-{k} routing, {tokens} tokens)"
     kwargs = dict(topk_ids=ids, topk_weights=wts, swiglu_limit=limit)
     y_g = golden(x, w13, s13, w2, s2, numerics=backend.numerics, **kwargs)
-    y_b = np.asarray(backend.w8a8_moe(x, w13, s13, w2, s2, **kwargs))
+    y_b = np.asarray(backend.bind("w8a8_moe", w13, s13, w2, s2, **kwargs)(x))
     _compare(result, y_b, y_g)
     # float64 reference: sum_j w_j * W2_e (act(W1_e x, W3_e x)), per-expert float or dequantized weights
     used_float = True

@@ -167,7 +167,6 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
         top_k: int = 5, max_tokens: int = MAX_TOKENS, per_layer: bool = True, loader: str = "sglang") -> dict:
     """The whole analysis (module docstring) as a JSON-able dict. ValueError for bad input (a wrong
     reference included, with its findings); :class:`CheckpointError` for a checkpoint with errors."""
-    import backends as _backends
 
     t0 = time.perf_counter()
     report = analyze(checkpoint, loader=loader)
@@ -177,6 +176,11 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
     ckpt_cfg = res.checkpoint.config
     if not ckpt_cfg:
         raise ValueError(f"{checkpoint}: config.json is missing: the architecture is unknown")
+    from .deepseek_v4 import config as _dsv4_config
+    if _dsv4_config.is_deepseek_v4(ckpt_cfg):      # its own forward and report (modelrun.deepseek_v4.run)
+        from .deepseek_v4.run import run as run_dsv4
+        return run_dsv4(checkpoint, reference, sequences, backends=backends, layers=layers, top_k=top_k,
+                        max_tokens=max_tokens, per_layer=per_layer, loader=loader, report=report)
     cfg = _config.parse(ckpt_cfg)
     ref = FloatModel(reference)
     ref_cfg = _config.parse(ref.config)
@@ -184,21 +188,7 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
     if findings.errors:
         raise ValueError("--reference does not match the checkpoint:\n  " + "\n  ".join(str(f) for f in findings.errors))
     check_sequences(sequences, cfg.vocab, ckpt_cfg.get("max_position_embeddings"), max_tokens)
-    bes = []
-    unavailable = {}
-    for name in backends:
-        try:
-            b = _backends.get(name)
-        except KeyError as exc:
-            raise ValueError(f"--backend: {exc.args[0]}") from None
-        ok, why = b.available()
-        if ok:
-            bes.append(b)
-        else:
-            unavailable[name] = why
-    if not bes:
-        raise ValueError(f"--backend: none of {list(backends)} is available here: "
-                         + "; ".join(f"{k}: {v}" for k, v in unavailable.items()))
+    bes, unavailable = available_backends(backends)
     primary = bes[0]
     dt = TORCH_DTYPES[cfg.dtype]
     ref_t = ref.torch_tensors(dt)
@@ -240,6 +230,28 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
     return out
 
 
+def available_backends(backends) -> tuple[list, dict]:
+    """The available backends of ``backends`` (names) and ``{name: why}`` for the others; ValueError naming
+    ``--backend`` for an unknown name or when none is available."""
+    import backends as _backends
+
+    bes, unavailable = [], {}
+    for name in backends:
+        try:
+            b = _backends.get(name)
+        except KeyError as exc:
+            raise ValueError(f"--backend: {exc.args[0]}") from None
+        ok, why = b.available()
+        if ok:
+            bes.append(b)
+        else:
+            unavailable[name] = why
+    if not bes:
+        raise ValueError(f"--backend: none of {list(backends)} is available here: "
+                         + "; ".join(f"{k}: {v}" for k, v in unavailable.items()))
+    return bes, unavailable
+
+
 def _ref_linear(ref: FloatModel, res, prefix: str):
     native = res.native_prefix(prefix)
     for name in (native, prefix):
@@ -247,6 +259,24 @@ def _ref_linear(ref: FloatModel, res, prefix: str):
             b = ref.arrays.get(name + ".bias")
             return _f64(ref.arrays[name + ".weight"]), None if b is None else _f64(b)
     raise ValueError(f"--reference has no {native}.weight")
+
+
+def gather_calls(calls) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One module's calls joined: inputs ``[rows, K]``, outputs ``[rows, N]`` and, per backend, the elements
+    equal to the golden (``equal``, ``elements``, ``max_ulp``, ``error``, ``bitwise``)."""
+    x = np.concatenate([c.x.reshape(-1, c.x.shape[-1]) for c in calls])
+    y = np.concatenate([c.y.reshape(-1, c.y.shape[-1]) for c in calls])
+    backends = {}
+    for c in calls:
+        for m in c.matches:
+            b = backends.setdefault(m.backend, {"equal": 0, "elements": 0, "max_ulp": 0, "error": None})
+            b["equal"] += m.equal
+            b["elements"] += m.elements
+            b["max_ulp"] = max(b["max_ulp"], m.max_ulp)
+            b["error"] = b["error"] or m.error
+    for b in backends.values():
+        b["bitwise"] = b["error"] is None and b["equal"] == b["elements"]
+    return x, y, backends
 
 
 def _module_results(res, cfg, ex: ServingExecutor, ref: FloatModel, ref_cfg, dt, log: _RouterLog) -> list[ModuleResult]:
@@ -260,18 +290,7 @@ def _module_results(res, cfg, ex: ServingExecutor, ref: FloatModel, ref_cfg, dt,
     moe_seen: dict[str, int] = {}
     for name, calls in sorted(by_name.items(), key=lambda kv: order[kv[0]]):
         c0 = calls[0]
-        x = np.concatenate([c.x.reshape(-1, c.x.shape[-1]) for c in calls])
-        y = np.concatenate([c.y.reshape(-1, c.y.shape[-1]) for c in calls])
-        backends = {}
-        for c in calls:
-            for m in c.matches:
-                b = backends.setdefault(m.backend, {"equal": 0, "elements": 0, "max_ulp": 0, "error": None})
-                b["equal"] += m.equal
-                b["elements"] += m.elements
-                b["max_ulp"] = max(b["max_ulp"], m.max_ulp)
-                b["error"] = b["error"] or m.error
-        for b in backends.values():
-            b["bitwise"] = b["error"] is None and b["equal"] == b["elements"]
+        x, y, backends = gather_calls(calls)
         if c0.kind == "linear":
             w, b = _ref_linear(ref, res, name)
             y_ref = _f64(x) @ w.T + (0 if b is None else b)

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 import w8a8
+from backends.base import Bound
 from backends.torch_common import from_torch, to_torch
 from checkpoints.naming import parse_expert
 from w8a8.ulp import ulp_distance
@@ -102,6 +103,8 @@ class ServingExecutor:
         self.moes = {m.serving_name.rsplit(".experts", 1)[0]: m for m in res.modules
                      if m.kind == "moe" and m.scheme == "W8A8_DYNAMIC"}
         self._moe_weights: dict = {}
+        self._binds: dict = {}       # (backend name, module) -> its bound op (Backend.bind)
+        self._dense: dict = {}       # module -> its checkpoint tensors (_dense_args)
         self._quantized_act: set[str] = set()
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -117,21 +120,41 @@ class ServingExecutor:
                        "model does not have it")
 
     def _dense_args(self, prefix: str, scheme: str) -> tuple[tuple, dict]:
+        if prefix not in self._dense:
+            self._dense[prefix] = self._read_dense_args(prefix, scheme)
+        return self._dense[prefix]
+
+    def _read_dense_args(self, prefix: str, scheme: str) -> tuple[tuple, dict]:
         w = self._arr(prefix, ".weight")
         if scheme == "W8A8_DYNAMIC":
             return (w, self._arr(prefix, ".weight_scale")), {"bias": self._arr(prefix, ".bias")}
         return (w,), {k: self._arr(prefix, "." + k) for k in ("input_scale", "input_offset", "deq_scale",
                                                              "quant_bias")}
 
-    def _run_op(self, op: str, x: np.ndarray, args: tuple, kwargs: dict) -> tuple[np.ndarray, list[BackendMatch]]:
-        y = np.asarray(getattr(self.backend, op)(x, *args, **kwargs))
+    def _bound(self, backend, key: str | None, op: str, args: tuple, kwargs: dict):
+        """``backend.bind(op, *args, **kwargs)`` of module ``key``, made once (its weights packed once); with
+        no ``key``, a bound call that prepares every call (the direct op's cost)."""
+        if key is None:
+            return Bound(backend, op, args, kwargs)
+        bound = self._binds.get((backend.name, key))
+        if bound is None:
+            bound = self._binds[(backend.name, key)] = backend.bind(op, *args, **kwargs)
+        return bound
+
+    def _run_op(self, op: str, x: np.ndarray, args: tuple, kwargs: dict, key: str | None = None,
+                per_call: dict | None = None) -> tuple[np.ndarray, list[BackendMatch]]:
+        """``op`` of module ``key`` on every backend (bound once per module: :meth:`_bound`; ``key`` None: not
+        bound, prepared per call) and the golden; ``per_call``: the keyword arguments that change from call to
+        call (a MoE's router logits), not bound."""
+        per_call = per_call or {}
+        y = np.asarray(self._bound(self.backend, key, op, args, kwargs)(x, **per_call))
         matches = []
         for b in ([self.backend] if self.backend.name != "numpy" else []) + \
                  [b for b in self.compare if b is not self.backend]:
-            g = getattr(w8a8, op)(x, *args, numerics=b.numerics, **kwargs)
+            g = getattr(w8a8, op)(x, *args, numerics=b.numerics, **kwargs, **per_call)
             m = BackendMatch(b.name)
             try:
-                yb = y if b is self.backend else np.asarray(getattr(b, op)(x, *args, **kwargs))
+                yb = y if b is self.backend else np.asarray(self._bound(b, key, op, args, kwargs)(x, **per_call))
             except Exception as exc:  # noqa: BLE001 - reported per module, the run goes on
                 m.error = f"{type(exc).__name__}: {exc}"
                 matches.append(m)
@@ -154,7 +177,7 @@ class ServingExecutor:
         xn = from_torch(x.detach().contiguous())
         args, kwargs = self._dense_args(name, scheme)
         op = "w8a8_dynamic_linear" if scheme == "W8A8_DYNAMIC" else "w8a8_static_linear"
-        y, matches = self._run_op(op, xn, args, kwargs)
+        y, matches = self._run_op(op, xn, args, kwargs, name)
         if self.record:
             self.calls.append(Call(name, "linear", scheme, layer_index(name), xn, y, matches))
         return to_torch(np.ascontiguousarray(y))
@@ -207,8 +230,8 @@ class ServingExecutor:
         hn = from_torch(h.contiguous())
         logits = self.router_logits(prefix, h)
         w13, s13, w2, s2 = self._experts(m)
-        kw = dict(router_logits=logits, **self.routing_kwargs(prefix))
-        y, matches = self._run_op("w8a8_moe", hn, (w13, s13, w2, s2), kw)
+        kw = self.routing_kwargs(prefix)
+        y, matches = self._run_op("w8a8_moe", hn, (w13, s13, w2, s2), kw, m.name, {"router_logits": logits})
         if self.record:
             _, ids, _ = w8a8.moe_gating_top_k(logits, self.cfg.top_k, bias=kw["correction_bias"],
                                              k_group=self.cfg.topk_group, group_count=self.cfg.n_group,

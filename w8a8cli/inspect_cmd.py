@@ -51,7 +51,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=validate.integer(0), default=0, help="--verify activation seed (>= 0; default 0)")
     parser.add_argument("--reference", metavar="DIR",
                         help="--verify: the float model (safetensors, checkpoint names) for the SQNR reference, checked "
-                             "against the checkpoint (names, shapes, distance); default: the dequantized weights")
+                             "against the checkpoint (names, shapes, distance); default: the dequantized weights. "
+                             "DeepSeek-V4: also the original float model its hc_*_fn are checked against, through "
+                             "the saved QuaRot rotation")
     from checkpoints import dispatch as d
 
     launch = parser.add_argument_group("serving launch (the EP dispatch path of the MoE layers; "
@@ -104,6 +106,15 @@ def run(args) -> int:
         return 2
     out = report.as_dict()
     status = 0 if report.ok else 1
+    if report.resolution.dsv4 and not args.headers_only:     # hc_* dtypes; with --reference, against QuaRot
+        from checkpoints import dsv4_rotation
+
+        ref = _reference_arrays(args.reference) if args.reference else None
+        hc_found, hc_rows = dsv4_rotation.check(report.resolution, ref) if ref is not None else \
+            (dsv4_rotation.dtype_findings(report.resolution), [])
+        out["dsv4_hc"] = {"rows": hc_rows, "findings": [f.as_dict() for f in hc_found]}
+        report.findings.extend(hc_found)
+        status = max(status, 1 if hc_found.errors else 0)
     if args.recipe:
         try:
             recipe = load_recipe(args.recipe)
@@ -151,6 +162,13 @@ def run(args) -> int:
         return status
     _print(report, out, args)
     return status
+
+
+def _reference_arrays(path) -> dict:
+    """The float arrays (native names) of a reference model directory, safetensors only."""
+    from modelrun.deepseek_v4.weights import load_dir
+
+    return {k: v.float().numpy() for k, v in load_dir(path).items() if v.is_floating_point()}
 
 
 def _print_dispatch(report, summary) -> None:

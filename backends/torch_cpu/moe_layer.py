@@ -60,6 +60,7 @@ from w8a8.numerics import ASCEND
 
 from ..torch_common import from_torch, to_torch
 from .arith import absmax, any_nonfinite, to_float
+from .bound import memoised
 from .gemm import acc_bound
 from . import kernel_variants
 from .linear import load_dynamic, w8a8_dynamic_linear
@@ -164,10 +165,11 @@ class _Stages:
             return None
 
 
-def load(a, transfer, gemm_path: str) -> tuple[tuple, MoeLayer]:
+def load(a, transfer, gemm_path: str, memo: dict | None = None) -> tuple[tuple, MoeLayer]:
     """``(the forward's device inputs, the loaded MoeLayer)`` of the golden's checked
     :class:`~w8a8.moe.pipeline.W8a8MoeArgs`; ``transfer`` moves NumPy arrays to the device (the
-    backend's :meth:`~backends.base.Backend.transfer`). See the module docstring."""
+    backend's :meth:`~backends.base.Backend.transfer`). See the module docstring. ``memo``: a bound
+    call's (:mod:`.bound`): the weights' packing and probes made once, reused by later calls."""
     args, kwargs = transfer(_host_inputs(a))
     x, x_scale, shared_input, ids, weights, logits, bias = args
     t, k = x.shape[0], kwargs["k"]
@@ -196,9 +198,10 @@ def load(a, transfer, gemm_path: str) -> tuple[tuple, MoeLayer]:
         np.arange(m, dtype=np.int32), _standin((t, k), np.int32), drop_pad_mode=2, numerics=ASCEND))
     shared = None
     if kwargs["shared"] is not None:
-        shared = _load_shared(stages, kwargs["op"], kwargs["shared"], shared_input, h, gemm_path)
+        shared = _load_shared(stages, kwargs["op"], kwargs["shared"], shared_input, h, gemm_path, memo)
     s13f, s2f = s13.to(F32), s2.to(F32)
-    layer = MoeLayer(op=kwargs["op"], w13=ExpertGemm.load(w13, layout="enk"), w2=ExpertGemm.load(w2, layout="enk"),
+    layer = MoeLayer(op=kwargs["op"], w13=memoised(memo, "w13", lambda: ExpertGemm.load(w13, layout="enk")),
+                     w2=memoised(memo, "w2", lambda: ExpertGemm.load(w2, layout="enk")),
                      s13=s13, s2=s2, s13f=s13f, s2f=s2f, s13_absmax=float(absmax(s13f)),
                      s2_absmax=float(absmax(s2f)), mode=kwargs["mode"], k=k,
                      renormalize=kwargs["renormalize"], gating=kwargs["gating"],
@@ -207,12 +210,13 @@ def load(a, transfer, gemm_path: str) -> tuple[tuple, MoeLayer]:
                      shared_limit=kwargs["shared_limit"])
     if layer.w13.path == "vnni" and layer.w2.path == "vnni":
         layer.s13f, layer.s2f = layer.s13f.contiguous(), layer.s2f.contiguous()
-        layer.note = _probe_chain(layer)
+        layer.note = memoised(memo, "chain_probe", lambda: _probe_chain(layer))
         layer.fused = not layer.note
     return (x, x_scale, shared_input, ids, weights, logits, bias), layer
 
 
-def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor, h: int, gemm_path: str):
+def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor, h: int, gemm_path: str,
+                 memo: dict | None = None):
     """The shared expert's three W8A8_DYNAMIC Linears, loaded, with the golden's checks at their stages."""
     x_np = from_torch(shared_input)
     t = x_np.shape[0]
@@ -220,7 +224,8 @@ def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor,
     def linear(x_like, name):
         p = w8a8_dynamic_linear_args(x_like, _np(se[f"{name}_weight"]), _np(se[f"{name}_scale"]),
                                      numerics=ASCEND).params
-        return load_dynamic(_BF16, to_torch(p.weight), to_torch(p.weight_scale), None, gemm_path)
+        return memoised(memo, ("shared", name), lambda: load_dynamic(_BF16, to_torch(p.weight),
+                                                                     to_torch(p.weight_scale), None, gemm_path))
 
     gate = stages.run("shared_gate", lambda: linear(x_np, "gate"))
     up = stages.run("shared_up", lambda: linear(x_np, "up"))
