@@ -164,7 +164,8 @@ def _select(glob: str):
 
 
 def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",), layers: str = "*",
-        top_k: int = 5, max_tokens: int = MAX_TOKENS, per_layer: bool = True, loader: str = "sglang") -> dict:
+        top_k: int = 5, max_tokens: int = MAX_TOKENS, per_layer: bool = True, loader: str = "sglang",
+        serving: str = "sglang") -> dict:
     """The whole analysis (module docstring) as a JSON-able dict. ValueError for bad input (a wrong
     reference included, with its findings); :class:`CheckpointError` for a checkpoint with errors."""
 
@@ -197,7 +198,7 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
     log = _RouterLog()
     float_model.router_observer = log
     select = _select(layers)
-    ex = ServingExecutor(res, cfg, ck_t, ref_t, primary, compare=bes[1:], select=select)
+    ex = ServingExecutor(res, cfg, ck_t, ref_t, primary, compare=bes[1:], select=select, serving=serving)
     quant_model = Model(cfg, ck_t, ex)
     lf, lq = [], []
     with torch.no_grad():
@@ -207,6 +208,7 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
             lq.append(from_torch(quant_model.forward(ids)[0].float()))
     lf_all, lq_all = np.concatenate(lf), np.concatenate(lq)
     out = {"checkpoint": str(checkpoint), "reference": str(reference), "family": cfg.family, "model_dtype": cfg.dtype,
+           "serving": ex.serving.name,
            "backend": primary.name, "backends": [b.name for b in bes], "unavailable_backends": unavailable,
            "layers": layers, "sequences": len(sequences), "tokens": int(sum(len(s) for s in sequences)),
            "logits": logits_agreement(lq_all, lf_all, top_k),
@@ -221,7 +223,8 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
                 if first.saturated else "the error exceeds the bound without saturation: the reference weights are not "
                                         "what this module was quantized from, or the serving path is wrong")}
     out["backend_summary"] = _backend_summary(modules, [b.name for b in bes if b.name != "numpy"])
-    out["per_layer"] = _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, top_k, select) \
+    out["per_layer"] = _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, top_k, select,
+                                  serving=serving) \
         if per_layer else []
     moe_rows = [m for m in modules if m.routing is not None]
     out["routing"] = [{"module": m.name, **m.routing} for m in moe_rows]
@@ -358,13 +361,14 @@ def _routing(prefix: str, calls, x: np.ndarray, ex: ServingExecutor, ref_fp32: M
             "note": note}
 
 
-def _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, top_k, select) -> list[dict]:
+def _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, top_k, select,
+               serving=None) -> list[dict]:
     layers = sorted({layer_index(p) for p in res.linears if res.types.get(p + ".weight") in ("W8A8", "W8A8_DYNAMIC")
                      and layer_index(p) is not None})
     rows = []
     for L in [None] + layers:     # None: no module quantized — what the checkpoint's float tensors alone change
         pick = (lambda L: lambda name: L is not None and layer_index(name) == L and select(name))(L)
-        ex = ServingExecutor(res, cfg, ck_t, ref_t, primary, select=pick, record=False)
+        ex = ServingExecutor(res, cfg, ck_t, ref_t, primary, select=pick, record=False, serving=serving)
         model = Model(cfg, ck_t, ex)
         lq = []
         with torch.no_grad():

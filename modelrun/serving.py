@@ -18,9 +18,10 @@ the resolved checkpoint (:func:`checkpoints.resolve`, SGLang's rules):
 * a ``W8A8_DYNAMIC`` MoE (routed experts; gate/up stacked into W13 as the FusedMoE loader does)
   runs ``backend.w8a8_moe(hidden, w13, w13_scale, w2, w2_scale, router_logits=..., top_k,
   scoring_func="sigmoid", correction_bias, k_group=topk_group, group_count=n_group,
-  group_select_mode=1, routed_scaling_factor)`` — ``npu_moe_gating_top_k`` on the fp32 router logits
-  (transformers' fp32 gate matmul; SGLang's MoEGate matmul is bf16 — not modelled), then the
-  ascend_tp dispatch / grouped matmuls / finalize. The shared experts run as dense quantized Linears
+  group_select_mode=1, routed_scaling_factor, serving)`` — ``npu_moe_gating_top_k`` on the router logits
+  as the engine computes them (``serving``, :mod:`w8a8.serving`: SGLang a bf16 gate matmul, vllm-ascend fp32),
+  then the ascend_tp dispatch / grouped matmuls / finalize and the engine's ``routed_scaling_factor``
+  multiply of the routed output. The shared experts run as dense quantized Linears
   with the backend's SwiGLU and are added in bf16: the same ops and order as ``w8a8_moe``'s own
   ``shared_expert`` path (tested bit for bit), with their own per-module records.
 
@@ -88,8 +89,9 @@ class ServingExecutor:
     """The executor of a quantized run (module docstring)."""
 
     def __init__(self, res, cfg, float_tensors: dict, reference_tensors: dict | None, backend, *,
-                 compare=(), select=None, record: bool = True):
+                 compare=(), select=None, record: bool = True, serving=None):
         self.res = res
+        self.serving = w8a8.serving.get(serving)   # the engine whose composition the quantized modules follow
         self.cfg = cfg
         self.t = float_tensors
         self.ref = reference_tensors or {}
@@ -216,7 +218,13 @@ class ServingExecutor:
                     group_count=c.n_group, group_select_mode=1, routed_scaling_factor=c.routed_scaling_factor)
 
     def router_logits(self, prefix: str, h: torch.Tensor) -> np.ndarray:
-        return from_torch(F.linear(h.type(torch.float32), self.t[prefix + ".gate.weight"].type(torch.float32)))
+        """The router logits as the engine computes them (serving row M4), as fp32 for the gating op: SGLang's
+        MoEGate runs ``F.linear`` in the model dtype (bf16) and hands ``logits.float()`` to
+        ``npu_moe_gating_top_k``; vllm-ascend's gate runs in fp32."""
+        w = self.t[prefix + ".gate.weight"]
+        if self.serving.router_logits.value == "bfloat16":
+            return from_torch(F.linear(h, w.type(h.dtype)).type(torch.float32))
+        return from_torch(F.linear(h.type(torch.float32), w.type(torch.float32)))
 
     def _moe(self, prefix: str, m, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.bfloat16:
@@ -230,7 +238,7 @@ class ServingExecutor:
         hn = from_torch(h.contiguous())
         logits = self.router_logits(prefix, h)
         w13, s13, w2, s2 = self._experts(m)
-        kw = self.routing_kwargs(prefix)
+        kw = dict(serving=self.serving.name, **self.routing_kwargs(prefix))
         y, matches = self._run_op("w8a8_moe", hn, (w13, s13, w2, s2), kw, m.name, {"router_logits": logits})
         if self.record:
             _, ids, _ = w8a8.moe_gating_top_k(logits, self.cfg.top_k, bias=kw["correction_bias"],

@@ -172,3 +172,43 @@ def test_deepseek_v4_family_is_refused_with_the_reason(tmp_path):
         from modelrun import config
 
         config.parse({"model_type": "deepseek_v4", "compress_ratios": [4]})
+
+
+def test_serving_flag_runs_dsv3_under_each_engine_and_reports_the_difference(data, prompts, capsys):
+    """``--serving``: the shipped DeepSeek-V3 checkpoint (no swiglu_limit, so rows M1 / M5 are inert) under
+    SGLang (router logits from a bf16 gate matmul) and vllm-ascend (an fp32 gate matmul, row M4). The dense
+    Linears compose alike (bit for bit the same); the MoE layer and the logits differ, only through M4."""
+    import torch
+
+    outs = {}
+    for serving in ("sglang", "vllm-ascend"):
+        rc = main(["run", str(data.quant / "dsv3-mix"), "--reference", str(data.float / "dsv3-bf16"),
+                   "--prompts", str(prompts), "--no-per-layer", "--serving", serving, "--json"])
+        text = capsys.readouterr().out
+        assert rc == 0, text
+        outs[serving] = json.loads(text)
+        assert outs[serving]["serving"] == serving
+    sg, va = outs["sglang"], outs["vllm-ascend"]
+    mods = {s: {m["name"]: m for m in o["modules"]} for s, o in outs.items()}
+    assert mods["sglang"].keys() == mods["vllm-ascend"].keys()
+    moe = [n for n, m in mods["sglang"].items() if m["kind"] == "moe"]
+    assert moe == ["model.layers.1.mlp.experts"]
+    # upstream of the first MoE layer nothing differs: layer 0's Linears are the same to the last bit of the report
+    for n, m in mods["sglang"].items():
+        if m["layer"] == 0:
+            assert m["sqnr_db"] == mods["vllm-ascend"][n]["sqnr_db"], n
+    assert mods["sglang"][moe[0]]["sqnr_db"] != mods["vllm-ascend"][moe[0]]["sqnr_db"]
+    assert sg["logits"]["rel_l2"] != va["logits"]["rel_l2"]
+    # the cause, checked against plain torch: the two engines' router logits on one input
+    from modelrun import serving as ms
+    ex = {s: ms.ServingExecutor.__new__(ms.ServingExecutor) for s in outs}
+    import w8a8
+    w = torch.randn(8, 64).to(torch.bfloat16)
+    h = torch.randn(5, 64).to(torch.bfloat16)
+    for s, e in ex.items():
+        e.serving, e.t = w8a8.serving.get(s), {"g.gate.weight": w}
+    sgl = ex["sglang"].router_logits("g", h)
+    vla = ex["vllm-ascend"].router_logits("g", h)
+    np.testing.assert_array_equal(sgl, torch.nn.functional.linear(h, w).float().numpy())
+    np.testing.assert_array_equal(vla, torch.nn.functional.linear(h.float(), w.float()).numpy())
+    assert not np.array_equal(sgl, vla)
