@@ -240,3 +240,40 @@ def test_bad_input_prequantized(model):
         w8a8.w8a8_moe_prequantized(x_q.astype(np.int32), x_s, *args, **kw)
     with pytest.raises(ValueError, match="'shared_input'"):
         w8a8.w8a8_moe_prequantized(x_q, x_s, *args, shared_expert=model["shared"], **kw)
+
+
+def test_m2_routed_scaling_order_named_case_bits_by_hand():
+    """Row M2, both orders on one token with two equally scored experts (sigmoid, renormalised: weights 0.5),
+    routed_scaling_factor 2.5, expert rows r0 = [1, 3], r1 = [2^-8, 3 * 2^-8] (bf16-exact).
+
+    Engines (SGLang, vllm-ascend): the gating op gets factor 1, the finalize sums in fp32 and rounds to bf16, then
+    the bf16 output is multiplied by 2.5 and rounded again:
+      col 0: 0.5 + 2^-9 is half a bf16 ulp (2^-8) above 0.5 -> ties to even 0.5; x 2.5 = 1.25       -> 0x3FA0
+      col 1: 1.5 + 1.5 * 2^-8 = 1.5 + 0.75 ulp (2^-7) -> 1.5078125; x 2.5 = 3.76953125 = 3.75 + 1.25 ulp (2^-6)
+             -> 3.765625                                                                          -> 0x4071
+    Factor in the gating weights (1.25 each, the order neither engine uses): one rounding after the finalize:
+      col 0: 1.25 + 1.25 * 2^-8 = 1.25 + 0.625 ulp (2^-7) -> 1.2578125                            -> 0x3FA1
+      col 1: 3.75 + 3.75 * 2^-8 = 3.75 + 0.9375 ulp (2^-6) -> 3.765625                            -> 0x4071
+    so the two orders differ by one ulp in column 0 and agree in column 1."""
+    from w8a8.moe.pipeline import scale_routed
+
+    logits = np.array([[0.3, 0.3, -2.0, -2.0]], F32)
+    gating = dict(k_group=1, group_count=1, group_select_mode=1, norm_type=1)
+    rsf = 2.5
+    engine_w, ids, _ = w8a8.moe_gating_top_k(logits, 2, routed_scaling_factor=w8a8.serving.gating_scaling(
+        w8a8.SGLANG, rsf), **gating)
+    folded_w, ids2, _ = w8a8.moe_gating_top_k(logits, 2, routed_scaling_factor=rsf, **gating)
+    np.testing.assert_array_equal(engine_w, [[0.5, 0.5]])
+    np.testing.assert_array_equal(folded_w, [[1.25, 1.25]])
+    np.testing.assert_array_equal(ids, ids2)
+    rows = np.array([[1.0, 3.0], [2.0 ** -8, 3 * 2.0 ** -8]], F32).astype(bfloat16)
+
+    def finalize(w):
+        return w8a8.moe_finalize_routing(rows, None, None, None, w.astype(bfloat16), np.array([0, 1], np.int32),
+                                         ids.astype(np.int32), drop_pad_mode=0)
+
+    for sv in (w8a8.SGLANG, w8a8.VLLM_ASCEND):
+        engine = scale_routed(finalize(engine_w), w8a8.serving.output_scaling(sv, rsf))
+        assert engine.view(np.uint16).tolist() == [[0x3FA0, 0x4071]], sv.name
+    folded = finalize(folded_w)
+    assert folded.view(np.uint16).tolist() == [[0x3FA1, 0x4071]]
