@@ -34,6 +34,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     parser.add_argument("--loader", choices=("sglang", "vllm-ascend"), default="sglang",
                         help="whose loading rules to apply (default: sglang)")
+    parser.add_argument("--serving", choices=("sglang", "vllm-ascend"), default="sglang",
+                        help="whose composition of the MoE layers to check the checkpoint against (w8a8.serving): "
+                             "SGLang's W2 scheme rule, its unclamped routed experts (default: sglang)")
     parser.add_argument("--headers-only", action="store_true",
                         help="read no tensor data: skip value checks and scale-rounding statistics")
     parser.add_argument("--trace", metavar="GLOB", help="print the full execution chain of the matching modules")
@@ -115,6 +118,12 @@ def run(args) -> int:
         out["dsv4_hc"] = {"rows": hc_rows, "findings": [f.as_dict() for f in hc_found]}
         report.findings.extend(hc_found)
         status = max(status, 1 if hc_found.errors else 0)
+    from checkpoints import serving_findings
+
+    served = serving_findings.findings(report.resolution, args.serving)
+    out["serving"] = {"name": args.serving, "findings": [f.as_dict() for f in served]}
+    report.findings.extend(served)
+    status = max(status, 1 if served.errors else 0)
     if args.recipe:
         try:
             recipe = load_recipe(args.recipe)
