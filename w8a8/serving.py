@@ -163,6 +163,21 @@ VLLM_ASCEND = Serving(
         "(1 / Parameter(input_scale.repeat(...)))", "as SGLang's: a device check"),
 )
 
+OP_ROWS = {
+    "dynamic_quant": ("D2", "M6"),
+    "quantize": ("D4",),
+    "quant_matmul": ("D2", "D4", "M6"),
+    "swiglu": ("M5",),
+    "dequant_swiglu_quant": ("M1",),
+    "moe_gating_top_k_softmax": ("M2", "M3", "M4"),
+    "moe_gating_top_k": ("M2", "M3", "M4"),
+    "moe_init_routing_v2": ("M8",),
+    "grouped_matmul": ("M9",),
+    "moe_finalize_routing": ("M2", "M7"),
+}
+"""The rows that say how an engine calls each op, or what it does just before or after it (``w8a8 explain
+--serving``)."""
+
 SERVINGS = {s.name: s for s in (SGLANG, VLLM_ASCEND)}
 """The records by name."""
 
@@ -174,6 +189,12 @@ assert [f.name for f in fields(Serving)][2:] == list(ROWS.values())
 
 def names() -> tuple[str, ...]:
     return tuple(SERVINGS)
+
+
+def rows_of_op(serving, op: str) -> dict[str, Reading]:
+    """``{row id: reading}`` of ``serving`` for the rows :data:`OP_ROWS` names for ``op`` (empty: none)."""
+    sv = get(serving)
+    return {r: getattr(sv, ROWS[r]) for r in OP_ROWS.get(op, ())}
 
 
 def get(serving, op: str = "serving") -> Serving:

@@ -173,6 +173,8 @@ def add_arguments(parser) -> None:
                         help="a w8a8.platforms name: ascend910_93 (A3, default) or ascend910b (A2)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="an op option (repeatable; keys per op below)")
+    parser.add_argument("--serving", choices=("sglang", "vllm-ascend"), default=None,
+                        help="also print how that engine calls the op in a Linear / MoE layer (w8a8.serving rows)")
     parser.add_argument("--json", action="store_true", help="print the variant as JSON")
 
 
@@ -218,10 +220,23 @@ def run(args) -> int:
     except _Usage as exc:
         print(f"w8a8 explain: error: {exc}", file=sys.stderr)
         return 2
+    rows = {}
+    if args.serving:
+        from w8a8 import serving
+
+        rows = serving.rows_of_op(args.serving, args.op)
     if args.json:
-        print(json.dumps(v.as_dict(), indent=2, default=str))
+        d = v.as_dict()
+        if args.serving:
+            d["serving"] = {"name": args.serving, "rows": {r: {"value": x.value, "source": x.source, "note": x.note}
+                                                           for r, x in rows.items()}}
+        print(json.dumps(d, indent=2, default=str))
         return 0
     print(v.describe())
     if v.decides:
         print("  (the golden applies these under Numerics.variants='select'; variants='fixed' ignores them)")
+    if args.serving:
+        print(f"serving composition ({args.serving}): " + ("" if rows else "no row names this op"))
+        for r, x in rows.items():
+            print(f"  {r} {x.value}: {x.source}" + (f" -- {x.note}" if x.note else ""))
     return 0
