@@ -277,3 +277,19 @@ def test_m2_routed_scaling_order_named_case_bits_by_hand():
         assert engine.view(np.uint16).tolist() == [[0x3FA0, 0x4071]], sv.name
     folded = finalize(folded_w)
     assert folded.view(np.uint16).tolist() == [[0x3FA1, 0x4071]]
+
+
+@pytest.mark.parametrize("t, h, i", [(1, 32, 16), (7, 64, 17), (17, 96, 40)])
+def test_m6_merged_gate_up_equals_two_linears(t, h, i):
+    """Row M6: the engines load the shared expert's gate and up as one ``gate_up_proj`` (one per-token
+    quantization of x, one matmul over the stacked [2I, H] weight, the scales concatenated); the golden's
+    shared expert runs two Linears. Same bits: the activation quantization depends on x only and each output
+    column on its own weight row and scale. Odd I included (17): the split is at a non-aligned column."""
+    rng = np.random.default_rng(t * 1000 + i)
+    x = (rng.standard_normal((t, h)) * 3).astype(F32).astype(bfloat16)
+    wg, wu = (rng.integers(-127, 128, (i, h)).astype(np.int8) for _ in range(2))
+    sg, su = (rng.uniform(1e-3, 2e-2, (i, 1)).astype(F32) for _ in range(2))
+    merged = w8a8.w8a8_dynamic_linear(x, np.concatenate([wg, wu]), np.concatenate([sg, su]))
+    g = w8a8.w8a8_dynamic_linear(x, wg, sg)
+    u = w8a8.w8a8_dynamic_linear(x, wu, su)
+    np.testing.assert_array_equal(merged.view(np.uint16), np.concatenate([g, u], axis=-1).view(np.uint16))
