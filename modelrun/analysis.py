@@ -117,29 +117,100 @@ class ModuleResult:
         return d
 
 
+QWEN2_CLASSES = ("Qwen2Tokenizer", "Qwen2TokenizerFast")
+QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+                 r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
+"""Qwen2's pre-tokenization pattern (transformers ``tokenization_qwen2.PRETOKENIZE_REGEX``)."""
+
+
+def _json_dict(f) -> dict:
+    """A small JSON object file, or {} (absent, too large, unreadable, not an object)."""
+    import json
+
+    try:
+        if not f.is_file() or f.stat().st_size > 1 << 24:
+            return {}
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_tokenizer(d):
+    """The tokenizer of a model folder with the ``tokenizers`` library, or None: its ``tokenizer.json``, else the
+    slow byte-level BPE files ``vocab.json`` + ``merges.txt`` (GPT-2 / Qwen2 slow tokenizers), built as a
+    byte-level BPE (``ByteLevelBPETokenizer``; no prefix space, as GPT-2 and Qwen2 encode). Special tokens
+    named in ``tokenizer_config.json`` / ``added_tokens.json`` are added so they encode to their ids. A
+    ``tokenizer_class`` of Qwen2 gets Qwen2's split pattern and NFC, as transformers' Qwen2 tokenizer."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+    from tokenizers.implementations import ByteLevelBPETokenizer
+
+    d = Path(d)
+    if (d / "tokenizer.json").is_file():
+        return Tokenizer.from_file(str(d / "tokenizer.json"))
+    if not ((d / "vocab.json").is_file() and (d / "merges.txt").is_file()):
+        return None
+    tok = ByteLevelBPETokenizer(str(d / "vocab.json"), str(d / "merges.txt"), add_prefix_space=False)
+    config = _json_dict(d / "tokenizer_config.json")
+    if config.get("tokenizer_class") in QWEN2_CLASSES:
+        # Qwen2's slow tokenizer splits with its own pattern (digits one by one) before the byte-level map, and
+        # normalizes to NFC: what transformers' Qwen2 converter builds for the fast tokenizer
+        from tokenizers import Regex, normalizers, pre_tokenizers
+
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    specials = []
+    for name in ("added_tokens.json", "tokenizer_config.json"):
+        data = _json_dict(d / name)
+        if name == "added_tokens.json":
+            specials += [k for k in data if isinstance(k, str)]
+        else:
+            for v in (data.get("added_tokens_decoder") or {}).values():
+                if isinstance(v, dict) and isinstance(v.get("content"), str):
+                    specials.append(v["content"])
+            specials += [v for k, v in data.items() if k.endswith("_token") and isinstance(v, str)]
+    vocab = tok.get_vocab()
+    known = sorted({s for s in specials if s in vocab})
+    if known:
+        tok.add_special_tokens(known)
+    return tok
+
+
 def encode_prompts(path_or_dir, prompts: list[str]) -> list[list[int]]:
-    """Token ids of each prompt with the checkpoint's own ``tokenizer.json`` (the ``tokenizers`` library)."""
+    """Token ids of each prompt with the checkpoint's own tokenizer (:func:`load_tokenizer`: ``tokenizer.json``,
+    or ``vocab.json`` + ``merges.txt``) through the ``tokenizers`` library."""
     from pathlib import Path
 
     try:
-        from tokenizers import Tokenizer
+        import tokenizers  # noqa: F401
     except ModuleNotFoundError:
         raise ValueError("--prompts needs the tokenizers library (pip install tokenizers), or pass --tokens") from None
     for d in ([Path(p) for p in path_or_dir] if isinstance(path_or_dir, (list, tuple)) else [Path(path_or_dir)]):
-        f = d / "tokenizer.json"
-        if f.is_file():
-            tok = Tokenizer.from_file(str(f))
+        try:
+            tok = load_tokenizer(d)
+        except Exception as exc:  # noqa: BLE001 - a malformed tokenizer file: say which, never a traceback
+            raise ValueError(f"--prompts: the tokenizer in {d} cannot be read ({type(exc).__name__}: {exc})") from None
+        if tok is not None:
             return [tok.encode(p).ids for p in prompts]
-    raise ValueError(f"--prompts: no tokenizer.json in {path_or_dir}; pass token ids with --tokens")
+    raise ValueError(f"--prompts: no tokenizer.json, nor vocab.json + merges.txt, in {path_or_dir}; "
+                     "pass token ids with --tokens")
 
 
-def check_sequences(seqs: list[list[int]], vocab: int, max_pos: int | None, max_tokens: int) -> None:
+def check_sequences(seqs: list[list[int]], vocab: int, max_pos: int | None, max_tokens: int,
+                    flag: str | None = "--max-tokens") -> None:
+    """Refuse empty input, more than ``max_tokens`` tokens (``flag``: the caller's option that sets the bound, or
+    None when the caller has none), ids outside the vocabulary and sequences beyond the position table."""
     if not seqs or any(len(s) == 0 for s in seqs):
         raise ValueError("the input must hold at least one non-empty sequence (--tokens or --prompts)")
     total = sum(len(s) for s in seqs)
     if total > max_tokens:
-        raise ValueError(f"{total} tokens exceed --max-tokens {max_tokens} (every quantized module's input is kept "
-                         "for the per-module analysis); shorten the prompts or raise the limit")
+        bound = f"{flag} {max_tokens}" if flag else f"the limit of {max_tokens}"
+        raise ValueError(f"{total} tokens exceed {bound} (every quantized module's input is kept "
+                         "for the per-module analysis); shorten the prompts" + (" or raise the limit" if flag else ""))
     for s in seqs:
         bad = [t for t in s if not (isinstance(t, int) and 0 <= t < vocab)]
         if bad:

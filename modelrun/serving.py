@@ -238,7 +238,7 @@ class ServingExecutor:
         hn = from_torch(h.contiguous())
         logits = self.router_logits(prefix, h)
         w13, s13, w2, s2 = self._experts(m)
-        kw = dict(serving=self.serving.name, **self.routing_kwargs(prefix))
+        kw = dict(self.routing_kwargs(prefix), serving=self.serving.name)
         y, matches = self._run_op("w8a8_moe", hn, (w13, s13, w2, s2), kw, m.name, {"router_logits": logits})
         if self.record:
             _, ids, _ = w8a8.moe_gating_top_k(logits, self.cfg.top_k, bias=kw["correction_bias"],

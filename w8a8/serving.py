@@ -3,7 +3,8 @@
 :class:`~w8a8.numerics.Numerics` says how one op computes; a :class:`Serving` record says in which order
 an engine calls the ops and what it does between them (where ``routed_scaling_factor`` is applied, which
 clamps run, which dtype the router logits have, ...). Every field is a :class:`Reading`: the engine's
-value and the ``file@commit`` it was read from. Two records: :data:`SGLANG` (the default) and
+value and the ``file@commit`` it was read from (``@unpinned``: SGLang's ``models/deepseek_v2.py`` was read from
+a newer, DeepSeek-V4-aware copy whose repository and commit were not named). Two records: :data:`SGLANG` (the default) and
 :data:`VLLM_ASCEND`. The ops that compose (``w8a8_dynamic_linear``, ``w8a8_static_linear``, ``w8a8_moe``,
 ``w8a8_moe_prequantized``, ``w8a8_moe_ep`` and their ``*_stages``) take one as ``serving=``; a name
 (``"sglang"``, ``"vllm-ascend"``) is accepted wherever a record is (:func:`get`).
@@ -102,17 +103,17 @@ SGLANG = Serving(
     routed_scaling=Reading(
         "output_mul_bf16", f"{SGL}:{_NPU}/moe/topk.py@01650cbd::fused_topk_npu (routed_scaling_factor = 1 when "
         f"renormalize); {_SRT}/layers/moe/deepseek_v4_topk.py@114c5ba4 (HashTopK / biased_topk_impl: no x rsf); "
-        f"{_SRT}/models/deepseek_v2.py::DeepseekV2MoE (final_hidden_states *= routed_scaling_factor before + shared)"),
+        f"{_SRT}/models/deepseek_v2.py@unpinned::DeepseekV2MoE (final_hidden_states *= routed_scaling_factor before + shared)"),
     dsv4_routing=Reading(
         "torch_ops", f"{SGL}:{_SRT}/layers/moe/deepseek_v4_topk.py@114c5ba4::HashTopK, biased_topk_impl",
         "sqrt(softplus(logits)) (+ bias for selection), hash layers ids = tid2eid[input_ids], gather, renormalise"),
-    router_logits=Reading("bfloat16", f"{SGL}:{_SRT}/models/deepseek_v2.py::MoEGate (F.linear in the model dtype on "
+    router_logits=Reading("bfloat16", f"{SGL}:{_SRT}/models/deepseek_v2.py@unpinned::MoEGate (F.linear in the model dtype on "
                                       "NPU)"),
-    shared_clamp=Reading("bf16_clamp", f"{SGL}:{_SRT}/models/deepseek_v2.py::DeepseekV2MLP (NPU: cat([g.clamp("
+    shared_clamp=Reading("bf16_clamp", f"{SGL}:{_SRT}/models/deepseek_v2.py@unpinned::DeepseekV2MLP (NPU: cat([g.clamp("
                                        "max=L), u.clamp(-L, L)]) then SiluAndMul)"),
-    shared_gate_up=Reading("merged", f"{SGL}:{_SRT}/models/deepseek_v2.py::DeepseekV2MLP (MergedColumnParallelLinear "
+    shared_gate_up=Reading("merged", f"{SGL}:{_SRT}/models/deepseek_v2.py@unpinned::DeepseekV2MLP (MergedColumnParallelLinear "
                                      "gate_up_proj)"),
-    shared_add=Reading("bf16_add", f"{SGL}:{_SRT}/models/deepseek_v2.py::DeepseekV2MoE (bf16 routed + shared)"),
+    shared_add=Reading("bf16_add", f"{SGL}:{_SRT}/models/deepseek_v2.py@unpinned::DeepseekV2MoE (bf16 routed + shared)"),
     prequantized_moe=Reading(
         "deepep_expert_grouped", f"{SGL}:{_SRT}/layers/moe/moe_runner/ascend.py@0dd459f6 (DeepEP: expert-grouped "
         "rows, Triton swiglu_quant, DeepEP combine; no init_routing)"),
@@ -163,21 +164,6 @@ VLLM_ASCEND = Serving(
         "(1 / Parameter(input_scale.repeat(...)))", "as SGLang's: a device check"),
 )
 
-OP_ROWS = {
-    "dynamic_quant": ("D2", "M6"),
-    "quantize": ("D4",),
-    "quant_matmul": ("D2", "D4", "M6"),
-    "swiglu": ("M5",),
-    "dequant_swiglu_quant": ("M1",),
-    "moe_gating_top_k_softmax": ("M2", "M3", "M4"),
-    "moe_gating_top_k": ("M2", "M3", "M4"),
-    "moe_init_routing_v2": ("M8",),
-    "grouped_matmul": ("M9",),
-    "moe_finalize_routing": ("M2", "M7"),
-}
-"""The rows that say how an engine calls each op, or what it does just before or after it (``w8a8 explain
---serving``)."""
-
 SERVINGS = {s.name: s for s in (SGLANG, VLLM_ASCEND)}
 """The records by name."""
 
@@ -189,12 +175,6 @@ assert [f.name for f in fields(Serving)][2:] == list(ROWS.values())
 
 def names() -> tuple[str, ...]:
     return tuple(SERVINGS)
-
-
-def rows_of_op(serving, op: str) -> dict[str, Reading]:
-    """``{row id: reading}`` of ``serving`` for the rows :data:`OP_ROWS` names for ``op`` (empty: none)."""
-    sv = get(serving)
-    return {r: getattr(sv, ROWS[r]) for r in OP_ROWS.get(op, ())}
 
 
 def get(serving, op: str = "serving") -> Serving:

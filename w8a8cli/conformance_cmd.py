@@ -2,7 +2,9 @@
 
 Exit status: 0 when every judged case agrees with the golden (pass / tolerated; mistrusted and
 unsupported cases are reported but do not fail the run), 1 when any case fails, errors, crashes or
-times out, 2 for bad usage (unknown op or backend, an unavailable backend asked for by name, a bad
+times out — and 1 when nothing verified what was asked: no case was judged, or an op named with
+``--op`` is implemented by none of the backends run (the report says which backends do not implement
+which ops; ops some backends lack in a run of all ops are listed, not failed), 2 for bad usage (unknown op or backend, an unavailable backend asked for by name, a bad
 argument: every one is checked before any work starts, see ``check``).
 """
 
@@ -362,6 +364,8 @@ def _plan_and_run(args, names, options, pool) -> int:
     wanted = {t.key for t in tasks}
     records = [r for r in results.records() if (r["backend"], r["case_id"]) in wanted]
     meta = _meta(args, names, skipped)
+    meta["ops_asked"] = list(args.op or [])
+    meta["backends_asked"] = list(args.backend or [])
     meta["elapsed_s"] = round(elapsed, 1)
     meta["outside"] = outside
     paths = reports.write_all(out, records, meta)
@@ -370,7 +374,7 @@ def _plan_and_run(args, names, options, pool) -> int:
     summary = terminal.print_summary(records, meta)
     console.print(f"ran {stats['ran']} case(s) ({stats['skipped_done']} already done) in {elapsed:.1f} s")
     console.print("reports: " + ", ".join(str(p) for p in [results.path, *paths.values()]))
-    return 0 if summary["ok"] else 1
+    return summary["exit_status"]
 
 
 def _implemented_by_none(names: list[str], skipped: dict[str, list[str]]) -> list[str]:

@@ -67,20 +67,3 @@ def test_bad_arguments(capsys, argv, needle):
 def test_unknown_op_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit):
         main(["explain", "dynamic_quantize", "--shape", "2x8"])
-
-
-def test_serving_prints_the_engines_rows_of_the_op(capsys):
-    """--serving: the composition rows naming the op, per engine (M1 differs: SGLang's routed SwiGLU-quant
-    runs without the clamp, vllm-ascend's takes swiglu_limit)."""
-    got = {}
-    for sv in ("sglang", "vllm-ascend"):
-        assert main(["explain", "dequant_swiglu_quant", "--shape", "16x256", "--dtype", "int32", "--serving", sv,
-                      "--json"]) == 0
-        got[sv] = json.loads(capsys.readouterr().out)["serving"]["rows"]
-    assert list(got["sglang"]) == ["M1"] and got["sglang"]["M1"]["value"] == "none"
-    assert got["vllm-ascend"]["M1"]["value"] == "swiglu_limit"
-    assert "ascend.py@0dd459f6" in got["sglang"]["M1"]["source"]
-    assert main(["explain", "weight_quant_batchmatmul", "--shape", "4x64x32", "--serving", "sglang"]) == 0
-    assert "serving composition (sglang): no row names this op" in capsys.readouterr().out
-    assert main(["explain", "quantize", "--shape", "1", "--serving", "sglang"]) == 0
-    assert "D4 bf16_tensor_division" in capsys.readouterr().out

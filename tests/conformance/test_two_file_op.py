@@ -60,7 +60,7 @@ def test_adding_the_two_files_to_a_copy_of_the_project_is_all_it_takes(tmp_path)
     assert suites.returncode == 0, suites.stdout[-3000:] + suites.stderr[-2000:]
     assert " passed" in suites.stdout and "failed" not in suites.stdout
 
-    run = _run([sys.executable, "-m", "w8a8cli.main", "conformance", "--op", OP, "--backend", "torch-cpu",
+    run = _run([sys.executable, "-m", "w8a8cli.main", "conformance", "--op", OP,
                 "--profile", "dev", "--workers", "0", "--out", str(tmp_path / "run")], copy)
     said = run.stdout + run.stderr
     assert run.returncode == 0, said[-3000:]
