@@ -252,7 +252,8 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
     if _dsv4_config.is_deepseek_v4(ckpt_cfg):      # its own forward and report (modelrun.deepseek_v4.run)
         from .deepseek_v4.run import run as run_dsv4
         return run_dsv4(checkpoint, reference, sequences, backends=backends, layers=layers, top_k=top_k,
-                        max_tokens=max_tokens, per_layer=per_layer, loader=loader, report=report)
+                        max_tokens=max_tokens, per_layer=per_layer, loader=loader, report=report,
+                        serving=serving)
     cfg = _config.parse(ckpt_cfg)
     ref = FloatModel(reference)
     ref_cfg = _config.parse(ref.config)

@@ -43,7 +43,7 @@ from ..bounds import dense_bound
 from . import config as _config
 from .forward import TORCH_DTYPES, Model
 from .readings import OFFICIAL, PRESETS, TOGGLES
-from .serving import COMPOSITION, DSV4ServingExecutor
+from .serving import DSV4ServingExecutor, composition
 from .weights import load_dir
 
 
@@ -206,7 +206,7 @@ def _readings_effect(cfg, ref_t, seqs, lf, top_k) -> list[dict]:
 
 def run(checkpoint, reference, sequences, *, backends=("numpy",), layers: str = "*", top_k: int = 5,
         max_tokens: int = A.MAX_TOKENS, per_layer: bool = True, loader: str = "sglang", readings_effect: bool = True,
-        report=None) -> dict:
+        report=None, serving: str = "sglang") -> dict:
     """The DeepSeek-V4 analysis (module docstring) as a JSON-able dict (the keys of ``analysis.run`` plus
     ``dsv4``). ValueError for bad input, :class:`CheckpointError` for a checkpoint with errors."""
     t0 = time.perf_counter()
@@ -229,13 +229,13 @@ def run(checkpoint, reference, sequences, *, backends=("numpy",), layers: str = 
     flog, qlog = _Log(), _Log()
     float_model = Model(cfg, ref_t, observe=flog)
     select = A._select(layers)
-    ex = DSV4ServingExecutor(res, cfg, ck_t, ref_t, primary, compare=bes[1:], select=select)
+    ex = DSV4ServingExecutor(res, cfg, ck_t, ref_t, primary, compare=bes[1:], select=select, serving=serving)
     quant_model = Model(cfg, ck_t, executor=ex, observe=qlog)
     lf, lf_mtp = _forward(float_model, sequences, mtp)
     lq, lq_mtp = _forward(quant_model, sequences, mtp)
     modules = _module_results(res, cfg, ex, ref_t, dt)
     first = next((m for m in modules if m.exceed), None)
-    out = {"checkpoint": str(checkpoint), "reference": str(reference), "family": "deepseek_v4",
+    out = {"checkpoint": str(checkpoint), "reference": str(reference), "family": "deepseek_v4", "serving": ex.serving.name,
            "model_dtype": cfg.dtype, "backend": primary.name, "backends": [b.name for b in bes],
            "unavailable_backends": unavailable, "layers": layers, "sequences": len(sequences),
            "tokens": int(sum(len(s) for s in sequences)), "logits": A.logits_agreement(lq, lf, top_k),
@@ -250,7 +250,8 @@ def run(checkpoint, reference, sequences, *, backends=("numpy",), layers: str = 
         qlayers = sorted({m.layer for m in modules if m.layer is not None})
         for L in [None] + qlayers:
             pick = (lambda L: lambda name: L is not None and A.layer_index(name) == L and select(name))(L)
-            exl = DSV4ServingExecutor(res, cfg, ck_t, ref_t, primary, select=pick, record=False)
+            exl = DSV4ServingExecutor(res, cfg, ck_t, ref_t, primary, select=pick, record=False,
+                                     serving=serving)
             lql, _ = _forward(Model(cfg, ck_t, executor=exl), sequences, False)
             rows.append({"layer": L, **A.logits_agreement(lql, lf, top_k)})
     out["per_layer"] = rows
@@ -259,7 +260,7 @@ def run(checkpoint, reference, sequences, *, backends=("numpy",), layers: str = 
     out["findings"] = [f.as_dict() for f in report.findings if f.severity != "info"]
     out["dsv4"] = {
         "readings": {k: (v if not isinstance(v, float) else float(v)) for k, v in OFFICIAL.__dict__.items()},
-        "serving_composition": {k: v[0] for k, v in COMPOSITION.items()},
+        "serving_composition": {k: v[0] for k, v in composition(serving).items()},
         "attention": [{"layer": k, **v} for k, v in flog.attention.items()],
         "routing": {kind: {"layers": [r["module"] for r in routing if r["kind"] == kind],
                            "tokens": sum(r["tokens"] for r in routing if r["kind"] == kind),

@@ -1,4 +1,5 @@
-"""DeepSeek-V4's quantized modules on a backend's serving path, composed as SGLang's NPU path does.
+"""DeepSeek-V4's quantized modules on a backend's serving path, composed as an engine does (SGLang's NPU path
+by default; ``serving=``, a :mod:`w8a8.serving` record or its name).
 
 :class:`DSV4ServingExecutor` is the executor (:mod:`.forward`) of a quantized DeepSeek-V4 run. The
 forward calls it with the checkpoint's native names; it maps them to the resolved (SGLang-remapped)
@@ -13,18 +14,20 @@ modules of :func:`checkpoints.resolve`, and:
 * the routed experts: the router as ``npu_moe_gating_top_k`` (the golden ``moe_gating_top_k``:
   ``norm_type=2`` sqrt-softplus, the gate bias for selection, hash mode ``tid2eid[input_ids]`` on the
   first ``num_hash_layers`` layers, ``routed_scaling_factor`` 1 there) on the router logits (their
-  dtype per :data:`COMPOSITION`), then ``backend.w8a8_moe(hidden, W13, W13_scale, W2, W2_scale,
-  topk_ids, topk_weights, swiglu_limit)`` (dispatch, grouped matmuls, the clamped fused SwiGLU-quant,
-  finalize), then the output times ``routed_scaling_factor`` in bf16; the forward adds the shared
-  expert in bf16.
+  dtype per the engine's row M4: SGLang bf16, vllm-ascend fp32), then ``backend.w8a8_moe(hidden, W13,
+  W13_scale, W2, W2_scale, topk_ids, topk_weights, swiglu_limit, serving)`` (dispatch, grouped matmuls, the
+  fused SwiGLU-quant — clamped per the engine's row M1: SGLang's ascend_tp path runs it unclamped,
+  vllm-ascend clamps at ``swiglu_limit`` — finalize), then the output times ``routed_scaling_factor`` in
+  bf16 (row M2); the forward adds the shared expert in bf16. The router is vllm-ascend's form (row M3);
+  SGLang composes it from torch ops (sqrt, softplus, gather), not modelled separately.
 
 Everything else (embedding, norms, hyper-connections, RoPE, the attention core, compressors, indexer,
 FLOAT Linears — ``wo_a``, ``wo_b``, compressor and indexer projections, ``head``) runs in torch on the
 CPU from the checkpoint's own float tensors, not the NPU's kernels for those ops. Modules outside
 ``select`` run in float from the reference's weights (one layer quantized at a time).
 
-:data:`COMPOSITION` holds the composition facts followed here, each with its source, in one place: the
-serving-composition record of the ops (``serving=``) replaces it when it lands.
+:func:`composition` lists the facts followed here with their sources, read from the engine's
+:mod:`w8a8.serving` record (the one place they are kept).
 """
 
 from __future__ import annotations
@@ -38,17 +41,21 @@ from backends.torch_common import from_torch, to_torch
 
 from ..serving import Call, ServingExecutor, layer_index
 
-SGL_DSV4 = "sgl-project/sglang python/sglang/srt/models/deepseek_v4.py + layers/moe (NPU hooks hardware_backend/npu)"
-COMPOSITION = {
-    # fact: (value, source)
-    "router_logits": ("bfloat16", f"{SGL_DSV4}: the NPU gate is a bf16 F.linear"),
-    "routing": ("moe_gating_top_k", "npu_moe_gating_top_k norm_type 2 (sqrt-softplus), hash mode tid2eid"),
-    "routed_clamp": ("swiglu_limit", "dequant_swiglu_quant(swiglu_limit=L) in the fused MoE"),
-    "routed_scaling": ("output_mul_bf16", "weights normalised without it, the routed output times it in bf16"),
-    "shared_gate_up": ("merged", "DeepseekV2MLP gate_up_proj: one quantization, one matmul"),
-    "shared_clamp": ("bf16_clamp", "gate clamp(max=L), up clamp(-L, L) in bf16, then SiluAndMul (npu_swiglu)"),
-    "shared_add": ("bf16_add", "routed + shared in bf16"),
-}
+COMPOSED = {"router_logits": "M4", "routing": "M3", "routed_clamp": "M1", "routed_scaling": "M2",
+            "shared_gate_up": "M6", "shared_clamp": "M5", "shared_add": "M7"}
+"""The composition facts this forward follows, each the row of :mod:`w8a8.serving` it reads."""
+
+
+def composition(serving=None) -> dict[str, tuple[str, str]]:
+    """``{fact: (value, source)}`` of the engine ``serving`` (a :class:`w8a8.serving.Serving` or its name;
+    None: SGLang): the one place the facts come from is the engine's :mod:`w8a8.serving` record."""
+    sv = w8a8.serving.get(serving)
+    return {fact: (getattr(sv, w8a8.serving.ROWS[row]).value, getattr(sv, w8a8.serving.ROWS[row]).source)
+            for fact, row in COMPOSED.items()}
+
+
+COMPOSITION = composition()
+"""SGLang's facts (the default engine)."""
 
 
 class DSV4ServingExecutor(ServingExecutor):
@@ -57,9 +64,9 @@ class DSV4ServingExecutor(ServingExecutor):
     fuses_gate_up = True
 
     def __init__(self, res, cfg, float_tensors: dict, reference_tensors: dict | None, backend, *, compare=(),
-                 select=None, record: bool = True, input_ids=None):
+                 select=None, record: bool = True, input_ids=None, serving=None):
         super().__init__(res, cfg, float_tensors, reference_tensors, backend, compare=compare, select=select,
-                         record=record)
+                         record=record, serving=serving)
         self.serving_of = {n[: -len(".weight")]: s[: -len(".weight")] for s, n in res.native_of.items()
                            if n.endswith(".weight")}
         self.input_ids = input_ids
@@ -114,12 +121,16 @@ class DSV4ServingExecutor(ServingExecutor):
         """``(weights [T, k] bf16, ids int32 [T, k], logits)`` as the serving router computes them."""
         c = self.cfg
         w = self.t[prefix + ".gate.weight"]
-        logits = from_torch(F.linear(h, w.to(torch.bfloat16)).contiguous())
+        if self.serving.router_logits.value == "bfloat16":       # row M4
+            logits = from_torch(F.linear(h, w.to(torch.bfloat16)).contiguous())
+        else:
+            logits = from_torch(F.linear(h.float(), w.float()).contiguous())
         kw = dict(norm_type=2, routed_scaling_factor=1.0, numerics=self.backend.numerics)
         if layer < c.hash_layers:
             kw.update(input_ids=ids.numpy().astype(np.int32), tid2eid=self.t[prefix + ".gate.tid2eid"].numpy())
         else:
-            kw.update(bias=from_torch(self.t[prefix + ".gate.bias"].to(torch.bfloat16).contiguous()))
+            bias_dtype = torch.bfloat16 if self.serving.router_logits.value == "bfloat16" else torch.float32
+            kw.update(bias=from_torch(self.t[prefix + ".gate.bias"].to(bias_dtype).contiguous()))
         y, top, _ = w8a8.moe_gating_top_k(logits, c.top_k, **kw)
         return y, top, logits
 
@@ -130,11 +141,13 @@ class DSV4ServingExecutor(ServingExecutor):
         weights, top, logits = self.serving_route(prefix, h, ids, layer)
         w13, s13, w2, s2 = self._experts(m)
         hn = from_torch(h.contiguous())
-        kw = dict(topk_ids=top, topk_weights=weights, swiglu_limit=self.cfg.swiglu_limit)
+        kw = dict(topk_ids=top, topk_weights=weights, swiglu_limit=self.cfg.swiglu_limit,
+                  serving=self.serving.name)          # row M1: the engine's routed clamp
         y, matches = self._run_op("w8a8_moe", hn, (w13, s13, w2, s2), kw)
         if self.record:
             self.calls.append(Call(m.name, "moe", "W8A8_DYNAMIC", layer_index(m.name), hn, y, matches,
                                    extra={"router_logits": logits, "serving_ids": top, "serving_weights": weights,
                                           "hashed": layer < self.cfg.hash_layers}))
         routed = to_torch(np.ascontiguousarray(y))
-        return routed * torch.tensor(self.cfg.routed_scaling_factor, dtype=torch.bfloat16)
+        factor = w8a8.serving.output_scaling(self.serving, self.cfg.routed_scaling_factor)   # row M2
+        return routed if factor is None else routed * torch.tensor(factor, dtype=torch.bfloat16)

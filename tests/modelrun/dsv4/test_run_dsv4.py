@@ -125,3 +125,28 @@ def test_layer0_figures_reproduced_without_modelrun(report):
         assert rows[name]["tokens"] == len(ids)
         assert rows[name]["sqnr_db"] == pytest.approx(sqnr, rel=1e-12), name
         assert rows[name]["max_error"] == pytest.approx(maxerr, rel=1e-12), name
+
+
+def test_serving_flag_composes_dsv4_from_the_engine_record(capsys):
+    """``--serving``: the DSV4 forward reads its composition from the w8a8.serving record. SGLang's ascend_tp
+    runs the routed experts unclamped (row M1) on bf16 router logits (M4); vllm-ascend clamps at swiglu_limit
+    on fp32 logits. Same Linears upstream of the first MoE (its layer's attention), different MoE output and logits."""
+    outs = {}
+    for sv in ("sglang", "vllm-ascend"):
+        rc = main(["run", str(DATA / "msmodelslim" / "dsv4-w8a8"), "--reference", str(DATA / "prequant" / "dsv4-w8a8"),
+                   "--tokens", "5,17,99,3,250,41,7,8,120,64,33,2", "--no-per-layer", "--serving", sv, "--json"])
+        text = capsys.readouterr().out
+        assert rc == 0, text
+        outs[sv] = json.loads(text)
+        assert outs[sv]["serving"] == sv
+    comp = {sv: o["dsv4"]["serving_composition"] for sv, o in outs.items()}
+    assert comp["sglang"]["routed_clamp"] == "none" and comp["vllm-ascend"]["routed_clamp"] == "swiglu_limit"
+    assert comp["sglang"]["router_logits"] == "bfloat16" and comp["vllm-ascend"]["router_logits"] == "float32"
+    assert comp["sglang"]["shared_clamp"] == comp["vllm-ascend"]["shared_clamp"] == "bf16_clamp"
+    mods = {sv: {m["name"]: m for m in o["modules"]} for sv, o in outs.items()}
+    order = outs["sglang"]["modules"]          # in call order
+    i = next(i for i, m in enumerate(order) if m["kind"] == "moe")
+    first_moe, before = order[i], order[:i]
+    assert before and all(m["sqnr_db"] == mods["vllm-ascend"][m["name"]]["sqnr_db"] for m in before)
+    assert first_moe["sqnr_db"] != mods["vllm-ascend"][first_moe["name"]]["sqnr_db"]
+    assert outs["sglang"]["logits"]["rel_l2"] != outs["vllm-ascend"]["logits"]["rel_l2"]
