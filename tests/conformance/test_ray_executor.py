@@ -72,8 +72,8 @@ def cluster():
         else:
             os.environ["RAY_AUTH_MODE"] = saved_auth
         try:
-            os.killpg(head.pid, signal.SIGTERM)
-            head.wait(timeout=20)
+            os.killpg(head.pid, signal.SIGTERM)  # its workers end with its raylet
+            head.wait(timeout=3)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             try:
                 os.killpg(head.pid, signal.SIGKILL)
@@ -97,8 +97,8 @@ def _comparable(path) -> dict:
 
 
 def test_ray_and_local_runs_of_one_plan_give_identical_records_and_input_bytes(cluster, tmp_path):
-    tasks, _ = plan(["torch-cpu"], ["dynamic_quant", "quant_matmul"], profile="dev", seed=3)
-    assert len(tasks) > 100 and {t.kind for t in tasks} == {"named", "error", "drawn"}
+    tasks, _ = plan(["torch-cpu"], ["dynamic_quant"], profile="dev", seed=3)
+    assert len(tasks) > 50 and {t.kind for t in tasks} == {"named", "error", "drawn"}
     run(tasks, ResultsFile(tmp_path / "local.jsonl"), RunOptions(workers=2))
     executor = _executor(cluster, ["torch-cpu"], batch_size=16)
     stats = run(tasks, ResultsFile(tmp_path / "ray.jsonl"), RunOptions(workers=2), executor=executor)
@@ -106,7 +106,7 @@ def test_ray_and_local_runs_of_one_plan_give_identical_records_and_input_bytes(c
     assert set(local) == set(remote) == {t.key for t in tasks}
     differing = [k for k in local if local[k] != remote[k]]
     assert not differing, differing[:3]
-    assert Counter(r["status"] for r in remote.values())["pass"] > 50
+    assert Counter(r["status"] for r in remote.values())["pass"] > 40
     assert stats["executor"]["batches"] >= len(tasks) // 16 and stats["executor"]["lost_batches"] == 0
     # the input bytes, built on a cluster worker and here
     cases = [(t.op, t.params) for t in tasks if t.kind == "drawn"]
@@ -150,17 +150,17 @@ def test_a_batch_lost_on_every_attempt_has_its_cases_crashed_and_the_others_pass
 def test_a_crashing_case_inside_a_batch_is_isolated_and_a_local_run_resumes_on_ray(cluster, tmp_path):
     """The local pool's isolation runs inside each Ray batch: odd row counts segfault their case worker and are
     recorded crashed; the rest of the batch passes. The first cases ran locally; Ray finishes the plan."""
-    tasks = [Task("planted-segfault", "dynamic_quant", {**BASE, "lead": [r], "seed": r}) for r in range(2, 10)]
+    tasks = [Task("planted-segfault", "dynamic_quant", {**BASE, "lead": [r], "seed": r}) for r in range(2, 7)]
     options = RunOptions(workers=1, timeout=60, registrations={"planted-segfault": SEGFAULT})
     results = ResultsFile(tmp_path / "r.jsonl")
-    run(tasks[:3], results, options)  # locally
-    executor = _executor(cluster, ["planted-segfault"], options.registrations, batch_size=3)
+    run(tasks[:1], results, options)  # locally
+    executor = _executor(cluster, ["planted-segfault"], options.registrations, batch_size=4)
     stats = run(tasks, results, options, resume=True, executor=executor)
-    assert (stats["skipped_done"], stats["ran"]) == (3, 5)
+    assert (stats["skipped_done"], stats["ran"]) == (1, 4)
     records = _comparable(results.path)
     assert set(records) == {t.key for t in tasks}
     status = {r["params"]["lead"][0]: r["status"] for r in records.values()}
-    assert status == {r: ("crashed" if r % 2 else "pass") for r in range(2, 10)}, status
+    assert status == {r: ("crashed" if r % 2 else "pass") for r in range(2, 7)}, status
     crashed = records[tasks[1].key]
     assert "SIGSEGV" in crashed["note"]
 
