@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import validate
+from . import executor_args, validate
 
 HELP = "recommend tolerances from measured error distributions (and write the tolerance table)"
 DESCRIPTION = __doc__
@@ -40,6 +40,9 @@ def add_arguments(parser) -> None:
                         help="merge a sample set an earlier 'w8a8 tune --samples-out' wrote (repeatable; its seeds must "
                              "differ from this run's)")
     parser.add_argument("--samples-out", metavar="PATH", help="write the merged sample set (JSON) for a later run to merge")
+    parser.add_argument("--workers", type=validate.integer(1), default=2,
+                        help="with --executor ray and no --ray-address: the CPUs of the local Ray (default 2)")
+    executor_args.add_arguments(parser)
 
 
 def check(args) -> None:
@@ -61,6 +64,7 @@ def check(args) -> None:
         validate.in_file(path, "--samples-in")
     if args.samples_out:
         validate.out_file(args.samples_out, "--samples-out")
+    executor_args.check(args)
     if args.max_samples is not None and args.max_samples < args.samples:
         raise validate.UsageError("--max-samples", f"at least --samples ({args.samples})", args.max_samples)
 
@@ -87,20 +91,35 @@ def _draw(console, a, b, ops, args) -> dict:
             raise validate.UsageError.relay("--samples-in", str(exc)) from None
     limit = args.max_samples or args.samples
     seed, drawn = args.seed, 0
-    while drawn < limit:
-        try:
-            merge_stats(stats, sweep(a, b, ops, args.samples, seed))
-        except ValueError as exc:
-            raise validate.UsageError.relay("--seed", str(exc)) from None
-        drawn += args.samples
-        seed += 1
-        short = [k for k, s in stats.items() if max(s.per_case_max, default=0) > 0
-                 and not fit(s.per_case_max, args.target).supported]
-        console.print(f"[dim]{drawn} draws per op: " + (f"{len(short)} output(s) whose tail does not yet support p = "
-                                                        f"{args.target:g}" if short else "every tail fit supports the target")
-                      + "[/]")
-        if not short:
-            break
+    executor = executor_args.make(args, args.workers)
+    if executor is not None:
+        executor.start(sorted({a.name, b.name}))
+    try:
+        while drawn < limit:
+            try:
+                if executor is None:
+                    merge_stats(stats, sweep(a, b, ops, args.samples, seed))
+                    seeds = 1
+                else:  # one round per CPU of the cluster at once, each its own seed
+                    from conformance.executors.ray_tune import sweep_rounds
+
+                    cpus = sum(n.cpus for n in executor.nodes.values())
+                    seeds = max(1, min(cpus, -(-(limit - drawn) // args.samples)))
+                    merge_stats(stats, sweep_rounds(executor, a, b, ops, args.samples, list(range(seed, seed + seeds))))
+            except ValueError as exc:
+                raise validate.UsageError.relay("--seed", str(exc)) from None
+            drawn += args.samples * seeds
+            seed += seeds
+            short = [k for k, s in stats.items() if max(s.per_case_max, default=0) > 0
+                     and not fit(s.per_case_max, args.target).supported]
+            console.print(f"[dim]{drawn} draws per op: " + (f"{len(short)} output(s) whose tail does not yet support "
+                                                            f"p = {args.target:g}" if short else
+                                                            "every tail fit supports the target") + "[/]")
+            if not short:
+                break
+    finally:
+        if executor is not None:
+            executor.close()
     if args.samples_out:
         from conformance.tuning import save_samples
 

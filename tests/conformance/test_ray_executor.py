@@ -177,3 +177,17 @@ def test_a_backend_no_node_offers_is_reported_per_node_and_left_unrun(cluster, t
                 executor=executor)
     assert stats["not_run"] == 3 and stats["not_run_backends"] == [name] and stats["ran"] == 0
     assert ResultsFile(tmp_path / "r.jsonl").records() == []
+
+
+def test_tune_rounds_on_ray_merge_to_the_local_sweeps_sample_sets(cluster):
+    import backends
+    from conformance.executors.ray_tune import sweep_rounds
+    from conformance.tuning import merge_stats, sweep
+
+    a, b = backends.get("torch-cpu"), backends.get("numpy")
+    executor = _executor(cluster, ["torch-cpu", "numpy"])
+    there = sweep_rounds(executor, a, b, ["dynamic_quant"], 6, [1, 2])
+    here = merge_stats(sweep(a, b, ["dynamic_quant"], 6, 1), sweep(a, b, ["dynamic_quant"], 6, 2))
+    assert set(there) == set(here) and there
+    for key in here:
+        assert there[key].as_json() == here[key].as_json(), key
