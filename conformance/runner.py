@@ -370,11 +370,14 @@ class WorkerPool:
 
 
 def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume: bool = False,
-        on_result: Callable[[dict], None] | None = None, pool: WorkerPool | None = None) -> dict:
+        on_result: Callable[[dict], None] | None = None, pool: WorkerPool | None = None,
+        executor=None) -> dict:
     """Run ``tasks``, appending every result to ``results``. Returns counts of what happened.
 
     ``pool``: worker processes already started (:class:`WorkerPool`; left open); by default the run
-    starts its own and closes them at the end."""
+    starts its own and closes them at the end. ``executor``: where the cases run instead of this
+    machine's pool (:mod:`conformance.executors`: ``executor.run(todo, opts, options, emit, stats)``
+    hands every record to ``emit`` exactly once); the results file, resume and counts stay here."""
     results.repair()
     done = results.done_keys() if resume else set()
     todo = deque(t for t in tasks if t.key not in done)
@@ -392,6 +395,10 @@ def run(tasks: list[Task], results: ResultsFile, options: RunOptions, *, resume:
         for record in records if on_result else ():
             on_result(record)
 
+    if executor is not None:
+        if todo:
+            executor.run(todo, opts, options, emit, stats)
+        return stats
     if options.workers <= 0:
         import backends
 

@@ -83,6 +83,14 @@ _VALUE_CHECKS = {
     **{k: ("a number", lambda v: _is_number(v) and not math.isnan(v)) for k in STATISTIC_KEYS},
     **{k: ("a string", lambda v: isinstance(v, str)) for k in _TEXT_KEYS},
 }
+# what a tail-fitted entry records (conformance.tail_fit): the draws and their seeds, the fit, the target's support
+_VALUE_CHECKS.update({
+    **{k: ("an integer >= 0", _int_ge0) for k in ("draws", "fit_draws", "fit_exceedances", "fit_need")},
+    **{k: ("a number", lambda v: _is_number(v) and not math.isnan(v))
+       for k in ("fit_threshold", "fit_xi", "fit_sigma", "fit_u_target", "fit_u_upper")},
+    "fit_supported": ("true or false", lambda v: isinstance(v, bool)),
+    "seeds": ("a list of integers >= 0", lambda v: isinstance(v, list) and all(_int_ge0(x) for x in v)),
+})
 
 
 def check_entry(raw, index: int, source: str) -> None:

@@ -60,6 +60,47 @@ class OutputStats:
     histogram: dict = field(default_factory=lambda: defaultdict(int))
     tie_only: bool = True
     known_bugs: dict = field(default_factory=lambda: defaultdict(int))  # detector name -> cases excluded
+    seeds: list = field(default_factory=list)  # the draw seeds whose cases these are (merged sample sets)
+
+    def merge(self, other: "OutputStats") -> None:
+        """Add another sample set of the same (op, output, dtype) — drawn with other seeds — to this one."""
+        if (self.op, self.output, self.dtype) != (other.op, other.output, other.dtype):
+            raise ValueError(f"cannot merge samples of {other.op}/{other.output}/{other.dtype} into "
+                             f"{self.op}/{self.output}/{self.dtype}")
+        shared = set(self.seeds) & set(other.seeds)
+        if shared:
+            raise ValueError(f"sample sets of {self.op}/{self.output} drawn with the same seed(s) {sorted(shared)}: "
+                             "the same cases twice are no new samples")
+        self.cases += other.cases
+        self.elements += other.elements
+        self.per_case_max += list(other.per_case_max)
+        self.per_case_rate += list(other.per_case_rate)
+        self.per_case_k += list(other.per_case_k)
+        self.max_abs, self.max_rel = max(self.max_abs, other.max_abs), max(self.max_rel, other.max_rel)
+        for k, v in other.histogram.items():
+            self.histogram[int(k)] += int(v)
+        self.tie_only = self.tie_only and other.tie_only
+        for k, v in other.known_bugs.items():
+            self.known_bugs[k] += int(v)
+        self.seeds += list(other.seeds)
+
+    def as_json(self) -> dict:
+        return {"op": self.op, "output": self.output, "dtype": self.dtype, "kind": self.kind, "cases": self.cases,
+                "elements": self.elements, "per_case_max": [int(v) for v in self.per_case_max],
+                "per_case_rate": self.per_case_rate, "per_case_k": self.per_case_k, "max_abs": self.max_abs,
+                "max_rel": self.max_rel, "histogram": {str(k): v for k, v in self.histogram.items()},
+                "tie_only": self.tie_only, "known_bugs": dict(self.known_bugs), "seeds": self.seeds}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "OutputStats":
+        s = cls(d["op"], d["output"], d["dtype"], d["kind"], int(d["cases"]), int(d["elements"]),
+                [int(v) for v in d["per_case_max"]], list(d["per_case_rate"]), list(d["per_case_k"]),
+                float(d["max_abs"]), float(d["max_rel"]), tie_only=bool(d["tie_only"]), seeds=list(d.get("seeds", [])))
+        for k, v in d["histogram"].items():
+            s.histogram[int(k)] += int(v)
+        for k, v in d.get("known_bugs", {}).items():
+            s.known_bugs[k] += int(v)
+        return s
 
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.per_case_max, q)) if self.per_case_max else 0.0
@@ -76,6 +117,38 @@ def _k_of(params: dict) -> int | None:
         if isinstance(params.get(key), int):
             return params[key]
     return None
+
+
+def merge_stats(into: dict, more: dict) -> dict:
+    """Merge the sample sets ``more`` (``{(op, output, dtype): OutputStats}``) into ``into``; returns ``into``."""
+    for key, s in more.items():
+        if key in into:
+            into[key].merge(s)
+        else:
+            into[key] = s
+    return into
+
+
+def save_samples(path, stats: dict, meta: dict) -> None:
+    """Write sample sets as JSON (atomically), to be merged by a later ``w8a8 tune --samples-in``."""
+    import json
+
+    from .results import write_atomic
+
+    write_atomic(path, json.dumps({"meta": meta, "stats": [s.as_json() for s in stats.values()]}))
+
+
+def load_samples(path) -> tuple[dict, dict]:
+    """``(stats, meta)`` of a file :func:`save_samples` wrote."""
+    import json
+    from pathlib import Path
+
+    data = json.loads(Path(path).read_text())
+    stats = {}
+    for d in data["stats"]:
+        s = OutputStats.from_json(d)
+        stats[(s.op, s.output, s.dtype)] = s
+    return stats, data.get("meta", {})
 
 
 def sweep(backend_a, backend_b, ops: list[str], samples: int, seed: int = 0, on_case=None) -> dict:
@@ -120,6 +193,8 @@ def sweep(backend_a, backend_b, ops: list[str], samples: int, seed: int = 0, on_
                 key = (op, out.name, _dt.name(ref.dtype))
                 s = stats.setdefault(key, OutputStats(op, out.name, key[2], "int" if ref.dtype.kind in "iub"
                                                       else "float"))
+                if seed not in s.seeds:
+                    s.seeds.append(seed)
                 d = _distance(ref, act)
                 s.cases += 1
                 s.elements += int(d.size)
@@ -231,6 +306,7 @@ def recommend(stats: dict, *, target: float = DEFAULT_TARGET, backend: str, agai
         cap, bound_text = (0, "bitwise by construction") if s.kind == "int" and numerics_equal else \
             _analytic_cap(op, output, dtype, numerics_equal, library_order)
         notes = []
+        fit_record: dict = {}
         if u_obs == 0:
             ulp = 0
             notes.append(f"no difference in {s.cases} cases / {s.elements} elements; per-case exceedance < {conf:.2g} "
@@ -238,9 +314,18 @@ def recommend(stats: dict, *, target: float = DEFAULT_TARGET, backend: str, agai
                                                  f" (certifying {target:g} empirically needs {math.ceil(3 / target)} "
                                                  "cases: the analytic bound carries it)" if cap == 0 else ""))
         else:
-            u_fit = fit_tail(s.per_case_max, target)
+            from .tail_fit import fit as gpd_fit
+
+            tail = gpd_fit(s.per_case_max, target)
+            fit_record.update({f"fit_{k}": v for k, v in tail.as_dict().items() if k not in ("target", "reason")})
+            if tail.supported:
+                u_fit = tail.tolerance
+                notes.append(f"worst {u_obs} in {s.cases} cases; {tail.describe()}: tolerance {u_fit}")
+            else:
+                u_fit = fit_tail(s.per_case_max, target)
+                notes.append(f"worst {u_obs} in {s.cases} cases; geometric tail fit gives {u_fit} at p={target:g}; "
+                             f"{tail.describe()}")
             ulp = max(u_obs, u_fit)
-            notes.append(f"worst {u_obs} in {s.cases} cases; tail fit gives {u_fit} at p={target:g}")
             if cap is not None and u_obs > cap:
                 # a finding, not a tolerance: the entry keeps the bound, the run exits 1
                 notes.append(f"OBSERVED {u_obs} EXCEEDS THE ANALYTIC BOUND {cap}: the bound or the backend is wrong; "
@@ -265,5 +350,7 @@ def recommend(stats: dict, *, target: float = DEFAULT_TARGET, backend: str, agai
                              max_observed=int(u_obs), bound=bound_text, numerics=numerics, versions=versions,
                              date=date, notes="; ".join(notes),
                              extra={"p50": s.percentile(50), "p99": s.percentile(99), "max_abs": s.max_abs,
-                                    "max_rel": s.max_rel, "elements": s.elements, "target": target}))
+                                    "max_rel": s.max_rel, "elements": s.elements, "target": target,
+                                    "draws": s.cases, **({"seeds": list(s.seeds)} if s.seeds else {}),
+                                    **fit_record}))
     return entries

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from conformance.reports.console import esc
 
-from . import validate
+from . import executor_args, validate
 
 HELP = "run backends against the golden on every op; write .jsonl/.md/.xml/.html reports"
 DESCRIPTION = __doc__
@@ -59,6 +59,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--list-ops", action="store_true", help="list the ops with their descriptions and exit")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the full agreement matrix (every op), not only the ops that did not pass")
+    executor_args.add_arguments(parser)
 
 
 def _select_backends(requested: list[str] | None) -> tuple[list[str], dict[str, str], str | None]:
@@ -144,6 +145,7 @@ def check(args) -> None:
     from conformance.registry import specs
 
     validate.workers(args.workers, force=args.force_workers)
+    executor_args.check(args)
     validate.choice_list(args.op, specs(), "--op", "an op of 'w8a8 conformance --list-ops'")
     if args.tolerances and not args.exact:
         validate.tolerance_table(args.tolerances)
@@ -246,13 +248,37 @@ def run(args) -> int:
     except (OutLocked, OSError) as exc:
         print(f"w8a8 conformance: {exc}", file=sys.stderr)
         return 2
-    pool = WorkerPool(options) if options.workers > 0 else None  # their startup overlaps the planning
+    executor = executor_args.make(args, args.workers or os.cpu_count() or 1)
+    pool = WorkerPool(options) if options.workers > 0 and executor is None else None  # startup overlaps the planning
     try:
-        return _plan_and_run(args, names, options, pool)
+        if executor is not None:
+            problem = _start_executor(executor, names, registrations)
+            if problem:
+                print(f"w8a8 conformance: {problem}", file=sys.stderr)
+                return 2
+        return _plan_and_run(args, names, options, pool, executor)
     finally:
         if pool is not None:
             pool.close()
+        if executor is not None:
+            executor.close()
         lock.release()
+
+
+def _start_executor(executor, names: list[str], registrations: dict) -> str | None:
+    """Connect the Ray executor and ask its nodes what they offer; the problem when a backend of the run is
+    on no node (every node's reason named)."""
+    try:
+        executor.start(names, registrations)
+    except Exception as exc:  # noqa: BLE001 - Ray's connection errors are many kinds
+        return f"--executor ray: cannot start or join Ray ({type(exc).__name__}: {exc})"
+    if not executor.nodes:
+        return "--executor ray: the Ray cluster has no node with a CPU that answered"
+    for name, hosts in executor.offered().items():
+        if not hosts:
+            why = "; ".join(f"{n.host}: {n.backends.get(name, [False, '?'])[1]}" for n in executor.nodes.values())
+            return f"--backend: {name!r} is available on no node of the Ray cluster ({why})"
+    return None
 
 
 def _given_flags(args) -> tuple[dict, set[str]]:
@@ -309,7 +335,7 @@ def _adopt_plan(args) -> str | None:
     args.tolerances, args.exact = flags["tolerances"], flags["tolerances"] is None
     return None
 
-def _plan_and_run(args, names, options, pool) -> int:
+def _plan_and_run(args, names, options, pool, executor=None) -> int:
     import functools
 
     from rich.console import Console
@@ -359,11 +385,19 @@ def _plan_and_run(args, names, options, pool) -> int:
     if "numpy" in names and len(names) == 1 and not args.backend:
         console.print("[yellow]no backend other than the golden is available: running the golden against itself "
                       "(a self-check of the named cases and error contract)[/]")
-    console.print(f"w8a8 conformance: {len(tasks)} cases, backends {esc(', '.join(names))}, profile {args.profile}, "
-                  f"{args.workers} worker(s)")
+    where = f"{args.workers} worker(s)" if executor is None else \
+        f"Ray, {len(executor.nodes)} node(s), {sum(n.cpus for n in executor.nodes.values())} CPU(s)"
+    console.print(f"w8a8 conformance: {len(tasks)} cases, backends {esc(', '.join(names))}, profile {args.profile}, {where}")
     t0 = time.perf_counter()
-    stats = _run_with_progress(console, tasks, results, options, args.resume,
-                               functools.partial(run_tasks, pool=pool))
+    if executor is None:
+        stats = _run_with_progress(console, tasks, results, options, args.resume,
+                                   functools.partial(run_tasks, pool=pool))
+    else:
+        from conformance.executors.progress import run_with_progress
+
+        todo = len(tasks) - len(results.done_keys() & {t.key for t in tasks}) if args.resume else len(tasks)
+        stats = run_with_progress(console, todo, lambda on_result: run_tasks(
+            tasks, results, options, resume=args.resume, on_result=on_result, executor=executor))
     elapsed = time.perf_counter() - t0
     wanted = {t.key for t in tasks}
     records = [r for r in results.records() if (r["backend"], r["case_id"]) in wanted]
@@ -372,11 +406,15 @@ def _plan_and_run(args, names, options, pool) -> int:
     meta["backends_asked"] = list(args.backend or [])
     meta["elapsed_s"] = round(elapsed, 1)
     meta["outside"] = outside
+    if executor is not None:
+        meta["executor"] = stats.get("executor", executor.report())
     paths = reports.write_all(out, records, meta)
     from conformance.reports import terminal
 
     summary = terminal.print_summary(records, meta, verbose=getattr(args, "verbose", False))
     console.print(f"ran {stats['ran']} case(s) ({stats['skipped_done']} already done) in {elapsed:.1f} s")
+    if executor is not None:
+        _print_nodes(console, stats)
     console.print("reports: " + ", ".join(str(p) for p in [results.path, *paths.values()]), soft_wrap=True,
                   markup=False, highlight=False)
     return summary["exit_status"]
@@ -418,3 +456,19 @@ def _run_with_progress(console, tasks, results, options, resume, run_tasks) -> d
         stats = run_tasks(tasks, results, options, resume=resume, on_result=on_result)
         progress.update(bar, completed=len(tasks))
     return stats
+
+
+def _print_nodes(console, stats: dict) -> None:
+    """Per Ray node: its CPUs, the batches and cases it ran, the batches lost there, the backends it lacks."""
+    info = stats.get("executor") or {}
+    for node in info.get("nodes", []):
+        lacks = [f"{b} ({why})" for b, why in node["backends"].items() if why != "available"]
+        console.print(f"  node {node['host']} {node['node_id'][:8]}: {node['cpus']} CPU(s), {node['batches']} batch(es), "
+                      f"{node['cases']} case(s), {node['lost_batches']} lost" + ("" if node["alive"] else ", gone")
+                      + (f"; cannot run {', '.join(lacks)}" if lacks else ""))
+    if info.get("retried_batches") or info.get("duplicates_dropped"):
+        console.print(f"  {info.get('retried_batches', 0)} batch(es) sent again, "
+                      f"{info.get('duplicates_dropped', 0)} duplicate record(s) dropped")
+    if stats.get("not_run"):
+        console.print(f"[yellow]{stats['not_run']} case(s) not run: no live node offers "
+                      f"{', '.join(stats['not_run_backends'])} (run again with --resume once one joins)[/]")

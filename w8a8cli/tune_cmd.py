@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import validate
+from . import executor_args, validate
 
 HELP = "recommend tolerances from measured error distributions (and write the tolerance table)"
 DESCRIPTION = __doc__
@@ -24,7 +24,8 @@ def add_arguments(parser) -> None:
                                                                     "implements)")
     parser.add_argument("--samples", type=validate.integer(1), default=200, help="drawn cases per op (>= 1; default 200)")
     parser.add_argument("--seed", type=validate.integer(0), default=0, help="seed of the draw (>= 0; default 0)")
-    parser.add_argument("--target", type=validate.real(0, open_low=True), default=1e-6,
+    parser.add_argument("--target", "--target-false-rate", dest="target", type=validate.real(0, open_low=True),
+                        default=1e-6,
                         help="target false-failure probability per test, in (0, 1) (default 1e-6)")
     write_help = ("merge the recommendations into this TOML tolerance table (checked before measuring: writable, and "
                   "a valid table if it exists)")
@@ -32,6 +33,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and tune-report.html/.json into DIR "
                                                      "(a directory or creatable, writable)")
     parser.add_argument("--json", action="store_true", help="print the recommendations as JSON")
+    parser.add_argument("--max-samples", type=validate.integer(1), metavar="N",
+                        help="keep drawing rounds of --samples cases per op (each with the next seed) until the tail fit "
+                             "of every output supports the target, or N cases per op are drawn (default: one round)")
+    parser.add_argument("--samples-in", action="append", metavar="PATH",
+                        help="merge a sample set an earlier 'w8a8 tune --samples-out' wrote (repeatable; its seeds must "
+                             "differ from this run's)")
+    parser.add_argument("--samples-out", metavar="PATH", help="write the merged sample set (JSON) for a later run to merge")
+    parser.add_argument("--workers", type=validate.integer(1), default=2,
+                        help="with --executor ray and no --ray-address: the CPUs of the local Ray (default 2)")
+    executor_args.add_arguments(parser)
 
 
 def check(args) -> None:
@@ -49,6 +60,91 @@ def check(args) -> None:
             validate.tolerance_table(args.write, "--write")
     if args.out:
         validate.out_dir(args.out)
+    for path in args.samples_in or ():
+        validate.in_file(path, "--samples-in")
+    if args.samples_out:
+        validate.out_file(args.samples_out, "--samples-out")
+    executor_args.check(args)
+    if args.max_samples is not None and args.max_samples < args.samples:
+        raise validate.UsageError("--max-samples", f"at least --samples ({args.samples})", args.max_samples)
+
+
+def _sweep_with_progress(console, a, b, ops, samples, seed) -> dict:
+    """One local round of :func:`conformance.tuning.sweep` under a rich progress bar (on stderr; not drawn
+    when it is no terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from conformance.reports.console import esc
+    from conformance.tuning import sweep
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        bar = progress.add_task("cases", total=len(ops) * samples)
+
+        def on_case(op):
+            progress.update(bar, advance=1, description=esc(op))
+
+        stats = sweep(a, b, ops, samples, seed, on_case=on_case)
+        progress.update(bar, completed=len(ops) * samples, description="cases")
+    return stats
+
+
+def _draw(console, a, b, ops, args) -> dict:
+    """The sample sets: those of ``--samples-in`` merged, then rounds of ``--samples`` draws per op (seeds
+    ``--seed``, ``--seed + 1`` ...) until every output's tail fit supports the target or ``--max-samples``."""
+    from conformance.tail_fit import fit
+    from conformance.tuning import load_samples, merge_stats, sweep
+
+    stats: dict = {}
+    for path in args.samples_in or ():
+        try:
+            more, meta = load_samples(path)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise validate.UsageError("--samples-in", "a sample set written by 'w8a8 tune --samples-out'",
+                                      f"{path} ({type(exc).__name__}: {exc})") from None
+        if meta.get("backend") not in (None, a.name) or meta.get("against") not in (None, b.name):
+            raise validate.UsageError("--samples-in", f"samples of {a.name} against {b.name}",
+                                      f"{meta.get('backend')} against {meta.get('against')} ({path})")
+        try:
+            merge_stats(stats, {k: v for k, v in more.items() if k[0] in ops})
+        except ValueError as exc:
+            raise validate.UsageError.relay("--samples-in", str(exc)) from None
+    limit = args.max_samples or args.samples
+    seed, drawn = args.seed, 0
+    executor = executor_args.make(args, args.workers)
+    if executor is not None:
+        executor.start(sorted({a.name, b.name}))
+    try:
+        while drawn < limit:
+            try:
+                if executor is None:
+                    merge_stats(stats, _sweep_with_progress(console, a, b, ops, args.samples, seed))
+                    seeds = 1
+                else:  # one round per CPU of the cluster at once, each its own seed
+                    from conformance.executors.ray_tune import sweep_rounds
+
+                    cpus = sum(n.cpus for n in executor.nodes.values())
+                    seeds = max(1, min(cpus, -(-(limit - drawn) // args.samples)))
+                    merge_stats(stats, sweep_rounds(executor, a, b, ops, args.samples, list(range(seed, seed + seeds))))
+            except ValueError as exc:
+                raise validate.UsageError.relay("--seed", str(exc)) from None
+            drawn += args.samples * seeds
+            seed += seeds
+            short = [k for k, s in stats.items() if max(s.per_case_max, default=0) > 0
+                     and not fit(s.per_case_max, args.target).supported]
+            console.print(f"[dim]{drawn} draws per op: " + (f"{len(short)} output(s) whose tail does not yet support "
+                                                            f"p = {args.target:g}" if short else
+                                                            "every tail fit supports the target") + "[/]")
+            if not short:
+                break
+    finally:
+        if executor is not None:
+            executor.close()
+    if args.samples_out:
+        from conformance.tuning import save_samples
+
+        save_samples(args.samples_out, stats, {"backend": a.name, "against": b.name, "numerics": a.numerics.name})
+    return stats
 
 
 def run(args) -> int:
@@ -82,17 +178,7 @@ def run(args) -> int:
         b = NumpyBackend(a.numerics)   # what conformance compares A with: the golden under A's declared record
     ops = args.op or [op for op in sorted(specs()) if op in a.ops() and op in b.ops()]
     console.print(f"w8a8 tune: {esc(a.name)} against {esc(b.name)}, {len(ops)} op(s), {args.samples} cases each")
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:   # on stderr; not drawn when it is no terminal
-        bar = progress.add_task("cases", total=len(ops) * args.samples)
-
-        def on_case(op):
-            progress.update(bar, advance=1, description=esc(op))
-
-        stats = sweep(a, b, ops, args.samples, args.seed, on_case=on_case)
-        progress.update(bar, completed=len(ops) * args.samples, description="cases")
+    stats = _draw(console, a, b, ops, args)
     entries = recommend(stats, target=args.target, backend=a.name, against=b.name,
                         numerics_equal=(a.numerics == b.numerics), numerics=a.numerics.name, versions=_versions(),
                         library_order=a.float_sum_order == "library")
