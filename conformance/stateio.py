@@ -103,7 +103,7 @@ def read_bytes(path, limit: int, what: str = "file") -> bytes:
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise StateError(path, f"the {what} is {size:,} bytes, over the limit of {limit:,}")
+            raise StateError(path, f"the {what} is {size:,} bytes, over the limit of {limit:,} bytes")
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, 1 << 20)
