@@ -87,6 +87,32 @@ class Prepared:
         return self.finish(self.run())
 
 
+class Bound:
+    """A call of ``op`` with its weights bound (:meth:`Backend.bind`): ``bound(x, ...)`` runs it.
+
+    ``bound(*activations, **per_call)`` calls ``backend.call(op, *activations, *bound_args,
+    **bound_kwargs | per_call)``: the activations (``x``; ``x, x_scale`` of a prequantized MoE) come
+    first, the bound arguments after them. This default prepares the whole call every time (the
+    golden's checks, the loader — a weight's prepack included — then the run): the same results and
+    costs as the direct method call. A backend overrides :meth:`Backend.bind` to pack the weights
+    once. The bound arrays are read when the backend loads them (every call here, once per
+    activation dtype where packed): do not modify them while bound.
+    """
+
+    def __init__(self, backend: "Backend", op: str, args: tuple, kwargs: dict):
+        self.backend, self.op, self.args, self.kwargs = backend, op, tuple(args), dict(kwargs)
+
+    def prepare(self, *activations, **per_call) -> "Prepared":
+        """The bound call on ``activations`` split at the device boundary (:meth:`Backend.prepare`)."""
+        return self.backend.prepare(self.op, *activations, *self.args, **{**self.kwargs, **per_call})
+
+    def __call__(self, *activations, **per_call):
+        return self.prepare(*activations, **per_call)()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.op} on '{self.backend.name}'>"
+
+
 _MARKS = "_w8a8_backend_registrations"
 
 
@@ -178,8 +204,12 @@ class Backend:
     _loaders: dict[str, str] = {}           # op -> the name of its registered method (loads)
     _transfer_s: float | None = None  # seconds in transfer() while a call is being prepared
 
+    _HOOKS = ("_is_device_array",)
+    """The base class's private names a subclass may override (the device-array test of ``finish``)."""
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        _guard_private_names(cls)
         cls._implementations, cls._loaders = _registrations(cls)
 
     # -- identity -----------------------------------------------------------------------------
@@ -278,6 +308,17 @@ class Backend:
     def call(self, op: str, /, *args, **kwargs):
         return self.prepare(op, *args, **kwargs)()
 
+    def bind(self, op: str, /, *args, **kwargs) -> Bound:
+        """``op`` with its weights bound: ``args`` / ``kwargs`` are the op's arguments after the activations
+        (``bind("w8a8_dynamic_linear", weight, weight_scale, bias=b)`` then ``bound(x)``). Refuses what
+        :meth:`prepare` refuses before the checks (unknown / unimplemented op, unavailable backend:
+        :class:`Unsupported`). This default prepares every call (:class:`Bound`); backends that pack
+        weights override it to pack once."""
+        self._golden_op(op)
+        self._implementation(op)
+        self._require_available()
+        return Bound(self, op, args, kwargs)
+
     def notes(self, op: str, loaded) -> dict:
         """What the backend records about a prepared call (``Prepared.notes``: a GEMM path, a plan). Default: none."""
         return {}
@@ -363,6 +404,17 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.name}'>"
+
+
+def _guard_private_names(cls) -> None:
+    """A subclass that defines one of :class:`Backend`'s own private names (``_load``, ``_convert_out``,
+    ...) would silently replace the base class's machinery: a TypeError naming both, at class creation."""
+    own = {n for n in vars(Backend) if n.startswith("_") and not (n.startswith("__") and n.endswith("__"))}
+    clash = sorted((own - set(Backend._HOOKS)) & set(vars(cls)))
+    if clash:
+        name = clash[0]
+        raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{name} shadows backends.Backend.{name}, the base "
+                        f"class's own machinery; rename it (a backend's helpers may use any other name)")
 
 
 def _op_method(op: registry.GoldenOp):

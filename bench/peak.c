@@ -1,7 +1,8 @@
 /* Ceilings of this CPU, measured by bench/peak.py (built with the system C compiler, -O2 -march=native).
  *
- *   peak <threads> [iters]               compute: independent chains of the widest int8 dot-product
- *                                        instruction and of fp64 FMAs; one line per unit,
+ *   peak <threads> [iters]               compute: independent chains of every int8 dot-product
+ *                                        instruction (AVX-512 VNNI, AMX TDPBSSD), of AMX bf16
+ *                                        (TDPBF16PS) and of fp64 FMAs; one line per unit,
  *                                        "<unit> <ops per second>"
  *   peak bw <threads> <bytes> <seconds>  memory: every thread reads its own <bytes> buffer (touched by
  *                                        that thread first) over and over, 64-byte loads summed into
@@ -106,7 +107,32 @@ static void *amx_worker(void *arg) {
     sink = out[0];
     return NULL;
 }
-#define AMX_OPS_PER_ITER (16.0 * 16 * 64 * 2)
+/* one loop iteration: four TDPBSSD of 16 x 16 outputs x 64 multiply-adds each */
+#define AMX_OPS_PER_ITER (4 * 16.0 * 16 * 64 * 2)
+#endif
+
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__)
+static void *amx_bf16_worker(void *arg) {
+    (void)arg;
+    tilecfg cfg; memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    _tile_loadconfig(&cfg);
+    static uint16_t buf[16 * 32] __attribute__((aligned(64)));
+    for (int i = 0; i < 16 * 32; i++) buf[i] = 0x3F80;   /* bf16 1.0: finite sums */
+    _tile_loadd(4, buf, 64); _tile_loadd(5, buf, 64); _tile_loadd(6, buf, 64); _tile_loadd(7, buf, 64);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (long i = 0; i < ITERS / 4; i++) {
+        _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(1, 4, 6); _tile_dpbf16ps(2, 7, 5); _tile_dpbf16ps(3, 7, 6);
+    }
+    static float out[16 * 16] __attribute__((aligned(64)));
+    _tile_stored(0, out, 64);
+    _tile_release();
+    sink = (int)out[0];
+    return NULL;
+}
+/* one loop iteration: four TDPBF16PS of 16 x 16 outputs x 32 bf16 pairs, a multiply and an add each */
+#define AMX_BF16_FLOPS_PER_ITER (4 * 16.0 * 16 * 32 * 2)
 #endif
 
 /* -- memory bandwidth ---------------------------------------------------------------------------- */
@@ -229,8 +255,13 @@ int main(int argc, char **argv) {
     printf("int8_vnni_avx512 %.6e\n", run(int8_worker, threads, INT8_OPS_PER_ITER, ITERS));
 #endif
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__)
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0)
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0) {
+        amx_ok = 1;
         printf("int8_amx %.6e\n", run(amx_worker, threads, AMX_OPS_PER_ITER, ITERS / 4));
+    }
+#endif
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+    if (amx_ok) printf("bf16_amx %.6e\n", run(amx_bf16_worker, threads, AMX_BF16_FLOPS_PER_ITER, ITERS / 4));
 #endif
     return 0;
 }

@@ -1,8 +1,10 @@
 """This machine's ceilings: the denominators of "% of roofline" in ``w8a8 bench``.
 
-The int8 and fp64 ceilings are measured by a tiny C program (``peak.c``): independent chains of the
-widest int8 dot-product instruction the CPU has (AMX ``TDPBSSD``, else AVX-512 VNNI ``vpdpbusd``) and
-of 512-bit fp64 FMAs, on every core. It is compiled once with the system C compiler
+The int8 and fp64 ceilings are measured by a tiny C program (``peak.c``): independent chains of every
+int8 dot-product instruction the CPU has (AVX-512 VNNI ``vpdpbusd``; AMX ``TDPBSSD`` where the kernel
+grants the tile state), of AMX ``TDPBF16PS`` (bf16) and of 512-bit fp64 FMAs, on every core. ``int8``
+is the widest int8 unit; ``int8_vnni`` / ``int8_amx`` / ``bf16_amx`` each unit's own (0: not present),
+and :meth:`Peaks.int8_for` picks the one a call's GEMM path ran on. It is compiled once with the system C compiler
 (``-O2 -march=native``) into a cache folder. Where no compiler or no AVX-512 is available the
 ceilings fall back to the best library kernels (NumPy float64 matmul, ``torch._int_mm``), and the
 result says so — a library ceiling is a floor of the real one.
@@ -54,6 +56,20 @@ class Peaks:
     l2_bytes: int = 0        # the L2 of one core
     llc_bytes: int = 0       # the last-level cache (all cores)
     bw_method: str = "not measured"
+    int8_vnni: float = 0.0   # ops/s of each int8 unit measured (int8 is the widest of them)
+    int8_amx: float = 0.0
+    bf16_amx: float = 0.0    # flop/s, AMX TDPBF16PS (the bf16 matmul peers' unit on AMX hosts)
+
+    UNITS = {"int8_amx": "AMX-INT8", "int8_vnni_avx512": "AVX-512 VNNI"}
+
+    def int8_for(self, gemm: str | None) -> tuple[float, str]:
+        """The int8 ceiling of the unit a GEMM path runs on, and that unit's name: ``"amx"`` / ``"qlinear"``
+        the AMX tiles, ``"vnni"`` / ``"int_mm"`` AVX-512 VNNI, None (unknown) the widest measured."""
+        if gemm in ("amx", "qlinear") and self.int8_amx:
+            return self.int8_amx, "AMX-INT8"
+        if gemm in ("vnni", "int_mm") and self.int8_vnni:
+            return self.int8_vnni, "AVX-512 VNNI"
+        return self.int8, self.UNITS.get(self.int8_unit, "")
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -62,7 +78,7 @@ class Peaks:
         """Every ceiling the larger of two measurements (a ceiling is the best rate seen: measure at the
         start and at the end of a long run on a shared machine and keep the best)."""
         merged = Peaks(**self.as_dict())
-        for key in ("int8", "fp64", "bw_l2", "bw_llc", "bw_dram"):
+        for key in ("int8", "fp64", "bw_l2", "bw_llc", "bw_dram", "int8_vnni", "int8_amx", "bf16_amx"):
             setattr(merged, key, max(getattr(self, key), getattr(other, key)))
         return merged
 
@@ -204,7 +220,8 @@ def measure(threads: int | None = None, iters: int = 10_000_000, bandwidth: bool
             fp64, fp64_unit = lib_fp64, "library: numpy float64 matmul 2048^3"
         method = "mixed: C microbenchmark where available, library kernels elsewhere (a floor of the real ceiling)"
     peaks = Peaks(int8=float(int8 or 0.0), fp64=float(fp64), int8_unit=int8_unit, fp64_unit=fp64_unit,
-                  method=method, threads=threads)
+                  method=method, threads=threads, int8_vnni=found.get("int8_vnni_avx512", 0.0),
+                  int8_amx=found.get("int8_amx", 0.0), bf16_amx=found.get("bf16_amx", 0.0))
     if bandwidth:
         for key, value in measure_bandwidth(threads).items():
             setattr(peaks, key, value)

@@ -7,6 +7,8 @@ goes idle); the medians and quartiles of the rounds are reported. Candidates (ea
 why not):
 
 * ``torch-cpu`` — ``backend.prepare(...).run`` (load untimed), checked bit for bit against the golden.
+* ``torch-cpu bind + call`` — ``lin = backend.bind(...)`` once, then ``lin(x)`` timed: the bound call
+  with its NumPy conversions and activation checks, checked bit for bit against the golden.
 * ``torch-cpu GEMM only`` / ``torch._int_mm GEMM only`` — the int8 GEMM of the same shape on int8
   codes, int32 out, without quantization or epilogue: torch-cpu's own kernel (the ``vnni`` path's,
   on its packed weight) and ``torch._int_mm`` on the weight as the ``int_mm`` path loads it. Not the op:
@@ -82,6 +84,22 @@ def _torch_cpu(args, kwargs):
     prepared = b.prepare("w8a8_dynamic_linear", *args, **kwargs)
     return Candidate("torch-cpu", prepared.run, result=lambda: prepared.finish(prepared.run()),
                      notes=dict(prepared.notes)), ""
+
+
+def _torch_cpu_bound(args, kwargs):
+    """The serving shape of the call: ``lin = backend.bind(op, weight, scale, ...)`` once (its load, untimed,
+    in the first call), then ``lin(x)``: NumPy in and out, the activation checks included."""
+    import backends
+
+    b = backends.get("torch-cpu")
+    ok, why = b.available()
+    if not ok:
+        return None, why
+    x, rest = args[0], args[1:]
+    lin = b.bind("w8a8_dynamic_linear", *rest, **kwargs)
+    lin(x)
+    return Candidate("torch-cpu bind + call", lambda: lin(x), result=lambda: lin(x),
+                     notes={"gemm": lin.gemm_path(x.dtype)}), ""
 
 
 def _codes(x):
@@ -260,7 +278,7 @@ def _ort_per_token(args, kwargs):
     return _ort_candidate(f"onnxruntime {ort.__version__} per-token graph (u8 codes)", graph, x), ""
 
 
-BUILDERS = (_torch_cpu, _vnni_gemm, _int_mm_gemm, _bf16, _ort_dqmm, _ort_per_token, _torchao)
+BUILDERS = (_torch_cpu, _torch_cpu_bound, _vnni_gemm, _int_mm_gemm, _bf16, _ort_dqmm, _ort_per_token, _torchao)
 
 
 def _record(case: BenchCase, name: str, order: int) -> dict:
@@ -283,7 +301,7 @@ def run_case(case: BenchCase, *, min_rounds: int = 7, max_rounds: int = 40, max_
     records, cands = [], []
     for order, build in enumerate(BUILDERS):
         try:
-            cand, why = build(args, kwargs) if build is _torch_cpu else build(flat, kwargs)
+            cand, why = build(args, kwargs) if build in (_torch_cpu, _torch_cpu_bound) else build(flat, kwargs)
         except Exception as exc:  # noqa: BLE001 - a peer that fails is a result
             cand, why = None, f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
@@ -299,7 +317,7 @@ def run_case(case: BenchCase, *, min_rounds: int = 7, max_rounds: int = 40, max_
         rec = _record(case, cand.name, cand.notes.pop("order"))
         if cand.gemm_only:
             cand.numerics, rec["verified"] = "GEMM only (int8 codes -> int32): not the op", False
-        elif cand.name == "torch-cpu":
+        elif cand.name in ("torch-cpu", "torch-cpu bind + call"):
             got = cand.result()
             same = got.dtype == want.dtype and got.tobytes() == want.tobytes()
             cand.numerics = "bit-identical to the golden" if same else "DIFFERS from the golden"

@@ -19,6 +19,18 @@ def throughput(r: dict) -> float | None:
     return r["work"] / st["median"]
 
 
+def gemm_path(r: dict) -> str | None:
+    """The GEMM path a record's calls took, where the backend said (torch-cpu: ``"amx"``, ``"vnni"``,
+    ``"qlinear"``, ``"int_mm"``; from ``Prepared.notes``)."""
+    return r.get("gemm") or (r.get("notes") or {}).get("gemm")
+
+
+def int8_unit(r: dict, peaks) -> tuple[float, str]:
+    """The int8 ceiling and unit name of a record's GEMM path (:meth:`bench.peak.Peaks.int8_for`)."""
+    int8_for = getattr(peaks, "int8_for", None)
+    return int8_for(gemm_path(r)) if int8_for else (peaks.int8, "")
+
+
 def peak_for(backend: str, peaks, compute: str | None = None) -> tuple[float | None, str]:
     """The ceiling a backend's GEMM work is measured against, and its label.
 
@@ -56,10 +68,14 @@ def annotate(records: list[dict], peaks) -> None:
         if tp and r.get("verified"):
             r["ratio_to_fastest"] = tp / best[r["case"]]
             ceiling, label = peak_for(r["backend"], peaks, r.get("compute"))
+            unit = ""
+            if label == "int8":   # the ceiling of the unit this call's GEMM path ran on
+                ceiling, unit = int8_unit(r, peaks)
+                ceiling = ceiling or None
             if r.get("unit") == "OPS":
                 r["ratio_to_peak"] = tp / ceiling if ceiling else None
-                r["peak_kind"] = label
-            roof = None if r.get("no_roofline") else roofline(r, peaks, ceiling, label)
+                r["peak_kind"] = f"{label} ({unit})" if unit else label
+            roof = None if r.get("no_roofline") else roofline(r, peaks, ceiling, label, unit)
             if roof is not None:
                 r["roofline"] = roof.as_dict()
 
@@ -165,7 +181,7 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
                                                   "ratio_to_fastest", "ratio_to_peak", "peak_kind", "roofline",
                                                   "peak_memory_bytes", "transfer_in_s", "load_s", "transfer_out_s",
                                                   "group", "op", "label", "params", "numerics", "sqnr_db",
-                                                  "torch_cpu_speedup", "notes")},
+                                                  "torch_cpu_speedup", "notes", "gemm")},
             "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": meta.get("min_rounds", 3),
                         "max_time": meta.get("max_time", 2.0), "min_time": 0.0, "warmup": True},
             "stats": st})
@@ -173,7 +189,7 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
                              "machine": platform.machine(), "python_implementation": platform.python_implementation(),
                              "python_version": platform.python_version(), "system": platform.system(),
                              "release": platform.release(), "cpu": {"count": meta.get("cpus")},
-                             "w8a8_peaks": meta.get("peaks")},
+                             "w8a8_peaks": meta.get("peaks"), "w8a8_isa": meta.get("isa")},
             "commit_info": meta.get("commit_info", {}), "benchmarks": benches, "w8a8_command": meta.get("command"),
             "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "version": pytest_benchmark.__version__}

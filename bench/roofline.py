@@ -83,10 +83,11 @@ class Roofline:
     bytes: float
     ops: float
     dram_pct: float     # (bytes / bw_dram) / time taken
+    unit: str = ""      # the compute unit of the ceiling: "AVX-512 VNNI", "AMX-INT8" ("" unknown / not int8)
 
     def label(self) -> str:
         what = "bandwidth-bound" if self.limit.startswith("bandwidth") else f"{self.limit}-bound"
-        where = f" ({self.level})" if self.limit.startswith("bandwidth") else ""
+        where = f" ({self.level})" if self.limit.startswith("bandwidth") else (f" ({self.unit})" if self.unit else "")
         return f"{what}{where} at {100 * self.pct:.0f}%"
 
     def as_dict(self) -> dict:
@@ -103,9 +104,10 @@ def level(peaks, working_set: float) -> tuple[str, float]:
     return "DRAM", peaks.bw_dram
 
 
-def roofline(record: dict, peaks, compute_ceiling: float | None, compute_label: str) -> Roofline | None:
+def roofline(record: dict, peaks, compute_ceiling: float | None, compute_label: str, unit: str = "") -> Roofline | None:
     """The roofline of a timed record (``op``, ``params``, ``work``, ``stats``), or None without a model,
-    a time, or the bandwidth ceilings."""
+    a time, or the bandwidth ceilings. ``unit``: the compute unit whose ceiling ``compute_ceiling`` is (named
+    in the label of a compute-bound case)."""
     st = record.get("stats") or {}
     t = st.get("median")
     tr = traffic(record.get("op", ""), record.get("params") or {}, record.get("work") or 0.0)
@@ -116,4 +118,4 @@ def roofline(record: dict, peaks, compute_ceiling: float | None, compute_label: 
     t_c = tr.ops / compute_ceiling if compute_ceiling and tr.ops else 0.0
     limit = compute_label if t_c > t_bw else f"bandwidth ({lvl})"
     return Roofline(limit=limit, pct=max(t_c, t_bw) / t, t_compute=t_c, t_bandwidth=t_bw, level=lvl, bytes=tr.bytes,
-                    ops=tr.ops, dram_pct=(tr.bytes / peaks.bw_dram) / t)
+                    ops=tr.ops, dram_pct=(tr.bytes / peaks.bw_dram) / t, unit=unit)

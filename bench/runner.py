@@ -80,6 +80,8 @@ def _worker(conn, backend: str, registrations: dict, cases: list, tmp: str, timi
             path = Path(tmp) / f"{cname.replace('/', '_')}__{backend}.npz"
             _save(path, get(case.op).as_outputs(t.pop("result")))
             rec.update(status="ok", output=str(path), **t)
+            if prepared.notes.get("gemm"):
+                rec["gemm"] = prepared.notes["gemm"]   # the GEMM path the call took (roofline: its unit)
         except Unsupported as exc:
             rec.update(status="unsupported", note=str(exc))
         except Exception as exc:  # noqa: BLE001 - a backend failure is a result

@@ -175,8 +175,13 @@ def _dense(res: Resolution, m: Module, read_data: bool) -> ModuleReport:
                           nd_reason=None, scales="-", static="-", bytes=_bytes(res, m.shards))
     mdt = _model_dtype(res)
     if m.kind in ("embedding", "router", "lm_head") or t == "FLOAT":
+        stored = res.entry(m.shards[0] + ".weight") if m.shards else None
+        sdt = stored.dtype if stored is not None else mdt        # a FLOAT weight's matmul: its stored dtype
         family = {"embedding": "embedding lookup", "router": "router matmul (float) -> top-k gating",
-                  "lm_head": f"matmul ({_dt.name(mdt)})"}.get(m.kind, f"matmul ({_dt.name(mdt)})")
+                  }.get(m.kind, f"matmul ({_dt.name(sdt)})")
+        if _dt.name(sdt) != _dt.name(mdt) and m.kind != "embedding":
+            m.notes.append(f"stored {_dt.name(sdt)} in a {_dt.name(mdt)} model (the loader's parameter dtype decides "
+                           "whether it runs as stored)")
         report.op_family = family
         report.loaded = f"{_fmt((n, k))} as stored" if ok else "?"
         report.chain += [f"{m.method or 'unresolved'}: {family}; weight [N, K] kept as stored (no W8A8 load step)"]
@@ -322,6 +327,26 @@ def _moe(res: Resolution, m: Module, read_data: bool, launch: LaunchConfig) -> M
     return report
 
 
+def serving_findings(res, launch: LaunchConfig, findings: Findings) -> None:
+    """Where the serving engine's composition is likely wrong for this checkpoint and launch (w8a8.serving):
+    SGLang's ascend_tp MoE path (no ``--moe-a2a-backend``) runs a DeepSeek-V4 model's routed experts without its
+    ``swiglu_limit`` clamp (row M1)."""
+    from w8a8 import serving as _sv
+
+    cfg = res.checkpoint.config or {}
+    limit = cfg.get("swiglu_limit")
+    if limit is None or launch.engine != "sglang" or getattr(launch, "moe_a2a_backend", "none") != "none":
+        return
+    if _sv.routed_limit(_sv.SGLANG, limit) is not None:
+        return
+    for m in res.modules:
+        if m.kind == "moe" and m.scheme == "W8A8_DYNAMIC":
+            findings.warning(m.name, f"SGLang's ascend_tp path runs these routed experts unclamped: the model's "
+                                     f"swiglu_limit {limit} is not applied (NPUSwigluQuant() takes no limit: "
+                                     f"{_sv.SGLANG.routed_clamp.source}); likely an SGLang bug: the float model "
+                                     "clamps, vllm-ascend clamps", "sglang-routed-unclamped")
+
+
 def analyze(checkpoint: Checkpoint | str, *, loader: str = "sglang", read_data: bool = True,
             launch: LaunchConfig | None = None) -> Report:
     """Resolve, validate and trace every module of ``checkpoint`` (a :class:`Checkpoint` or a path).
@@ -350,6 +375,7 @@ def analyze(checkpoint: Checkpoint | str, *, loader: str = "sglang", read_data: 
         reports.append(r)
     _router_bias(res, findings)
     _dispatch_warnings(reports, findings)
+    serving_findings(res, launch, findings)
     n_layers = (ckpt.config or {}).get("num_hidden_layers")
     if isinstance(n_layers, int) and not res.dsv4:
         for r in reports:

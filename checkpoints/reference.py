@@ -10,11 +10,16 @@ error, not a silent fallback. :func:`check_reference` reports, as findings:
   ``.weight`` is absent from the reference (under its checkpoint or serving name), has another shape,
   or is not a float tensor;
 * ``reference-distance`` (error): the checkpoint's dequantized weight ``ŵ`` (``w_q * weight_scale``;
-  static, which stores no weight scale: ``w_q * deq_scale / input_scale``) is not a quantization of
+  static, which stores no weight scale: ``w_q * step`` with the codes' own per-channel step,
+  :func:`weight_step` — not ``deq_scale / input_scale``, whose precision is judged apart) is not a quantization of
   the reference weight ``W``: a rounding to the nearest int8 step leaves ``|W - ŵ| <= step / 2``
   (plus the model dtype's rounding), so more than :data:`FAR_FRACTION` of the elements farther than
   one step, or a relative L2 distance over :data:`MAX_REL_L2`, means another weight. The distance of
-  every checked module is returned (:class:`Distance`) for the report.
+  every checked module is returned (:class:`Distance`) for the report;
+* ``deq-scale-precision`` (warning): a static Linear's ``deq_scale`` is more than 2^-10 (relative) from
+  ``input_scale * step`` — msModelSlim computes the product in the model dtype, so on an fp16 model a product
+  below fp16's smallest normal (6.1e-5) is stored as a subnormal with a few significant bits: the relative
+  error, the channels concerned, and the SQNR that error alone leaves the output (:class:`DeqPrecision`).
 
 Distances are computed on at most ``max_modules`` quantized Linears (spread over the layers) so
 that a large checkpoint is not read whole; names and shapes are checked for all of them.
@@ -68,6 +73,71 @@ def dequantized(res: Resolution, prefix: str, t: str) -> tuple[np.ndarray, np.nd
     else:
         return None
     return w * step, step
+
+
+FP16_MIN_NORMAL = 2.0 ** -14
+PRECISION_SHOWN = 2.0 ** -10   # a deq_scale farther than this (relative) from input_scale * weight step is reported
+
+
+def weight_step(w_ref: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The per-channel step ``[N, 1]`` (float64) of int8 codes ``q [N, K]`` of the float weight ``w_ref``: amax/127
+    (msModelSlim's symmetric minmax) when it explains the codes (every code within half a step, with the model
+    dtype's rounding), else the least-squares step ``sum(W q) / sum(q^2)`` of each channel. A static W8A8
+    checkpoint stores no weight scale: this is the step its deq_scale should be ``input_scale`` times."""
+    w = np.asarray(w_ref).astype(np.float32).astype(np.float64)
+    qf = np.asarray(q).astype(np.float64)
+    step = np.abs(w).max(axis=1, keepdims=True) / 127.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        near = np.abs(w - qf * step) <= step * (0.5 + 2.0 ** -7)
+        if np.mean(near) >= 1 - FAR_FRACTION:
+            return step
+        fit = (w * qf).sum(axis=1, keepdims=True) / (qf * qf).sum(axis=1, keepdims=True)
+    return np.where(np.isfinite(fit) & (fit > 0), fit, step)
+
+
+@dataclass
+class DeqPrecision:
+    """How far a static Linear's stored deq_scale is from ``input_scale * weight step`` (computed in float64)."""
+
+    module: str
+    max_rel: float           # max over channels of |deq / (input_scale * step) - 1|
+    subnormal: int           # channels whose stored deq_scale is below fp16's smallest normal (2^-14)
+    channels: int
+    sqnr_limit_db: float     # the SQNR the per-column scale error alone allows (inputs of equal power per channel)
+    ideal: np.ndarray        # input_scale * step, fp32 [N]
+
+    def text(self) -> str:
+        why = (f"{self.subnormal} of {self.channels} channels below fp16's smallest normal (6.1e-5): "
+               "input_scale * weight_scale computed in fp16 and stored as a subnormal, with few significant bits"
+               if self.subnormal else "the stored scale is rounded coarsely")
+        return (f"deq_scale precision: up to {self.max_rel:.2%} from input_scale * weight step ({why}); every "
+                f"output column is scaled by that error, which alone limits the output to {self.sqnr_limit_db:.1f} dB "
+                "SQNR")
+
+
+def deq_precision(res: Resolution, prefix: str, w_ref: np.ndarray) -> DeqPrecision | None:
+    """The deq_scale precision of static Linear ``prefix`` against its float weight (None: not static, or exact
+    to within :data:`PRECISION_SHOWN`)."""
+    tensors = res.linears.get(prefix, {})
+    if res.types.get(prefix + ".weight") != "W8A8" or ".deq_scale" not in tensors or ".input_scale" not in tensors:
+        return None
+    deq = decode_deq_scale(res, tensors[".deq_scale"], np.asarray(res.tensor(tensors[".deq_scale"])), Findings())
+    if deq is None:
+        return None
+    q = np.asarray(res.tensor(tensors[".weight"]))
+    s = float(np.asarray(res.tensor(tensors[".input_scale"])).astype(np.float32).reshape(-1)[0])
+    ideal = (s * weight_step(w_ref, q)).reshape(-1)
+    d = deq.astype(np.float64).reshape(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.abs(d / ideal - 1)
+    rel = np.where(np.isfinite(rel), rel, 1.0)
+    if not rel.size or float(rel.max()) <= PRECISION_SHOWN:
+        return None
+    power = (np.asarray(w_ref).astype(np.float64) ** 2).sum(axis=1)
+    noise = float((power * rel ** 2).sum())
+    limit = 10 * np.log10(float(power.sum()) / noise) if noise > 0 else float("inf")
+    return DeqPrecision(res.native_prefix(prefix), float(rel.max()), int(np.count_nonzero(d < FP16_MIN_NORMAL)),
+                        int(d.size), float(limit), ideal.astype(np.float32))
 
 
 def check_reference(res: Resolution, ref: dict, ref_config: dict | None = None, *,
@@ -124,6 +194,12 @@ def check_reference(res: Resolution, ref: dict, ref_config: dict | None = None, 
             continue
         w_hat, step = dq
         wf = np.asarray(w).astype(np.float32).astype(np.float64)
+        if t == "W8A8":      # no weight scale stored: judge the codes on their own step, the deq_scale apart
+            step = weight_step(wf, np.asarray(res.tensor(res.linears[prefix][".weight"])))
+            w_hat = np.asarray(res.tensor(res.linears[prefix][".weight"])).astype(np.float64) * step
+            p = deq_precision(res, prefix, wf)
+            if p is not None:
+                found.warning(res.native_prefix(prefix), p.text(), "deq-scale-precision")
         diff = np.abs(wf - w_hat)
         norm = float(np.linalg.norm(wf))
         rel = float(np.linalg.norm(wf - w_hat) / norm) if norm > 0 else float("inf")

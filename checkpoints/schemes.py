@@ -305,7 +305,9 @@ def _resolve_moe(res: Resolution, moe: str, found: dict[int, dict[str, str]]) ->
     m = Module(name=native_moe, serving_name=moe, kind="moe", layer=layer_of(native_moe), scheme=None)
     naming = None
     for cand in EXPERT_NAMINGS:
-        if f"{moe}.0.{cand[0]}.weight" in res.types:
+        # SGLang's get_moe_scheme (modelslim.py@07ee8929): expert 0's gate *or* up entry plus its down entry
+        if (f"{moe}.0.{cand[0]}.weight" in res.types or f"{moe}.0.{cand[1]}.weight" in res.types) \
+                and f"{moe}.0.{cand[2]}.weight" in res.types:
             naming = cand
             break
     ids = tuple(sorted(found))
@@ -317,6 +319,8 @@ def _resolve_moe(res: Resolution, moe: str, found: dict[int, dict[str, str]]) ->
         return m
     gate, up, down = naming
     t_gate, t_up, t_down = (res.types.get(f"{moe}.0.{p}.weight") for p in naming)
+    if t_gate is None or t_up is None:      # one of gate / up described: SGLang reads the scheme from it
+        t_gate = t_up = t_gate if t_gate is not None else t_up
     info = MoeInfo(moe, naming, ids, t_gate, t_down)
     m.moe = info
     m.shards = tuple(f"{moe}.0.{p}" for p in naming)
@@ -345,7 +349,12 @@ def _resolve_moe(res: Resolution, moe: str, found: dict[int, dict[str, str]]) ->
         else:
             m.findings.error(m.name, f"{m.scheme} experts: {res.loader.name} has no MoE scheme for this type "
                                      "(\"Unsupported ModelSlim MoE schemes\")", "no-moe-scheme")
-    if t_down != t_gate and m.scheme != "MIXED" and not type_problem(t_down):
+    if res.loader.name == "sglang" and t_gate == "W8A8_DYNAMIC" and t_down in ("FLOAT", "W8A8"):
+        m.findings.error(m.name, f"W2 ({down}={t_down}) with W8A8_DYNAMIC W13: SGLang builds the w13 and w2 schemes "
+                                 "separately and has no MoE scheme for a FLOAT / W8A8 down projection: ValueError "
+                                 "\"Unsupported ModelSlim MoE schemes\" (sgl-project/sglang:python/sglang/srt/layers/"
+                                 "quantization/modelslim/modelslim.py@07ee8929::get_moe_scheme)", "moe-w2-unsupported")
+    elif t_down != t_gate and m.scheme != "MIXED" and not type_problem(t_down):
         m.findings.warning(m.name, f"W2 ({down}={t_down}) differs from W13 ({t_gate}): only the newest SGLang "
                                    "API builds a separate w2 scheme", "moe-w2-differs")
     _check_experts(res, m, found, naming)

@@ -190,6 +190,13 @@ def _check_values(res: Resolution, prefix: str, t: str, tensors: dict[str, str],
                            "deq-mismatch")
     qb = np.asarray(get(tensors[".quant_bias"])).astype(np.int64)
     bias = np.asarray(get(tensors[".bias"])).astype(np.float32) if ".bias" in tensors else None
+    zero = int(np.count_nonzero(deq32 == 0))
+    if zero:   # an fp16 product input_scale * weight_scale below 2^-24 flushed to 0: those columns output 0
+        findings.error(res.native(tensors[".deq_scale"]),
+                       f"{zero} of {n} deq_scale values are 0 (input_scale * weight_scale underflowed the model "
+                       "dtype): those output columns are 0 whatever the input; quant_bias cannot be checked",
+                       "deq-zero")
+        return
     expected_qb = {label: static_quant_bias(weight, deq32, o_in, bias, model_dtype=dt, arithmetic=a).astype(np.int64)
                    for label, dt, a in arithmetics}
     implied = (qb + o_in[0].astype(np.float64) * weight.astype(np.float64).sum(axis=1)) * deq32

@@ -50,7 +50,7 @@ from w8a8.ulp import ulp_distance
 
 from . import safe_files
 from .issues import Findings
-from .reference import check_reference
+from .reference import check_reference, deq_precision
 from .safetensors_io import MappedFile
 from .schemes import Module, Resolution
 from .validate import decode_deq_scale
@@ -71,6 +71,7 @@ class VerifyResult:
     reference: str | None = None
     inputs: str = "synthetic"     # "real (<tokens> tokens of <float model>)" or "synthetic (...)"
     seconds: float = 0.0
+    deq_scale_precision: str = ""  # static: the deq_scale's precision finding, with its effect on these outputs
 
     def as_dict(self) -> dict:
         """As a dict for JSON: a non-finite SQNR (an exact result) becomes the string "inf"."""
@@ -167,7 +168,7 @@ def _verify_linear(res: Resolution, prefix: str, t: str, backend, tokens: int, s
             result.inputs = f"synthetic (standard normal, {tokens} rows)"
         ws = _arr(res, prefix, ".weight_scale")
         y_g = w8a8.w8a8_dynamic_linear(x, w, ws, bias=bias, numerics=backend.numerics)
-        y_b = backend.w8a8_dynamic_linear(x, w, ws, bias=bias)
+        y_b = backend.bind("w8a8_dynamic_linear", w, ws, bias=bias)(x)   # the serving shape: bound once, called
         w_deq = w.astype(np.float64) * ws.astype(np.float32).astype(np.float64).reshape(n, 1)
         b_ref = None if bias is None else bias.astype(np.float64)
     else:
@@ -182,7 +183,7 @@ def _verify_linear(res: Resolution, prefix: str, t: str, backend, tokens: int, s
             result.inputs = f"synthetic (uniform over the calibrated range, {tokens} rows)"
         kwargs = dict(input_scale=s_in, input_offset=o_in, deq_scale=deq, quant_bias=qb)
         y_g = w8a8.w8a8_static_linear(x, w, numerics=backend.numerics, **kwargs)
-        y_b = backend.w8a8_static_linear(x, w, **kwargs)
+        y_b = backend.bind("w8a8_static_linear", w, **kwargs)(x)
         deq32 = decode_deq_scale(res, res.linears[prefix][".deq_scale"], deq, Findings()).astype(np.float64)
         w_deq = w.astype(np.float64) * (deq32 / s).reshape(n, 1)
         b_ref = (qb.astype(np.float64) + o * w.astype(np.float64).sum(axis=1)) * deq32
@@ -193,8 +194,28 @@ def _verify_linear(res: Resolution, prefix: str, t: str, backend, tokens: int, s
     if b_ref is not None:
         y_ref = y_ref + b_ref
     result.sqnr_db = sqnr_db(y_b, y_ref)
+    if t == "W8A8" and w_ref is not None:
+        _deq_precision(result, res, prefix, w_ref, x, w, kwargs, backend, y_ref)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _deq_precision(result: VerifyResult, res: Resolution, prefix: str, w_ref, x, w, kwargs: dict, backend,
+                   y_ref) -> None:
+    """The deq_scale precision finding of a static Linear, measured on this module's inputs: the SQNR with the
+    stored deq_scale (the result's) and with ``input_scale * weight step`` in fp32 (the golden re-run)."""
+    p = deq_precision(res, prefix, w_ref)
+    if p is None:
+        return
+    deq = kwargs["deq_scale"]
+    ideal = p.ideal.view(np.int32).astype(np.int64) if deq.dtype == np.int64 else p.ideal.astype(deq.dtype)
+    try:
+        y_ideal = w8a8.w8a8_static_linear(x, w, numerics=backend.numerics, **{**kwargs, "deq_scale": ideal})
+        effect = (f"; on these inputs the module's SQNR is {result.sqnr_db:.1f} dB, "
+                  f"{sqnr_db(y_ideal, y_ref):.1f} dB with the deq_scale in fp32")
+    except ValueError as exc:
+        effect = f"; the golden refused the fp32 deq_scale ({exc})"
+    result.deq_scale_precision = p.text() + effect
 
 
 def _silu(v: np.ndarray) -> np.ndarray:
@@ -242,7 +263,7 @@ def _verify_moe(res: Resolution, m: Module, backend, tokens: int, seed: int,
         result.inputs = f"synthetic (standard normal, random top-{k} routing, {tokens} tokens)"
     kwargs = dict(topk_ids=ids, topk_weights=wts, swiglu_limit=limit)
     y_g = golden(x, w13, s13, w2, s2, numerics=backend.numerics, **kwargs)
-    y_b = np.asarray(backend.w8a8_moe(x, w13, s13, w2, s2, **kwargs))
+    y_b = np.asarray(backend.bind("w8a8_moe", w13, s13, w2, s2, **kwargs)(x))
     _compare(result, y_b, y_g)
     # float64 reference: sum_j w_j * W2_e (act(W1_e x, W3_e x)), per-expert float or dequantized weights
     used_float = True

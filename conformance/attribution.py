@@ -180,7 +180,7 @@ class Candidate:
     """One alternative the golden is re-run under: a record change, argument overrides, words."""
 
     change: dict                     # Numerics fields changed (may hold "variants"), plus "args" for arguments
-    kind: str = "numerics"           # "numerics" | "argument" | "variant"
+    kind: str = "numerics"           # "numerics" | "argument" | "optional input" | "variant"
     words: str = ""
     mismatches: int | None = None    # elements that still differ from the backend under it
     numerics: Numerics | None = None
@@ -226,6 +226,34 @@ def _argument_candidates(spec, kwargs: dict) -> list[Candidate]:
                                      f"argument {arg}: the backend computes {arg}={v!r} where the call asks "
                                      f"{asked!r} (the argument is ignored or mapped wrongly)"))
     return out
+
+
+def _is_tensor_input(v) -> bool:
+    if isinstance(v, np.ndarray):
+        return True
+    return isinstance(v, (list, tuple)) and bool(v) and all(isinstance(x, np.ndarray) for x in v)
+
+
+def optional_inputs(spec, kwargs: dict) -> tuple[str, ...]:
+    """The optional tensor inputs of the call: parameters of the golden op that default to None (bias, smooth
+    scales, offsets, group_index, ...) and that the call gives as arrays."""
+    from w8a8 import registry
+
+    try:
+        params = registry.get(spec.name).signature.parameters
+    except (KeyError, ValueError):
+        return ()
+    return tuple(n for n, p in params.items()
+                 if p.default is None and n in kwargs and _is_tensor_input(kwargs[n]))
+
+
+def _optional_input_candidates(spec, kwargs: dict) -> list[Candidate]:
+    """The call re-run without each of its optional inputs: a kernel that ignores one (drops a bias, reads no
+    smooth scales, no offset, no group_index) computes exactly that."""
+    return [Candidate({"args": {name: None}}, "optional input",
+                      f"optional input ignored: the backend computes as if '{name}' were not given (the call "
+                      f"gives it)")
+            for name in optional_inputs(spec, kwargs)]
 
 
 def _default_of(op: str, arg: str):
@@ -333,6 +361,7 @@ class _Search:
         self._memo: dict = {}
         self.deadline = time.monotonic() + SEARCH_SECONDS
         self.cut_short = False
+        self.baseline: int | None = None     # elements that differ under the declared record
 
     def run(self, numerics: Numerics, overrides: dict | None = None):
         key = (numerics, tuple(sorted((overrides or {}).items())))
@@ -387,12 +416,13 @@ def _search(s: _Search, fields: tuple[str, ...], seed: dict | None = None
     through its scale first instead of through whatever single change happens to fix the most codes."""
     declared = s.declared
     cands = _argument_candidates(s.spec, s.kwargs) + _variant_candidates(s.spec, s.args, s.kwargs, declared) + \
-        [Candidate(c) for c in _single_changes(declared, fields)]
+        [Candidate(c) for c in _single_changes(declared, fields)] + _optional_input_candidates(s.spec, s.kwargs)
     evaluated = [s.evaluate(c) for c in cands]
     found = [c for c in evaluated if c.mismatches == 0]
     if found:
         return _minimal(found), None
     baseline = s.evaluate(Candidate({})).mismatches
+    s.baseline = baseline
     singles = [c for c in evaluated if c.kind == "numerics" and c.mismatches is not None]
     improving = sorted((c for c in singles if baseline is None or c.mismatches < baseline), key=lambda c: c.mismatches)
     pool = improving if improving else singles
@@ -408,7 +438,9 @@ def _search(s: _Search, fields: tuple[str, ...], seed: dict | None = None
     found = [c for c in pairs if c.mismatches == 0]
     if found:
         return _minimal(found), None
-    best = min((c for c in singles + pairs if c.mismatches is not None), key=lambda c: c.mismatches, default=None)
+    dropped = [c for c in evaluated if c.kind == "optional input" and c.mismatches is not None]
+    best = min((c for c in singles + pairs + dropped if c.mismatches is not None), key=lambda c: c.mismatches,
+               default=None)
     chains = [_greedy(s, fields, best, baseline)]
     if seed:
         start = s.evaluate(Candidate(dict(seed)))
@@ -580,13 +612,24 @@ def stage_report(spec, args, kwargs, backend, golden: NumpyBackend | None = None
             rows.append({"stage": stage.name, "verdict": "error", "note": f"{type(exc).__name__}: {exc}"})
             first = first or stage.name
             continue
-        cmp = compare(stage.name, stage.kind, want, got)
+        cmp = compare(stage.name, stage.kind, want, got, mask=_stage_mask(spec, args, kwargs, stage.name, want))
         differs = cmp.mismatches > 0 or cmp.verdict == FAIL
         rows.append({"stage": stage.name, "verdict": FAIL if differs else PASS, "mismatches": cmp.mismatches,
                      "n": cmp.n, "max_ulp": cmp.max_ulp, "max_code_diff": cmp.max_code_diff, "note": cmp.note})
         if differs and first is None:
             first = stage.name
     return first, rows
+
+
+def _stage_mask(spec, args, kwargs, name: str, value):
+    """The op's mask of output ``name`` when a stage is that output (unwritten elements are not compared)."""
+    if spec.mask is None:
+        return None
+    try:
+        m = spec.mask(tuple(args), dict(kwargs)).get(name)
+        return None if m is None or np.broadcast_shapes(np.shape(m), np.shape(value)) != np.shape(value) else m
+    except Exception:  # noqa: BLE001 - no mask: compare everything
+        return None
 
 
 def _first_changed_stage(spec, declared_values: dict, cause_values: dict) -> str | None:
@@ -650,7 +693,8 @@ def scale_evidence(ref: np.ndarray, got: np.ndarray, *, fp19: bool = False) -> l
         out.append("every backend scale is FP19-valued (low 13 mantissa bits zero): an FP19-truncated scale")
     out += ratio_words
     if not out and int(dist.max()) <= 4:
-        out.append(f"the scales differ by at most {int(dist.max())} fp32 ULP: the same formula in another order "
+        out.append(f"the scales differ by at most {int(dist.max())} fp32 ULP: consistent with the same formula in "
+                   "another order "
                    "of operations (1/(qmax/amax), amax*fp32(1/qmax) or amax/qmax)")
     return out
 
@@ -668,7 +712,32 @@ def evidence_seed(ref: np.ndarray, got: np.ndarray, fields: tuple[str, ...]) -> 
     return seed
 
 
-def _heuristic(spec, first_stage: str | None, comparisons: dict, fields: tuple[str, ...], ties: bool | None) -> str:
+SMALL_SCALE_ULP = 4
+"""The most fp32 ULP a scale moves when only its order of operations changes (1/(qmax/amax), amax*fp32(1/qmax),
+amax/qmax) — or when codes change only by tie rounding (0): beyond it, neither explains a scale."""
+
+
+def scale_ulp(spec, ref: dict, outputs: dict) -> int | None:
+    """The largest fp32 ULP distance between the golden's and the backend's scale outputs (None: no scale)."""
+    from w8a8.ulp import ulp_distance
+
+    worst_ = None
+    for o in spec.outputs:
+        r, g = ref.get(o.name), outputs.get(o.name)
+        if o.kind != "scale" or r is None or g is None:
+            continue
+        r, g = np.asarray(r), np.asarray(g)
+        if r.shape != g.shape or r.dtype != np.float32 or g.dtype != np.float32 or not r.size:
+            continue
+        ok = np.isfinite(r) & np.isfinite(g)
+        if ok.any():
+            d = int(ulp_distance(r[ok], g[ok]).max())
+            worst_ = d if worst_ is None else max(worst_, d)
+    return worst_
+
+
+def _heuristic(spec, first_stage: str | None, comparisons: dict, fields: tuple[str, ...], ties: bool | None,
+               scale_ulps: int | None = None) -> str:
     if first_stage == "acc":
         return ("the int32 accumulator differs with equal int8 inputs: accumulation precision/order "
                 "(a float accumulator loses exactness beyond 2^24) or int32 overflow handling")
@@ -679,20 +748,29 @@ def _heuristic(spec, first_stage: str | None, comparisons: dict, fields: tuple[s
             return "NaN where the golden has a number (or the reverse): Inf/NaN handling or an overflow"
     for c in comparisons.values():
         if c.get("kind") == "int" and c.get("max_code_diff") == 1:
+            if scale_ulps is not None and scale_ulps > SMALL_SCALE_ULP:
+                return (f"codes off by one with scales up to {scale_ulps} fp32 ULP from the golden's: more than tie "
+                        f"rounding (0 ULP) or a reciprocal-vs-divide order (<= {SMALL_SCALE_ULP} ULP) moves a scale, "
+                        "so the scale's inputs or its formula differ")
             if ties is True:
                 return "codes off by one at .5 ties only: tie rounding (no Numerics record reproduces every output)"
             if ties is False:
                 return ("codes off by one away from .5 ties: the scale or the code arithmetic differs (not tie "
                         "rounding)")
-            return "codes off by one: rounding at or near .5 ties, or a reciprocal-vs-divide difference"
+            if scale_ulps is None or scale_ulps <= SMALL_SCALE_ULP:
+                return "codes off by one: rounding at or near .5 ties, or a reciprocal-vs-divide difference"
+            return "codes off by one: the code arithmetic differs"
     for c in comparisons.values():
         rel = c.get("max_rel")
         if isinstance(rel, float) and rel > 0:
             if "fp19_scale" in fields and 2**-11 <= rel <= 2**-9.5:
-                return "relative error about 2^-10: an FP19-truncated scale"
+                return ("relative error about 2^-10: consistent with an FP19-truncated scale (no FP19 record "
+                        "reproduces the backend)")
             if 2**-10 <= rel <= 2**-7:
-                return "relative error about one bf16 step (2^-9 .. 2^-8): a scale or intermediate rounded to bf16"
-    return "no Numerics record, argument or kernel variant reproduces the backend; compare the stages above"
+                return ("relative error about one bf16 step (2^-9 .. 2^-8): consistent with a scale or intermediate "
+                        "rounded to bf16 (no record reproduces the backend)")
+    return ("no Numerics record, argument, optional input or kernel variant reproduces the backend" +
+            ("; compare the stages above" if spec.stages else ""))
 
 
 def _ties_only(spec, args, kwargs, outputs: dict, ref: dict, masks: dict, numerics) -> bool | None:
@@ -759,7 +837,8 @@ def attribute(spec, args, kwargs, backend, backend_outputs: dict, comparisons: d
     s = _Search(spec, args, kwargs, backend_outputs, declared, masks)
     found, closest = _search(s, fields, seed)
     if found:
-        cause_stages = golden_stage_values(spec, args, kwargs, found[0].numerics) if spec.stages else {}
+        cause_kwargs = {**kwargs, **found[0].change.get("args", {})}
+        cause_stages = golden_stage_values(spec, args, cause_kwargs, found[0].numerics) if spec.stages else {}
         first = _first_changed_stage(spec, declared_stages, cause_stages) if spec.stages else None
         texts = [c.text for c in found]
         cause = texts[0] if len(texts) == 1 else "one of (equally consistent): " + " | ".join(texts)
@@ -770,18 +849,44 @@ def attribute(spec, args, kwargs, backend, backend_outputs: dict, comparisons: d
                 "also_consistent": texts[1:], "candidates_tried": s.tried, "search_cut_short": s.cut_short}
     ties = _ties_only(spec, args, kwargs, backend_outputs, ref, masks, declared)
     if bug is not None:
-        cause = "; ".join(bug["causes"]) + " (explains part of the mismatches)"
+        explained = sum((bug.get("explained") or {}).values())
+        cause = "; ".join(bug["causes"]) + (f" (explains {explained} of the {s.baseline} differing elements)"
+                                            if s.baseline else " (explains part of the mismatches)")
     elif evidence:
-        cause = "; ".join(evidence) + ("; the codes follow from that scale" if any(
+        cause = "; ".join(evidence) + ("; the codes differ as well (not checked against that scale)" if any(
             o.kind == "int" and comparisons.get(o.name, {}).get("verdict") == FAIL for o in spec.outputs) else "")
     else:
-        cause = _heuristic(spec, observed_first, comparisons, fields, ties)
+        cause = _heuristic(spec, observed_first, comparisons, fields, ties, scale_ulp(spec, ref, backend_outputs))
+    ruled_out = _ruled_out(spec, fields, kwargs, s)
+    cause = f"{cause}. {ruled_out}"
+    if closest is not None:
+        cause += (f"; closest: {closest.text}, which leaves {closest.mismatches} of the {s.baseline} differing "
+                  "elements")
+    else:
+        cause += "; no candidate brings the backend closer than the declared record"
     out = {**base, "first_stage": observed_first, "stage_source": "observed", "reproduced": False,
            "kind": "heuristic", "numerics_change": None, "cause": cause, "causes": [cause],
-           "candidates_tried": s.tried, "search_cut_short": s.cut_short}
+           "candidates_tried": s.tried, "search_cut_short": s.cut_short, "ruled_out": ruled_out,
+           "mismatches": s.baseline}
     if closest is not None:
-        out["closest"] = {"change": closest.change, "cause": closest.text, "mismatches_left": closest.mismatches}
+        out["closest"] = {"change": closest.change, "cause": closest.text, "mismatches_left": closest.mismatches,
+                          "mismatches": s.baseline}
     return out
+
+
+def _ruled_out(spec, fields: tuple[str, ...], kwargs: dict, s: _Search) -> str:
+    """Words for what the search tried and found not to reproduce the backend."""
+    parts = []
+    if fields:
+        parts.append(f"the Numerics fields {', '.join(fields)}")
+    opt = optional_inputs(spec, kwargs)
+    if opt:
+        parts.append(f"ignoring the optional input{'s' if len(opt) > 1 else ''} {', '.join(opt)}")
+    if ARGUMENT_CHOICES.get(spec.name):
+        parts.append(f"the arguments {', '.join(ARGUMENT_CHOICES[spec.name])}")
+    parts.append("the other kernel variants")
+    cut = " (search cut short by its time budget)" if s.cut_short else ""
+    return f"Ruled out in {s.tried} golden re-runs{cut}: {'; '.join(parts)}, each alone, the fields also in pairs"
 
 
 def attribute_error(spec, args, kwargs, backend, exc_text: str) -> dict | None:

@@ -184,8 +184,10 @@ def compare(name: str, kind: str, reference: np.ndarray, actual: np.ndarray, *,
         return Comparison(name, kind, FAIL, n=int(reference.size),
                           note=f"expected {_dt.name(reference.dtype)}{tuple(reference.shape)}, "
                                f"got {_dt.name(actual.dtype)}{tuple(actual.shape)}")
+    where = None
     if mask is not None:
         mask = np.broadcast_to(np.asarray(mask, dtype=bool), reference.shape)
+        where = np.argwhere(mask) if reference.ndim else None   # masked position k -> its index in the output
         reference, actual = reference[mask], actual[mask]
         pre_round = None if pre_round is None else np.asarray(pre_round)[mask]
     n = int(reference.size)
@@ -198,6 +200,8 @@ def compare(name: str, kind: str, reference: np.ndarray, actual: np.ndarray, *,
         comp.kind = kind
     else:
         comp = _compare_float(name, kind, reference, actual, tolerance)
+    if where is not None and comp.first_mismatch is not None:
+        comp.first_mismatch = [int(i) for i in where[comp.first_mismatch[0]]]
     if comp.verdict == MISTRUSTED and not mistrust_degenerate:
         comp.verdict, comp.note = PASS, comp.note + " (padding by specification: trusted)"
     return comp

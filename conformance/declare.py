@@ -17,8 +17,11 @@ An op exists for conformance when its file under ``conformance/ops/<family>/<op>
 * ``cases`` — named cases (:class:`Case`): small inputs with hand-derived expected bits;
 * ``bad_calls`` — error inputs (:class:`BadCall`): the exception type and message every backend
   must reproduce (the golden's, since ``Backend.prepare`` runs the golden's argument check);
-* ``bench`` — ``(full) -> [BenchCase]``: the op at the model shapes that matter;
-* ``variants`` — the op's kernel variants (filled by the kernel-variant work; None until then).
+* ``bench`` — ``(full) -> [BenchCase]``: the op at the model shapes that matter.
+
+At least one named case is required: the first is the op's *valid call* (:meth:`OpDecl.valid_call`),
+from which the golden's contract tests derive their bad inputs (no test keeps its own list of ops).
+The op's kernel variants are not declared here: every caller asks :func:`w8a8.variants.select`.
 
 Everything in a declaration is data or a pure function of its inputs: the runner, the pytest
 suite, the bench, tolerance validation and ``w8a8 conformance --list-ops`` all read it.
@@ -174,13 +177,11 @@ class OpDecl:
     pre_round: Callable[[tuple, dict, Any], dict[str, np.ndarray]] | None = None
     mask: Callable[[tuple, dict], dict[str, np.ndarray]] | None = None
     description: str = ""
-    dtypes_of: Callable[[dict], dict] = field(default=lambda params: {})
     mistrust_degenerate: bool = True  # False for pure data movement (see conformance.compare.compare)
     strategies: Mapping[str, Callable[[], Any]] = field(default_factory=dict)
     cases: Sequence[Case] = ()
     bad_calls: Sequence[BadCall] = ()
     bench: Callable[[bool], Sequence[BenchCase]] | None = None
-    variants: Any = None  # the op's kernel variants (issue 13)
     ranked: bool = False  # the op runs on a list of simulated ranks (expert parallelism): see as_outputs
 
     def as_outputs(self, result) -> dict[str, np.ndarray]:
@@ -199,6 +200,12 @@ class OpDecl:
                              f"({', '.join(o.name for o in self.outputs)}), got {len(values)}")
         return {o.name: (None if v is None else np.asarray(v)) for o, v in zip(self.outputs, values)}
 
+    def valid_call(self) -> Inputs:
+        """A valid call of the op, ``(args, kwargs)``: its first named case's inputs (:func:`declare`
+        requires one). The golden's contract tests break it argument by argument
+        (``tests/golden/test_registry.py``)."""
+        return self.cases[0].build()
+
     def output_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.outputs)
 
@@ -210,20 +217,18 @@ class OpDecl:
         return list(self.bench(full)) if self.bench else []
 
 
-OpSpec = OpDecl
-"""The former name of :class:`OpDecl` (kept for callers of ``conformance.registry``)."""
-
-
 def declare(decl: OpDecl) -> OpDecl:
     """Check a declaration and register it (what makes the op exist for conformance).
 
-    Raises ValueError for a malformed declaration: an unknown output kind, duplicate output, case
-    or bad-call names, a case expecting an output the op does not have, a bad call without a
+    Raises ValueError for a malformed declaration: no named case, an unknown output kind, duplicate
+    output, case or bad-call names, a case expecting an output the op does not have, a bad call without a
     ValueError / TypeError / OverflowError, or a ``match`` that is not a regular expression.
     """
     from . import registry
 
     where = f"declaration of {decl.name!r}"
+    if not decl.cases:
+        raise ValueError(f"{where}: declares no named case; its first named case is the op's valid call")
     names = decl.output_names()
     for o in decl.outputs:
         if o.kind not in OUTPUT_KINDS:

@@ -16,8 +16,10 @@ mismatch (then the cause is complete: nothing else differs).
   next to a power of two the byte is one too small and the block clips;
 * ``fp16-epilogue-overflow`` — an epilogue whose first product is rounded to fp16 (torchao's int8
   linear with fp16 models): ``|fp32(acc) * s| > 65504`` there makes the output Inf;
-* ``int8-k1-one-row`` — torchao's int8 linear on one row with K = 1 returns values it never wrote
-  (nondeterministic; tests/backends/test_torchao.py ``test_bug_int8_k_equals_1``);
+* ``int8-k1-one-row`` — torchao's int8 linear on one row with K = 1 and N >= 2 returns values it never
+  wrote (nondeterministic): PyTorch's ``torch._int_mm`` on CPU multiplies by the transposed weight, a
+  ``[1, N]`` view with strides ``(1, 1)``, and oneDNN takes its leading dimension from the size-1 stride.
+  With N = 1 ``torch._int_mm`` is right (tests/backends/test_torchao.py ``test_bug_int8_k_equals_1``);
 * ``nvfp4-zero-tensor`` — an all-zero tensor whose per-tensor scale is 0 (torchao
   ``per_tensor_amax_to_scale``) makes every block scale NaN;
 * ``nvfp4-nan-as-1.5`` — torchao's NVFP4 computes ``x·((1/S)/s_b)``: with a per-tensor scale S whose
@@ -221,8 +223,9 @@ def _int8_k1_one_row(ctx: Context):
     except Exception:  # noqa: BLE001
         return None
     x = np.asarray(a.x)
-    if x.ndim < 1 or x.shape[-1] != 1 or x.size != 1 or ctx.got.get("y") is None:
-        return None
+    n = getattr(getattr(a, "params", None), "n", None)
+    if x.ndim < 1 or x.shape[-1] != 1 or x.size != 1 or ctx.got.get("y") is None or n is None or n < 2:
+        return None      # N = 1: torch._int_mm computes the [1, 1] x [1, 1] product right
     return {"y": np.ones(np.shape(ctx.got["y"]), bool)}
 
 
@@ -271,8 +274,10 @@ DETECTORS: tuple[Detector, ...] = (
              "fp16 intermediate overflow: the epilogue's first product fp32(acc)*scale exceeds 65504 and is rounded "
              "to fp16 Inf before the second scale (torchao's int8 linear with fp16 models)", _fp16_overflow),
     Detector("int8-k1-one-row", ("w8a8_dynamic_linear",),
-             "int8 linear with K = 1 and a single row returns values read from memory it did not write (torchao 0.18 "
-             "Int8Tensor with a [1, 1] block; the values change from call to call)", _int8_k1_one_row),
+             "int8 linear with K = 1, one row and N >= 2 returns values read from memory it did not write: "
+             "PyTorch's torch._int_mm on CPU (oneDNN reads the leading dimension of the transposed [1, N] weight "
+             "from its size-1 stride), reached through torchao 0.18's int8 linear; the values change from call to "
+             "call", _int8_k1_one_row),
     Detector("nvfp4-zero-tensor", ("nvfp4_quantize",),
              "NVFP4 all-zero tensor: a per-tensor scale of 0 makes every block scale NaN (0/0; torchao "
              "per_tensor_amax_to_scale)", _nvfp4_zero),
@@ -345,8 +350,9 @@ def explain_error(spec, args, kwargs, backend, exc_text: str) -> dict | None:
     if spec.name in ("dynamic_quant", "w8a8_dynamic_linear") and exc_text.startswith("RuntimeError") and \
             _last_dim(spec, args, kwargs) == 1:
         return {"cause": "int8 path with K = 1 fails (torchao 0.18 Int8Tensor: RuntimeError reshaping a 1-wide "
-                         "row; a crash, not numerics)", "detectors": ["int8-k1"], "kind": "library bug",
-                "reproduced": False, "first_stage": None}
+                         "row; a crash, not numerics) [int8-k1]", "detectors": ["int8-k1"], "kind": "library bug",
+                "reproduced": False, "explained": "the backend raised on the detector's condition (K = 1)",
+                "first_stage": None}
     if spec.name == "mx_matmul" and exc_text.startswith("AssertionError"):
         from w8a8 import registry
 
@@ -356,6 +362,7 @@ def explain_error(spec, args, kwargs, backend, exc_text: str) -> dict | None:
             return None
         if a.b_elem_name == "e2m1" and a.b_data.shape[0] == 1:
             return {"cause": "torchao emulated MXFP4 mm with N = 1 fails assert b_hp.t().is_contiguous() (a crash, "
-                             "not numerics)", "detectors": ["mxfp4-mm-n1"], "kind": "library bug", "reproduced": False,
+                             "not numerics) [mxfp4-mm-n1]", "detectors": ["mxfp4-mm-n1"], "kind": "library bug",
+                    "reproduced": False, "explained": "the backend raised on the detector's condition (N = 1)",
                     "first_stage": None}
     return None

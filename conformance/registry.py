@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .declare import BadCall, Case, OpDecl, OpSpec, Output, Stage  # noqa: F401 - re-exported
+from .declare import BadCall, Case, OpDecl, Output, Stage  # noqa: F401 - re-exported
 
 _REGISTRY: dict[str, OpDecl] = {}
 _loaded = False

@@ -102,11 +102,16 @@ def record_distance(record: dict) -> tuple[int, str] | None:
 
 
 def worst_text(records) -> str:
-    """The worst distance over records, in words (the ULP and the code distances apart); ``"0"`` for none."""
+    """The worst distance over records, in words (the ULP and the code distances apart); ``"0"`` for none, and
+    what records without output (the backend raised) are: a crash has no distance, and is never "0"."""
+    records = list(records)
     dists = [d for d in map(record_distance, records) if d]
     ulp = max((v for v, k in dists if k == "ulp"), default=None)
     code = max((v for v, k in dists if k == "code"), default=None)
     parts = ([distance_text(ulp)] if ulp is not None else []) + ([distance_text(code, "code")] if code is not None else [])
+    raised = sum(1 for r in records if not r.get("outputs") and r.get("status") in ("error", "crashed", "timeout"))
+    if raised:
+        parts.append(f"{raised} without output (raised)" if parts else "no output (the backend raised)")
     return ", ".join(parts) or "0"
 
 

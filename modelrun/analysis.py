@@ -117,29 +117,100 @@ class ModuleResult:
         return d
 
 
+QWEN2_CLASSES = ("Qwen2Tokenizer", "Qwen2TokenizerFast")
+QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+                 r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
+"""Qwen2's pre-tokenization pattern (transformers ``tokenization_qwen2.PRETOKENIZE_REGEX``)."""
+
+
+def _json_dict(f) -> dict:
+    """A small JSON object file, or {} (absent, too large, unreadable, not an object)."""
+    import json
+
+    try:
+        if not f.is_file() or f.stat().st_size > 1 << 24:
+            return {}
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_tokenizer(d):
+    """The tokenizer of a model folder with the ``tokenizers`` library, or None: its ``tokenizer.json``, else the
+    slow byte-level BPE files ``vocab.json`` + ``merges.txt`` (GPT-2 / Qwen2 slow tokenizers), built as a
+    byte-level BPE (``ByteLevelBPETokenizer``; no prefix space, as GPT-2 and Qwen2 encode). Special tokens
+    named in ``tokenizer_config.json`` / ``added_tokens.json`` are added so they encode to their ids. A
+    ``tokenizer_class`` of Qwen2 gets Qwen2's split pattern and NFC, as transformers' Qwen2 tokenizer."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+    from tokenizers.implementations import ByteLevelBPETokenizer
+
+    d = Path(d)
+    if (d / "tokenizer.json").is_file():
+        return Tokenizer.from_file(str(d / "tokenizer.json"))
+    if not ((d / "vocab.json").is_file() and (d / "merges.txt").is_file()):
+        return None
+    tok = ByteLevelBPETokenizer(str(d / "vocab.json"), str(d / "merges.txt"), add_prefix_space=False)
+    config = _json_dict(d / "tokenizer_config.json")
+    if config.get("tokenizer_class") in QWEN2_CLASSES:
+        # Qwen2's slow tokenizer splits with its own pattern (digits one by one) before the byte-level map, and
+        # normalizes to NFC: what transformers' Qwen2 converter builds for the fast tokenizer
+        from tokenizers import Regex, normalizers, pre_tokenizers
+
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    specials = []
+    for name in ("added_tokens.json", "tokenizer_config.json"):
+        data = _json_dict(d / name)
+        if name == "added_tokens.json":
+            specials += [k for k in data if isinstance(k, str)]
+        else:
+            for v in (data.get("added_tokens_decoder") or {}).values():
+                if isinstance(v, dict) and isinstance(v.get("content"), str):
+                    specials.append(v["content"])
+            specials += [v for k, v in data.items() if k.endswith("_token") and isinstance(v, str)]
+    vocab = tok.get_vocab()
+    known = sorted({s for s in specials if s in vocab})
+    if known:
+        tok.add_special_tokens(known)
+    return tok
+
+
 def encode_prompts(path_or_dir, prompts: list[str]) -> list[list[int]]:
-    """Token ids of each prompt with the checkpoint's own ``tokenizer.json`` (the ``tokenizers`` library)."""
+    """Token ids of each prompt with the checkpoint's own tokenizer (:func:`load_tokenizer`: ``tokenizer.json``,
+    or ``vocab.json`` + ``merges.txt``) through the ``tokenizers`` library."""
     from pathlib import Path
 
     try:
-        from tokenizers import Tokenizer
+        import tokenizers  # noqa: F401
     except ModuleNotFoundError:
         raise ValueError("--prompts needs the tokenizers library (pip install tokenizers), or pass --tokens") from None
     for d in ([Path(p) for p in path_or_dir] if isinstance(path_or_dir, (list, tuple)) else [Path(path_or_dir)]):
-        f = d / "tokenizer.json"
-        if f.is_file():
-            tok = Tokenizer.from_file(str(f))
+        try:
+            tok = load_tokenizer(d)
+        except Exception as exc:  # noqa: BLE001 - a malformed tokenizer file: say which, never a traceback
+            raise ValueError(f"--prompts: the tokenizer in {d} cannot be read ({type(exc).__name__}: {exc})") from None
+        if tok is not None:
             return [tok.encode(p).ids for p in prompts]
-    raise ValueError(f"--prompts: no tokenizer.json in {path_or_dir}; pass token ids with --tokens")
+    raise ValueError(f"--prompts: no tokenizer.json, nor vocab.json + merges.txt, in {path_or_dir}; "
+                     "pass token ids with --tokens")
 
 
-def check_sequences(seqs: list[list[int]], vocab: int, max_pos: int | None, max_tokens: int) -> None:
+def check_sequences(seqs: list[list[int]], vocab: int, max_pos: int | None, max_tokens: int,
+                    flag: str | None = "--max-tokens") -> None:
+    """Refuse empty input, more than ``max_tokens`` tokens (``flag``: the caller's option that sets the bound, or
+    None when the caller has none), ids outside the vocabulary and sequences beyond the position table."""
     if not seqs or any(len(s) == 0 for s in seqs):
         raise ValueError("the input must hold at least one non-empty sequence (--tokens or --prompts)")
     total = sum(len(s) for s in seqs)
     if total > max_tokens:
-        raise ValueError(f"{total} tokens exceed --max-tokens {max_tokens} (every quantized module's input is kept "
-                         "for the per-module analysis); shorten the prompts or raise the limit")
+        bound = f"{flag} {max_tokens}" if flag else f"the limit of {max_tokens}"
+        raise ValueError(f"{total} tokens exceed {bound} (every quantized module's input is kept "
+                         "for the per-module analysis); shorten the prompts" + (" or raise the limit" if flag else ""))
     for s in seqs:
         bad = [t for t in s if not (isinstance(t, int) and 0 <= t < vocab)]
         if bad:
@@ -164,10 +235,10 @@ def _select(glob: str):
 
 
 def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",), layers: str = "*",
-        top_k: int = 5, max_tokens: int = MAX_TOKENS, per_layer: bool = True, loader: str = "sglang") -> dict:
+        top_k: int = 5, max_tokens: int = MAX_TOKENS, per_layer: bool = True, loader: str = "sglang",
+        serving: str = "sglang") -> dict:
     """The whole analysis (module docstring) as a JSON-able dict. ValueError for bad input (a wrong
     reference included, with its findings); :class:`CheckpointError` for a checkpoint with errors."""
-    import backends as _backends
 
     t0 = time.perf_counter()
     report = analyze(checkpoint, loader=loader)
@@ -177,6 +248,11 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
     ckpt_cfg = res.checkpoint.config
     if not ckpt_cfg:
         raise ValueError(f"{checkpoint}: config.json is missing: the architecture is unknown")
+    from .deepseek_v4 import config as _dsv4_config
+    if _dsv4_config.is_deepseek_v4(ckpt_cfg):      # its own forward and report (modelrun.deepseek_v4.run)
+        from .deepseek_v4.run import run as run_dsv4
+        return run_dsv4(checkpoint, reference, sequences, backends=backends, layers=layers, top_k=top_k,
+                        max_tokens=max_tokens, per_layer=per_layer, loader=loader, report=report)
     cfg = _config.parse(ckpt_cfg)
     ref = FloatModel(reference)
     ref_cfg = _config.parse(ref.config)
@@ -184,21 +260,7 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
     if findings.errors:
         raise ValueError("--reference does not match the checkpoint:\n  " + "\n  ".join(str(f) for f in findings.errors))
     check_sequences(sequences, cfg.vocab, ckpt_cfg.get("max_position_embeddings"), max_tokens)
-    bes = []
-    unavailable = {}
-    for name in backends:
-        try:
-            b = _backends.get(name)
-        except KeyError as exc:
-            raise ValueError(f"--backend: {exc.args[0]}") from None
-        ok, why = b.available()
-        if ok:
-            bes.append(b)
-        else:
-            unavailable[name] = why
-    if not bes:
-        raise ValueError(f"--backend: none of {list(backends)} is available here: "
-                         + "; ".join(f"{k}: {v}" for k, v in unavailable.items()))
+    bes, unavailable = available_backends(backends)
     primary = bes[0]
     dt = TORCH_DTYPES[cfg.dtype]
     ref_t = ref.torch_tensors(dt)
@@ -207,7 +269,7 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
     log = _RouterLog()
     float_model.router_observer = log
     select = _select(layers)
-    ex = ServingExecutor(res, cfg, ck_t, ref_t, primary, compare=bes[1:], select=select)
+    ex = ServingExecutor(res, cfg, ck_t, ref_t, primary, compare=bes[1:], select=select, serving=serving)
     quant_model = Model(cfg, ck_t, ex)
     lf, lq = [], []
     with torch.no_grad():
@@ -217,6 +279,7 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
             lq.append(from_torch(quant_model.forward(ids)[0].float()))
     lf_all, lq_all = np.concatenate(lf), np.concatenate(lq)
     out = {"checkpoint": str(checkpoint), "reference": str(reference), "family": cfg.family, "model_dtype": cfg.dtype,
+           "serving": ex.serving.name,
            "backend": primary.name, "backends": [b.name for b in bes], "unavailable_backends": unavailable,
            "layers": layers, "sequences": len(sequences), "tokens": int(sum(len(s) for s in sequences)),
            "logits": logits_agreement(lq_all, lf_all, top_k),
@@ -231,13 +294,36 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
                 if first.saturated else "the error exceeds the bound without saturation: the reference weights are not "
                                         "what this module was quantized from, or the serving path is wrong")}
     out["backend_summary"] = _backend_summary(modules, [b.name for b in bes if b.name != "numpy"])
-    out["per_layer"] = _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, top_k, select) \
+    out["per_layer"] = _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, top_k, select,
+                                  serving=serving) \
         if per_layer else []
     moe_rows = [m for m in modules if m.routing is not None]
     out["routing"] = [{"module": m.name, **m.routing} for m in moe_rows]
     out["findings"] = [f.as_dict() for f in report.findings if f.severity != "info"]
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+def available_backends(backends) -> tuple[list, dict]:
+    """The available backends of ``backends`` (names) and ``{name: why}`` for the others; ValueError naming
+    ``--backend`` for an unknown name or when none is available."""
+    import backends as _backends
+
+    bes, unavailable = [], {}
+    for name in backends:
+        try:
+            b = _backends.get(name)
+        except KeyError as exc:
+            raise ValueError(f"--backend: {exc.args[0]}") from None
+        ok, why = b.available()
+        if ok:
+            bes.append(b)
+        else:
+            unavailable[name] = why
+    if not bes:
+        raise ValueError(f"--backend: none of {list(backends)} is available here: "
+                         + "; ".join(f"{k}: {v}" for k, v in unavailable.items()))
+    return bes, unavailable
 
 
 def _ref_linear(ref: FloatModel, res, prefix: str):
@@ -247,6 +333,24 @@ def _ref_linear(ref: FloatModel, res, prefix: str):
             b = ref.arrays.get(name + ".bias")
             return _f64(ref.arrays[name + ".weight"]), None if b is None else _f64(b)
     raise ValueError(f"--reference has no {native}.weight")
+
+
+def gather_calls(calls) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One module's calls joined: inputs ``[rows, K]``, outputs ``[rows, N]`` and, per backend, the elements
+    equal to the golden (``equal``, ``elements``, ``max_ulp``, ``error``, ``bitwise``)."""
+    x = np.concatenate([c.x.reshape(-1, c.x.shape[-1]) for c in calls])
+    y = np.concatenate([c.y.reshape(-1, c.y.shape[-1]) for c in calls])
+    backends = {}
+    for c in calls:
+        for m in c.matches:
+            b = backends.setdefault(m.backend, {"equal": 0, "elements": 0, "max_ulp": 0, "error": None})
+            b["equal"] += m.equal
+            b["elements"] += m.elements
+            b["max_ulp"] = max(b["max_ulp"], m.max_ulp)
+            b["error"] = b["error"] or m.error
+    for b in backends.values():
+        b["bitwise"] = b["error"] is None and b["equal"] == b["elements"]
+    return x, y, backends
 
 
 def _module_results(res, cfg, ex: ServingExecutor, ref: FloatModel, ref_cfg, dt, log: _RouterLog) -> list[ModuleResult]:
@@ -260,18 +364,7 @@ def _module_results(res, cfg, ex: ServingExecutor, ref: FloatModel, ref_cfg, dt,
     moe_seen: dict[str, int] = {}
     for name, calls in sorted(by_name.items(), key=lambda kv: order[kv[0]]):
         c0 = calls[0]
-        x = np.concatenate([c.x.reshape(-1, c.x.shape[-1]) for c in calls])
-        y = np.concatenate([c.y.reshape(-1, c.y.shape[-1]) for c in calls])
-        backends = {}
-        for c in calls:
-            for m in c.matches:
-                b = backends.setdefault(m.backend, {"equal": 0, "elements": 0, "max_ulp": 0, "error": None})
-                b["equal"] += m.equal
-                b["elements"] += m.elements
-                b["max_ulp"] = max(b["max_ulp"], m.max_ulp)
-                b["error"] = b["error"] or m.error
-        for b in backends.values():
-            b["bitwise"] = b["error"] is None and b["equal"] == b["elements"]
+        x, y, backends = gather_calls(calls)
         if c0.kind == "linear":
             w, b = _ref_linear(ref, res, name)
             y_ref = _f64(x) @ w.T + (0 if b is None else b)
@@ -339,13 +432,14 @@ def _routing(prefix: str, calls, x: np.ndarray, ex: ServingExecutor, ref_fp32: M
             "note": note}
 
 
-def _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, top_k, select) -> list[dict]:
+def _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, top_k, select,
+               serving=None) -> list[dict]:
     layers = sorted({layer_index(p) for p in res.linears if res.types.get(p + ".weight") in ("W8A8", "W8A8_DYNAMIC")
                      and layer_index(p) is not None})
     rows = []
     for L in [None] + layers:     # None: no module quantized — what the checkpoint's float tensors alone change
         pick = (lambda L: lambda name: L is not None and layer_index(name) == L and select(name))(L)
-        ex = ServingExecutor(res, cfg, ck_t, ref_t, primary, select=pick, record=False)
+        ex = ServingExecutor(res, cfg, ck_t, ref_t, primary, select=pick, record=False, serving=serving)
         model = Model(cfg, ck_t, ex)
         lq = []
         with torch.no_grad():

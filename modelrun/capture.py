@@ -40,11 +40,12 @@ class _Recorder(FloatExecutor):
         return super().linear(name, x)
 
 
-def capture(reference, sequences: list[list[int]], *, max_tokens: int = MAX_TOKENS) -> Captured:
+def capture(reference, sequences: list[list[int]], *, max_tokens: int = MAX_TOKENS, flag: str | None = None
+            ) -> Captured:
     """Run the float model in ``reference`` (a directory) on ``sequences`` and keep what every module saw."""
     ref = FloatModel(reference)
     cfg = _config.parse(ref.config)
-    check_sequences(sequences, cfg.vocab, ref.config.get("max_position_embeddings"), max_tokens)
+    check_sequences(sequences, cfg.vocab, ref.config.get("max_position_embeddings"), max_tokens, flag)
     tensors = ref.torch_tensors(TORCH_DTYPES[cfg.dtype])
     rec = _Recorder(tensors)
     model = Model(cfg, tensors, rec)

@@ -11,9 +11,8 @@
   ``routed_scaling_factor``) plus shared experts.
 
 Anything these do not cover is refused with the reason (ValueError naming the config key): RoPE
-scaling, sliding windows, DeepSeek-V4 (hyper-connections, compressed / indexed attention, hash
-routing, sqrt-softplus scores: not implemented here; its checkpoints can be inspected and verified
-module by module, see ``w8a8 inspect --verify``).
+scaling, sliding windows. DeepSeek-V4 has its own forward and run (:mod:`modelrun.deepseek_v4`, which
+``w8a8 run`` dispatches to); this family table refuses it.
 """
 
 from __future__ import annotations
@@ -91,10 +90,9 @@ def family_of(cfg: dict) -> str:
     if mt in _MODEL_TYPES:
         return _MODEL_TYPES[mt]
     if mt.startswith("deepseek_v4") or "compress_ratios" in cfg or any("DeepseekV4" in a for a in archs):
-        raise ValueError("config.json: DeepSeek-V4 (model_type deepseek_v4) is not a family modelrun can run "
-                         "end to end: hyper-connections, compressed / indexed attention, hash routing and "
-                         "sqrt-softplus scores are not implemented. Its checkpoints resolve and verify module by "
-                         "module: w8a8 inspect CKPT --verify")
+        raise ValueError("config.json: DeepSeek-V4 (model_type deepseek_v4) runs through modelrun.deepseek_v4 "
+                         "(w8a8 run), not this family table (its activations for w8a8 inspect --verify are not "
+                         "captured)")
     raise ValueError(f"config.json: architectures {archs} / model_type {mt!r} is not a family modelrun runs "
                      f"(supported: {', '.join(sorted(FAMILIES))})")
 

@@ -92,6 +92,9 @@ def print_report(out: dict, console=None) -> None:
         console.print(escape(f"backend {name}: not available here ({why})"))
     for f in out["findings"]:
         console.print(escape(f"[{f['severity']}] {f['where']}: {f['message']}"))
+    if "dsv4" in out:
+        from .deepseek_v4.run import print_dsv4
+        print_dsv4(out, console)
 
 
 def _figures(out: dict) -> list[tuple[str, str]]:

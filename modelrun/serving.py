@@ -18,9 +18,10 @@ the resolved checkpoint (:func:`checkpoints.resolve`, SGLang's rules):
 * a ``W8A8_DYNAMIC`` MoE (routed experts; gate/up stacked into W13 as the FusedMoE loader does)
   runs ``backend.w8a8_moe(hidden, w13, w13_scale, w2, w2_scale, router_logits=..., top_k,
   scoring_func="sigmoid", correction_bias, k_group=topk_group, group_count=n_group,
-  group_select_mode=1, routed_scaling_factor)`` — ``npu_moe_gating_top_k`` on the fp32 router logits
-  (transformers' fp32 gate matmul; SGLang's MoEGate matmul is bf16 — not modelled), then the
-  ascend_tp dispatch / grouped matmuls / finalize. The shared experts run as dense quantized Linears
+  group_select_mode=1, routed_scaling_factor, serving)`` — ``npu_moe_gating_top_k`` on the router logits
+  as the engine computes them (``serving``, :mod:`w8a8.serving`: SGLang a bf16 gate matmul, vllm-ascend fp32),
+  then the ascend_tp dispatch / grouped matmuls / finalize and the engine's ``routed_scaling_factor``
+  multiply of the routed output. The shared experts run as dense quantized Linears
   with the backend's SwiGLU and are added in bf16: the same ops and order as ``w8a8_moe``'s own
   ``shared_expert`` path (tested bit for bit), with their own per-module records.
 
@@ -41,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 import w8a8
+from backends.base import Bound
 from backends.torch_common import from_torch, to_torch
 from checkpoints.naming import parse_expert
 from w8a8.ulp import ulp_distance
@@ -87,8 +89,9 @@ class ServingExecutor:
     """The executor of a quantized run (module docstring)."""
 
     def __init__(self, res, cfg, float_tensors: dict, reference_tensors: dict | None, backend, *,
-                 compare=(), select=None, record: bool = True):
+                 compare=(), select=None, record: bool = True, serving=None):
         self.res = res
+        self.serving = w8a8.serving.get(serving)   # the engine whose composition the quantized modules follow
         self.cfg = cfg
         self.t = float_tensors
         self.ref = reference_tensors or {}
@@ -102,6 +105,8 @@ class ServingExecutor:
         self.moes = {m.serving_name.rsplit(".experts", 1)[0]: m for m in res.modules
                      if m.kind == "moe" and m.scheme == "W8A8_DYNAMIC"}
         self._moe_weights: dict = {}
+        self._binds: dict = {}       # (backend name, module) -> its bound op (Backend.bind)
+        self._dense: dict = {}       # module -> its checkpoint tensors (_dense_args)
         self._quantized_act: set[str] = set()
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -117,21 +122,41 @@ class ServingExecutor:
                        "model does not have it")
 
     def _dense_args(self, prefix: str, scheme: str) -> tuple[tuple, dict]:
+        if prefix not in self._dense:
+            self._dense[prefix] = self._read_dense_args(prefix, scheme)
+        return self._dense[prefix]
+
+    def _read_dense_args(self, prefix: str, scheme: str) -> tuple[tuple, dict]:
         w = self._arr(prefix, ".weight")
         if scheme == "W8A8_DYNAMIC":
             return (w, self._arr(prefix, ".weight_scale")), {"bias": self._arr(prefix, ".bias")}
         return (w,), {k: self._arr(prefix, "." + k) for k in ("input_scale", "input_offset", "deq_scale",
                                                              "quant_bias")}
 
-    def _run_op(self, op: str, x: np.ndarray, args: tuple, kwargs: dict) -> tuple[np.ndarray, list[BackendMatch]]:
-        y = np.asarray(getattr(self.backend, op)(x, *args, **kwargs))
+    def _bound(self, backend, key: str | None, op: str, args: tuple, kwargs: dict):
+        """``backend.bind(op, *args, **kwargs)`` of module ``key``, made once (its weights packed once); with
+        no ``key``, a bound call that prepares every call (the direct op's cost)."""
+        if key is None:
+            return Bound(backend, op, args, kwargs)
+        bound = self._binds.get((backend.name, key))
+        if bound is None:
+            bound = self._binds[(backend.name, key)] = backend.bind(op, *args, **kwargs)
+        return bound
+
+    def _run_op(self, op: str, x: np.ndarray, args: tuple, kwargs: dict, key: str | None = None,
+                per_call: dict | None = None) -> tuple[np.ndarray, list[BackendMatch]]:
+        """``op`` of module ``key`` on every backend (bound once per module: :meth:`_bound`; ``key`` None: not
+        bound, prepared per call) and the golden; ``per_call``: the keyword arguments that change from call to
+        call (a MoE's router logits), not bound."""
+        per_call = per_call or {}
+        y = np.asarray(self._bound(self.backend, key, op, args, kwargs)(x, **per_call))
         matches = []
         for b in ([self.backend] if self.backend.name != "numpy" else []) + \
                  [b for b in self.compare if b is not self.backend]:
-            g = getattr(w8a8, op)(x, *args, numerics=b.numerics, **kwargs)
+            g = getattr(w8a8, op)(x, *args, numerics=b.numerics, **kwargs, **per_call)
             m = BackendMatch(b.name)
             try:
-                yb = y if b is self.backend else np.asarray(getattr(b, op)(x, *args, **kwargs))
+                yb = y if b is self.backend else np.asarray(self._bound(b, key, op, args, kwargs)(x, **per_call))
             except Exception as exc:  # noqa: BLE001 - reported per module, the run goes on
                 m.error = f"{type(exc).__name__}: {exc}"
                 matches.append(m)
@@ -154,7 +179,7 @@ class ServingExecutor:
         xn = from_torch(x.detach().contiguous())
         args, kwargs = self._dense_args(name, scheme)
         op = "w8a8_dynamic_linear" if scheme == "W8A8_DYNAMIC" else "w8a8_static_linear"
-        y, matches = self._run_op(op, xn, args, kwargs)
+        y, matches = self._run_op(op, xn, args, kwargs, name)
         if self.record:
             self.calls.append(Call(name, "linear", scheme, layer_index(name), xn, y, matches))
         return to_torch(np.ascontiguousarray(y))
@@ -193,7 +218,13 @@ class ServingExecutor:
                     group_count=c.n_group, group_select_mode=1, routed_scaling_factor=c.routed_scaling_factor)
 
     def router_logits(self, prefix: str, h: torch.Tensor) -> np.ndarray:
-        return from_torch(F.linear(h.type(torch.float32), self.t[prefix + ".gate.weight"].type(torch.float32)))
+        """The router logits as the engine computes them (serving row M4), as fp32 for the gating op: SGLang's
+        MoEGate runs ``F.linear`` in the model dtype (bf16) and hands ``logits.float()`` to
+        ``npu_moe_gating_top_k``; vllm-ascend's gate runs in fp32."""
+        w = self.t[prefix + ".gate.weight"]
+        if self.serving.router_logits.value == "bfloat16":
+            return from_torch(F.linear(h, w.type(h.dtype)).type(torch.float32))
+        return from_torch(F.linear(h.type(torch.float32), w.type(torch.float32)))
 
     def _moe(self, prefix: str, m, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.bfloat16:
@@ -207,8 +238,8 @@ class ServingExecutor:
         hn = from_torch(h.contiguous())
         logits = self.router_logits(prefix, h)
         w13, s13, w2, s2 = self._experts(m)
-        kw = dict(router_logits=logits, **self.routing_kwargs(prefix))
-        y, matches = self._run_op("w8a8_moe", hn, (w13, s13, w2, s2), kw)
+        kw = dict(self.routing_kwargs(prefix), serving=self.serving.name)
+        y, matches = self._run_op("w8a8_moe", hn, (w13, s13, w2, s2), kw, m.name, {"router_logits": logits})
         if self.record:
             _, ids, _ = w8a8.moe_gating_top_k(logits, self.cfg.top_k, bias=kw["correction_bias"],
                                              k_group=self.cfg.topk_group, group_count=self.cfg.n_group,

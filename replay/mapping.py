@@ -24,18 +24,21 @@ from .dump import DtypeValue, Entry, TensorRecord, Unknown
 
 REPLAY_PREFIXES = ("NPU", "_C_ascend")
 
-QUANT_OPS = {
-    "npu_dynamic_quant": "dynamic_quant", "npu_dynamic_quant_asymmetric": "dynamic_quant_asymmetric",
-    "npu_quant_matmul": "quant_matmul", "npu_trans_quant_param": "trans_quant_param",
-    "npu_grouped_matmul": "grouped_matmul", "npu_swiglu": "swiglu",
-    "npu_dequant_swiglu_quant": "dequant_swiglu_quant", "npu_moe_gating_top_k": "moe_gating_top_k",
-    "npu_moe_gating_top_k_softmax": "moe_gating_top_k_softmax", "npu_moe_init_routing": "moe_init_routing",
-    "npu_moe_init_routing_v2": "moe_init_routing_v2", "npu_moe_finalize_routing": "moe_finalize_routing",
-    "npu_quantize": "quantize", "npu_anti_quant": "anti_quant",
-    "npu_weight_quant_batchmatmul": "weight_quant_batchmatmul",
-    "npu_convert_weight_to_int4pack": "convert_weight_to_int4pack",
-}
-"""torch_npu op -> golden op, for every op that replay judges."""
+
+
+def golden_of(api: str) -> str | None:
+    """The golden op that mirrors ``torch_npu.<api>`` (its ``@golden_op(mirrors=...)``), or None.
+
+    Where several golden ops mirror one torch_npu op (``npu_quant_matmul``: :func:`w8a8.quant_matmul`
+    and the int4 path :func:`w8a8.quant_matmul_int4`), the one named like it (``npu_`` dropped) is the
+    op a dumped call maps to."""
+    from w8a8 import registry
+
+    mirrors = [op.name for op in registry.ops() if op.mirrors == f"torch_npu.{api}"]
+    if api.removeprefix("npu_") in mirrors:
+        return api.removeprefix("npu_")
+    return mirrors[0] if len(mirrors) == 1 else None
+
 
 NOT_OBSERVABLE = {"npu_format_cast": "its FRACTAL_NZ output is never saved by msprobe (spec §1.5)",
                   "npu_format_cast_": "its FRACTAL_NZ output is never saved by msprobe (spec §1.5)"}
@@ -406,6 +409,14 @@ RULES = {
 }
 
 
+QUANT_OPS = {api: golden_of(api) for api in RULES}
+"""torch_npu op -> golden op, for every op that replay judges: the ops with an argument mapping (:data:`RULES`),
+each mapped to the golden op that declares it mirrors it."""
+_UNMAPPED = [api for api, op in QUANT_OPS.items() if op is None]
+if _UNMAPPED:
+    raise ImportError(f"replay.mapping: no golden op mirrors {_UNMAPPED} (@golden_op(mirrors=...))")
+
+
 def map_entry(entry: Entry) -> MappedCall:
     """The golden call of one dumped entry, or why it is skipped / not replayable (module docstring)."""
     n = entry.name
@@ -426,7 +437,13 @@ def map_entry(entry: Entry) -> MappedCall:
         call.skip = f"not observable: {NOT_OBSERVABLE[n.api]}"
         return call
     if n.api not in QUANT_OPS:
-        call.skip = f"not a quant op (no golden for torch_npu.{n.api})"
+        golden = golden_of(n.api)
+        if golden is None:
+            call.skip = f"not a quant op (no golden for torch_npu.{n.api})"
+        else:
+            call.op = golden
+            call.not_replayable = (f"replay has no argument mapping for torch_npu.{n.api} (its golden is "
+                                   f"w8a8.{golden})")
         return call
     call.op = QUANT_OPS[n.api]
     if entry.output is None:

@@ -24,9 +24,24 @@ COLORS = {"agree-bitwise": "#3a9d5d", "crc-match": "#3a9d5d", "agree-tolerance":
           "stats-inconsistent": "#d9534f"}
 
 
+BY_DESIGN = ("not saved (statistics dump", "empty tensor (nothing saved)", "NZ (statistics null)",
+             "has no NumPy equivalent")
+"""Reasons a tensor is absent that are the dump's configuration or msprobe's documented behaviour, not a damaged
+or lost file (:meth:`replay.dump.TensorLoader.reason_absent`)."""
+
+
+def not_saved_by_design(r: dict) -> bool:
+    """A missing-data call whose absent tensors were never saved (a statistics/md5 dump, an NZ weight): it is not
+    judged, and that is no disagreement. A refused, unreadable, absent or inconsistent file is a problem."""
+    missing = r.get("missing") or []
+    return r.get("kind") == "replay" and bool(missing) and all(any(b in m for b in BY_DESIGN) for m in missing)
+
+
 def summarize(records: list[dict]) -> dict:
     """Counts, the quant calls per dump in order, the first divergence per dump, and the exit status
-    (0: every replayable call agrees and every file loaded; 1: a call differs or data is missing)."""
+    (0: no call disagrees and every saved file loaded — calls whose tensors the dump never saved are listed in
+    ``not_saved``, not failed; 1: a call disagrees, or a saved file was refused, unreadable or missing, or the
+    dump is cut short)."""
     calls = [r for r in records if r.get("kind") == "replay"]
     quant = [r for r in calls if r.get("verdict") != "not-replayable" or r.get("quant_op")]
     by_dump: dict[str, list[dict]] = defaultdict(list)
@@ -43,13 +58,35 @@ def summarize(records: list[dict]) -> dict:
     for r in quant:
         per_op[r["op"]][r["verdict"]] += 1
     problems = [r for r in records if r.get("kind") == "replay-dump"]
-    bad = [r for r in records if r.get("verdict") in BAD or r.get("verdict") == "missing-data"]
+    unsaved = [r for r in records if r.get("verdict") == "missing-data" and not_saved_by_design(r)]
+    bad = [r for r in records if r.get("verdict") in BAD or (r.get("verdict") == "missing-data" and
+                                                             not not_saved_by_design(r))]
     return {"counts": dict(counts), "per_op": {k: dict(v) for k, v in sorted(per_op.items())},
             "judged": sum(1 for r in quant if r["verdict"] != "not-replayable"), "quant_calls": len(quant),
             "not_replayable": [(r["name"], r.get("reason")) for r in calls if r["verdict"] == "not-replayable"],
             "first_divergence": first, "dump_problems": problems, "timeline": dict(by_dump),
             "ok": not bad, "exit_status": 0 if not bad else 1,
+            "not_saved": [r["name"] for r in unsaved],
             "stricter": [r for r in quant if r.get("stricter")]}
+
+
+def headline(summary: dict) -> str:
+    """The result in words, no more than the records show: a divergence, missing or damaged data, and the calls
+    that were not judged because the dump never saved their tensors."""
+    counts = summary["counts"]
+    bad = sum(counts.get(v, 0) for v in BAD)
+    unsaved = len(summary.get("not_saved") or [])
+    parts = []
+    if bad:
+        parts.append(f"DIVERGENCE ({bad} call(s) disagree)")
+    if not summary["ok"] and counts.get("missing-data", 0) > unsaved:
+        parts.append("MISSING OR DAMAGED DATA")
+    if not parts:
+        parts.append("no judged call disagrees with the golden" if summary["judged"] else "no call was judged")
+    if unsaved:
+        parts.append(f"{unsaved} call(s) not judged: the dump saved no tensors for them (a statistics dump; "
+                     "--inputs gives them from another dump)")
+    return "; ".join(parts)
 
 
 def _first_line(r: dict, md: bool = True) -> str:
@@ -98,7 +135,7 @@ def _worst_distance(r: dict):
 
 def markdown(summary: dict, meta: dict) -> str:
     lines = ["# w8a8 replay report", ""]
-    lines.append(f"**Result: {'every judged call agrees with the golden' if summary['ok'] else 'DIVERGENCE OR MISSING DATA'}**"
+    lines.append(f"**Result: {headline(summary)}**"
                  f" (exit status {summary['exit_status']}).")
     lines += ["", *[f"- {k}: `{v}`" for k, v in meta.items() if k in ("dump", "platform", "numerics", "mode", "date",
                                                                        "command", "tolerances", "checkpoint")]]
@@ -190,7 +227,7 @@ def html(summary: dict, meta: dict) -> str:
     out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>w8a8 replay</title>",
            f"<style>{CSS}</style></head><body><h1>w8a8 replay report</h1>",
            f"<div class='verdict {'ok' if ok else 'notok'}' id='verdict'>"
-           f"{'Every judged call agrees with the golden' if ok else 'Divergence or missing data'}"
+           f"{_e(headline(summary))}"
            f" (exit status {summary['exit_status']})</div>",
            "<p>" + " · ".join(f"{_e(k)}: <code>{_e(v)}</code>" for k, v in meta.items()
                               if k in ("dump", "platform", "numerics", "mode", "date", "tolerances", "checkpoint")) + "</p>"]
@@ -248,7 +285,7 @@ def json_summary(summary: dict, meta: dict) -> dict:
     return {"meta": meta, "ok": summary["ok"], "exit_status": summary["exit_status"], "counts": summary["counts"],
             "per_op": summary["per_op"], "judged": summary["judged"],
             "first_divergence": {d: {k: r.get(k) for k in keep} for d, r in summary["first_divergence"].items()},
-            "dump_problems": summary["dump_problems"],
+            "dump_problems": summary["dump_problems"], "not_saved": summary["not_saved"],
             "stricter_than_msprobe": [r["name"] for r in summary["stricter"]]}
 
 

@@ -22,6 +22,8 @@ consumer then gets the device value and the chain break is reported).
 from __future__ import annotations
 
 import hashlib
+import json
+import shlex
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -289,7 +291,21 @@ def _golden(call: MappedCall, args, kwargs, options: Options):
     return results
 
 
-def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, pre, masks) -> dict:
+def crc_mismatch_hint(entry) -> str:
+    """What to do about a CRC mismatch: dump this call's tensors. msprobe's ``list`` selects calls by API name
+    (an entry is dumped when a listed string is a substring of its name, e.g. ``NPU.npu_quant_matmul.0.forward``;
+    ``npu_quant_matmul`` selects every call of the op) — not by output."""
+    api = entry.name.api if entry is not None else None
+    full = entry.name.full if entry is not None else None
+    if not full:
+        return ("CRC differs: the output is not bitwise the golden's; a msprobe tensor dump of this call "
+                "(\"task\": \"tensor\", its API name in \"list\") gives the differing elements")
+    return ("CRC differs: the output is not bitwise the golden's; a msprobe tensor dump of this call gives the "
+            f"differing elements: \"task\": \"tensor\", \"tensor\": {{\"list\": [\"{full}\"]}} (list takes API "
+            f"names, matched as substrings: [\"{api}\"] dumps every call of the op)")
+
+
+def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, pre, masks, entry=None) -> dict:
     """One output: compare arrays, else CRC, else statistics."""
     if ref is None:
         if dev is None or rec is None:
@@ -318,15 +334,27 @@ def _output_verdict(op: str, name: str, kind: str, ref, dev, rec, options, pre, 
         st = stats.compare_stats(rec, ref)
         out["statistics"] = st["checks"]
         if out["verdict"] == "crc-mismatch":
-            out["note"] = ("CRC differs: the output is not bitwise the golden's; a tensor dump of this one call "
-                           f"(list: [\"{rec.where}\"]) gives the differing elements")
+            out["note"] = crc_mismatch_hint(entry)
         return out
     if rec.stats_null:
         out.update(verdict="missing-data", note=dev.reason if isinstance(dev, MissingTensor) else "no statistics")
         return out
     st = stats.compare_stats(rec, ref)
     out.update(verdict="stats-consistent" if st["ok"] else "stats-inconsistent", statistics=st["checks"])
+    if not st["ok"]:
+        out["note"] = "dumped statistics differ from the golden output's: " + statistics_failures(st["checks"])
     return out
+
+
+def invariant_failures(checks: list[dict]) -> str:
+    """The broken invariants of a statistics-only call, with their numbers (what report and terminal show)."""
+    return "; ".join(f"broken: {c['check']}: {c.get('detail')}" for c in checks if not c.get("ok"))
+
+
+def statistics_failures(checks: list[dict]) -> str:
+    """The dumped statistics that differ from the golden output's, device vs golden."""
+    return "; ".join(f"{c['stat']} device {c.get('device')!r}, golden {c.get('golden')!r} ({c.get('rule')})"
+                     for c in checks if not c.get("ok"))
 
 
 def judge_call(call: MappedCall, args, kwargs, device: dict, options: Options) -> dict:
@@ -356,7 +384,7 @@ def judge_call(call: MappedCall, args, kwargs, device: dict, options: Options) -
         for i, name in enumerate(names):
             rec = call.outputs[i] if i < len(call.outputs) else None
             outs[name] = _output_verdict(call.op, name, kinds[name], ref.get(name), device.get(name), rec, options,
-                                         pre, masks)
+                                         pre, masks, call.entry)
         verdict = worst(o["verdict"] for o in outs.values())
         if verdict == "mistrusted" and any(o["verdict"] == "agree-bitwise" for o in outs.values()):
             verdict = "agree-bitwise"
@@ -478,8 +506,10 @@ def replay_call(session: Session, call: MappedCall, options: Options, repro_base
         outputs_have_files = any(isinstance(d, np.ndarray) for d in device.values())
         if inv["checks"] and not outputs_have_files:
             v = "stats-consistent" if inv["ok"] else "stats-inconsistent"
-            return _finish(rec, v, invariants=inv["checks"], missing=missing,
-                           note="inputs not available: only the exact invariants of the statistics were checked")
+            note = ("inputs not available: only the exact invariants of the statistics were checked" if inv["ok"]
+                    else invariant_failures(inv["checks"]) + " (an exact invariant of the dumped statistics; "
+                                                                "inputs not saved)")
+            return _finish(rec, v, invariants=inv["checks"], missing=missing, note=note)
         return _finish(rec, "missing-data", missing=missing + [d.describe() for d in file_problems],
                        note="; ".join(missing[:3]))
     verdict = best["verdict"]
@@ -506,7 +536,7 @@ def replay_call(session: Session, call: MappedCall, options: Options, repro_base
             rec["attribution"] = engine.attribute(call.op, iso_args, best["kwargs"], dev_arrays, comps,
                                                   golden.declared_numerics(options.platform, options.numerics),
                                                   best.get("masks") or {})
-        rec["repro"] = f"{repro_base} --call {call.entry.name.full} --export-case"
+        rec["repro"] = repro_line(repro_base, call.entry.name.full, options)
         if ms and ms["verdict"] == "pass":
             rec["stricter"] = "msprobe's criteria pass this call; the golden does not"
     rec["note"] = _note(rec, verdict)
@@ -524,6 +554,21 @@ def replay_call(session: Session, call: MappedCall, options: Options, repro_base
         record = golden.declared_numerics(options.platform, options.numerics)
         rec["repro_python"] = python_snippet(path, call.op, None if record == w8a8.ASCEND else record.as_dict())
     return _finish(rec, verdict)
+
+
+def repro_line(repro_base: str, entry: str, options: Options) -> str:
+    """The command that re-judges one call and exports it as a single-op case (``--export-case`` takes the
+    call's NAME): the dump, the call, and the platform and record the call was judged under."""
+    words = [*shlex.split(repro_base), "--call", entry, "--export-case", entry]
+    if options.platform != "ascend910_93":
+        words += ["--platform", options.platform]
+    if options.numerics is not None:
+        base = golden.platform_numerics(options.platform).as_dict()
+        changed = {k: v for k, v in options.numerics.as_dict().items()
+                   if base.get(k) != v and k not in ("name", "platform")}
+        if changed:
+            words += ["--numerics", json.dumps(changed, sort_keys=True)]
+    return shlex.join(words)
 
 
 def _note(rec: dict, verdict: str) -> str:
@@ -575,7 +620,7 @@ def replay_dump(dump_path, options: Options, results, *, resume: bool = False, o
     done = {r["case_id"] for r in results.records() if "status" in r} if resume else set()
     index = TensorIndex(options.inputs) if options.inputs else None
     stats_: dict = {"dumps": 0, "entries": 0, "written": 0, "skipped_done": 0, "first_divergence": {}}
-    repro_base = repro_base or f"w8a8 replay {dump_path}"
+    repro_base = repro_base or shlex.join(["w8a8", "replay", str(dump_path)])
     budget = options.max_calls
     for where in plan(dump_path, options):
         dump = load_dump(where)

@@ -21,6 +21,7 @@ from . import dtypes as _dt
 from .dynamic_quant import (DynamicQuantArgs, dynamic_quant_args, dynamic_quant_asymmetric_args,
                             dynamic_quant_asymmetric_from_args, dynamic_quant_from_args)
 from .intgemm import int_matmul
+from . import serving as _serving
 from .numerics import ASCEND, Numerics
 from .variants import calls as _variants
 from .quant_matmul import effective_scale, epilogue, quant_matmul_args, quant_matmul_stages
@@ -146,12 +147,13 @@ def dynamic_linear_params(x_dtype, k: int, weight, weight_scale, bias=None, *, n
 
 
 def w8a8_dynamic_linear_args(x, weight, weight_scale, *, bias=None,
-                             numerics: Numerics = ASCEND) -> W8a8DynamicLinearArgs:
+                             numerics: Numerics = ASCEND, serving=None) -> W8a8DynamicLinearArgs:
     """Every argument check of :func:`w8a8_dynamic_linear`, in its order, with its exceptions and
     messages: its own (dtypes, shapes), then those of the ``dynamic_quant`` and ``quant_matmul`` it
     runs (NaN/Inf in x, N <= 65535, a scale or bias that became Inf at load). Returns the activation,
     the loaded parameters and the checked ``dynamic_quant`` call."""
     op = _DYN
+    _serving.get(serving, op)   # both engines compose the float-input Linear alike (docstring of the op)
     x = _check.array(op, "x", x, dtypes=_X_DTYPES, min_ndim=1)
     weight, n, k = _weight(op, x, weight)
     _check.finite_under(op, numerics, (("x", x), ("weight_scale", weight_scale), ("bias", bias)))
@@ -170,11 +172,12 @@ def w8a8_dynamic_linear_args(x, weight, weight_scale, *, bias=None,
 
 
 def dynamic_linear_stages(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, *,
-                          bias: np.ndarray | None = None, numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
+                          bias: np.ndarray | None = None, numerics: Numerics = ASCEND,
+                          serving=None) -> dict[str, np.ndarray]:
     """:func:`w8a8_dynamic_linear` with every intermediate: ``x_q``, ``x_scale``, ``weight_kn``,
     ``weight_scale`` (as loaded), ``bias`` (as loaded), ``acc`` (int32), ``y``, and ``variants``: the
     kernels modelled (``{"dynamic_quant": Variant, "quant_matmul": Variant}``, :mod:`w8a8.variants`)."""
-    a = w8a8_dynamic_linear_args(x, weight, weight_scale, bias=bias, numerics=numerics)
+    a = w8a8_dynamic_linear_args(x, weight, weight_scale, bias=bias, numerics=numerics, serving=serving)
     p = a.params
     w_kn = p.weight.T
     if numerics.act_quant == "asymmetric":
@@ -209,8 +212,12 @@ def _asymmetric_stages(a: W8a8DynamicLinearArgs, w_kn: np.ndarray, numerics: Num
 
 @golden_op("dense", check=w8a8_dynamic_linear_args)
 def w8a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, *,
-                        bias: np.ndarray | None = None, numerics: Numerics = ASCEND) -> np.ndarray:
+                        bias: np.ndarray | None = None, numerics: Numerics = ASCEND, serving=None) -> np.ndarray:
     """The ``W8A8_DYNAMIC`` Linear: per-token dynamic int8 activations, per-channel int8 weights.
+
+    ``serving`` (:mod:`w8a8.serving`, default SGLang): both engines run ``npu_dynamic_quant`` ->
+    ``npu_quant_matmul`` on a float x alike; SGLang's pre-quantized ``(x_q, scale)`` entry (row D2) is
+    not this op.
 
     Parameters
     ----------
@@ -250,7 +257,7 @@ def w8a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndar
     ``dynamic_quant``), a scale or bias that becomes +-Inf in the model dtype at load or N > 65535
     (named by ``quant_matmul``).
     """
-    return dynamic_linear_stages(x, weight, weight_scale, bias=bias, numerics=numerics)["y"]
+    return dynamic_linear_stages(x, weight, weight_scale, bias=bias, numerics=numerics, serving=serving)["y"]
 
 
 # -- static W8A8 -----------------------------------------------------------------------------------------
@@ -342,12 +349,13 @@ class W8a8StaticLinearArgs:
 
 
 def w8a8_static_linear_args(x, weight, *, input_scale, input_offset, deq_scale, quant_bias, bias=None,
-                            numerics: Numerics = ASCEND) -> W8a8StaticLinearArgs:
+                            numerics: Numerics = ASCEND, serving=None) -> W8a8StaticLinearArgs:
     """Every argument check of :func:`w8a8_static_linear`, in its order, with its exceptions and
     messages: its own (dtypes, shapes, ``input_scale`` finite and > 0), then those of the ``quantize``
     and ``quant_matmul`` it runs on the loaded parameters (NaN/Inf in x, an Inf reciprocal / offset /
     bias, the deq_scale dtype for the output, K and N <= 65535)."""
     op = _STATIC
+    _serving.get(serving, op)   # both engines load the reciprocal as 1 / bf16 tensor (row D4)
     x = _check.array(op, "x", x, dtypes=_X_DTYPES, min_ndim=1)
     weight, n, k = _weight(op, x, weight)
     s_in, o_in = _activation_inputs(op, input_scale, input_offset)
@@ -372,11 +380,11 @@ def w8a8_static_linear_args(x, weight, *, input_scale, input_offset, deq_scale, 
 
 def static_linear_stages(x: np.ndarray, weight: np.ndarray, *, input_scale: np.ndarray, input_offset: np.ndarray,
                          deq_scale: np.ndarray, quant_bias: np.ndarray | None, bias: np.ndarray | None = None,
-                         numerics: Numerics = ASCEND) -> dict[str, np.ndarray]:
+                         numerics: Numerics = ASCEND, serving=None) -> dict[str, np.ndarray]:
     """:func:`w8a8_static_linear` with its intermediates: ``input_scale_reciprocal``, ``input_offset``
     (as loaded, ``[K]``), ``x_q``, ``acc``, ``y`` and ``variants`` (the kernels modelled)."""
     a = w8a8_static_linear_args(x, weight, input_scale=input_scale, input_offset=input_offset, deq_scale=deq_scale,
-                           quant_bias=quant_bias, bias=bias, numerics=numerics)
+                           quant_bias=quant_bias, bias=bias, numerics=numerics, serving=serving)
     x_q = quantize_from_args(a.quant, numerics)
     mm = quant_matmul_stages(x_q, a.weight.T, a.deq_scale, bias=a.matmul_bias, output_dtype=a.x.dtype,
                              numerics=numerics)
@@ -388,8 +396,11 @@ def static_linear_stages(x: np.ndarray, weight: np.ndarray, *, input_scale: np.n
 @golden_op("dense", check=w8a8_static_linear_args)
 def w8a8_static_linear(x: np.ndarray, weight: np.ndarray, *, input_scale: np.ndarray, input_offset: np.ndarray,
                        deq_scale: np.ndarray, quant_bias: np.ndarray | None, bias: np.ndarray | None = None,
-                       numerics: Numerics = ASCEND) -> np.ndarray:
+                       numerics: Numerics = ASCEND, serving=None) -> np.ndarray:
     """The static ``W8A8`` Linear: per-tensor static int8 activations with an offset, int8 weights.
+
+    ``serving`` (:mod:`w8a8.serving`): both engines load ``1 / bf16(input_scale)`` as a device bf16 division
+    (row D4), modelled as ``bf16(fp32(1) / fp32(s))``: equal if that division rounds once.
 
     Parameters
     ----------
@@ -426,4 +437,5 @@ def w8a8_static_linear(x: np.ndarray, weight: np.ndarray, *, input_scale: np.nda
     dtype for the output, K or N > 65535, an Inf deq_scale or float bias (named by ``quant_matmul``).
     """
     return static_linear_stages(x, weight, input_scale=input_scale, input_offset=input_offset,
-                                deq_scale=deq_scale, quant_bias=quant_bias, bias=bias, numerics=numerics)["y"]
+                                deq_scale=deq_scale, quant_bias=quant_bias, bias=bias, numerics=numerics,
+                                serving=serving)["y"]

@@ -10,7 +10,8 @@ HELP = "list the backends: available or not (and why), declared numerics, ops"
 def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print a JSON list of {name, spec, available, reason, numerics, numerics_differences, "
-                             "device, ops, capabilities, in_default_runs}")
+                             "device, ops, capabilities, in_default_runs, gemm} (gemm: the ISA and GEMM paths, where a backend "
+                             "reports them: torch-cpu)")
 
 
 def run(args) -> int:
@@ -21,7 +22,7 @@ def run(args) -> int:
         print(json.dumps([{"name": r["name"], "spec": r["spec"], "available": r["available"], "reason": r["reason"],
                            "numerics": r["numerics"], "numerics_differences": r["numerics_differences"],
                            "device": r["device"], "ops": r["ops"], "capabilities": r["capabilities"],
-                           "in_default_runs": r["in_default_runs"]} for r in rows], indent=2))
+                           "in_default_runs": r["in_default_runs"], "gemm": r.get("gemm")} for r in rows], indent=2))
         return 0
     try:
         from rich.console import Console

@@ -141,7 +141,7 @@ def _bench(args, console, names, cases, full, registrations) -> int:
     report.print_table(records, peaks)
     meta = {"command": " ".join(["w8a8"] + sys.argv[1:]), "cpus": os.cpu_count(), "peaks": peaks.as_dict(),
             "versions": _versions(), "max_time": args.max_time, "min_rounds": args.min_rounds,
-            "machine": f"{os.uname().machine}, {os.cpu_count()} cores"}
+            "machine": f"{os.uname().machine}, {os.cpu_count()} cores", "isa": _isa()}
     if args.json:
         write_atomic(args.json, json.dumps(report.pytest_benchmark_json(records, meta), indent=1, default=str))
         console.print(f"wrote {args.json}")
@@ -163,3 +163,10 @@ def _bench(args, console, names, cases, full, registrations) -> int:
                                                                            and not bench_peers.expected_unverified(r))]
     console.print(f"done in {time.perf_counter() - t0:.0f} s; {len(bad)} case(s) failed or unverified")
     return 1 if bad else 0
+
+
+def _isa() -> str:
+    """The CPU's int8 / bf16 instruction sets (``/proc/cpuinfo``), recorded with the ceilings."""
+    from backends.torch_cpu.runtime import isa
+
+    return isa()

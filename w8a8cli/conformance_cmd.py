@@ -2,7 +2,9 @@
 
 Exit status: 0 when every judged case agrees with the golden (pass / tolerated; mistrusted and
 unsupported cases are reported but do not fail the run), 1 when any case fails, errors, crashes or
-times out, 2 for bad usage (unknown op or backend, an unavailable backend asked for by name, a bad
+times out — and 1 when nothing verified what was asked: no case was judged, or an op named with
+``--op`` is implemented by none of the backends run (the report says which backends do not implement
+which ops; ops some backends lack in a run of all ops are listed, not failed), 2 for bad usage (unknown op or backend, an unavailable backend asked for by name, a bad
 argument: every one is checked before any work starts, see ``check``).
 """
 
@@ -335,6 +337,8 @@ def _plan_and_run(args, names, options, pool) -> int:
         except KeyError as exc:
             print(f"w8a8 conformance: {exc.args[0]}", file=sys.stderr)
             return 2
+        if args.op:   # ops asked for by name are judged even where no tested backend implements them
+            tasks += _golden_self_check(names, skipped, args.seed)
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")
     if results.path.exists() and not args.resume:
@@ -348,6 +352,13 @@ def _plan_and_run(args, names, options, pool) -> int:
                            seed=args.seed, tolerances=_tolerance_path(args))
         save_plan(plan_path, tasks, {"not_implemented": skipped, "profile": args.profile, "seed": args.seed,
                                      "outside": outside, "flags": flags})
+    for name, ops in skipped.items():
+        if ops:
+            console.print(f"{name} does not implement {', '.join(ops)}: reported, not run", markup=False)
+    orphans = _implemented_by_none(names, skipped) if args.op else []
+    if orphans:
+        console.print(f"implemented by no backend tested: {', '.join(orphans)}; their named cases and bad calls are "
+                      f"judged on the golden (numpy) alone", markup=False)
     if "numpy" in names and len(names) == 1 and not args.backend:
         console.print("[yellow]no backend other than the golden is available: running the golden against itself "
                       "(a self-check of the named cases and error contract)[/]")
@@ -360,6 +371,8 @@ def _plan_and_run(args, names, options, pool) -> int:
     wanted = {t.key for t in tasks}
     records = [r for r in results.records() if (r["backend"], r["case_id"]) in wanted]
     meta = _meta(args, names, skipped)
+    meta["ops_asked"] = list(args.op or [])
+    meta["backends_asked"] = list(args.backend or [])
     meta["elapsed_s"] = round(elapsed, 1)
     meta["outside"] = outside
     paths = reports.write_all(out, records, meta)
@@ -368,7 +381,28 @@ def _plan_and_run(args, names, options, pool) -> int:
     summary = terminal.print_summary(records, meta)
     console.print(f"ran {stats['ran']} case(s) ({stats['skipped_done']} already done) in {elapsed:.1f} s")
     console.print("reports: " + ", ".join(str(p) for p in [results.path, *paths.values()]))
-    return 0 if summary["ok"] else 1
+    return summary["exit_status"]
+
+
+def _implemented_by_none(names: list[str], skipped: dict[str, list[str]]) -> list[str]:
+    """The wanted ops that none of the backends ``names`` implements (in the plan's order)."""
+    if not names:
+        return []
+    first = skipped.get(names[0], [])
+    return [op for op in first if all(op in skipped.get(n, []) for n in names)]
+
+
+def _golden_self_check(names: list[str], skipped: dict[str, list[str]], seed: int) -> list:
+    """For the ops no tested backend implements: the golden's own run of their named cases and bad calls (the
+    declaration checked against the golden: documented values, declared errors), so that such an op is still
+    judged rather than run 0 cases."""
+    from conformance.runner import plan
+
+    orphans = _implemented_by_none(names, skipped)
+    if not orphans or "numpy" in names:
+        return []
+    tasks, _ = plan(["numpy"], orphans, profile="dev", seed=seed)
+    return [t for t in tasks if t.kind in ("named", "error")]
 
 
 def _run_with_progress(console, tasks, results, options, resume, run_tasks) -> dict:

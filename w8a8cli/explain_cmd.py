@@ -173,6 +173,8 @@ def add_arguments(parser) -> None:
                         help="a w8a8.platforms name: ascend910_93 (A3, default) or ascend910b (A2)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="an op option (repeatable; keys per op below)")
+    parser.add_argument("--serving", choices=("sglang", "vllm-ascend"), default=None,
+                        help="also print how that engine composes the op in a layer (w8a8.serving rows)")
     parser.add_argument("--json", action="store_true", help="print the variant as JSON")
 
 
@@ -210,6 +212,21 @@ def explain(op: str, shape: str, dtype: str = "bfloat16", platform: str | None =
     return build(dims, dtype, values, plat)
 
 
+_OP_ROWS = {"dynamic_quant": ("D2",), "dynamic_quant_asymmetric": ("D2",), "quantize": ("D4",),
+            "quant_matmul": ("D2", "D4"), "swiglu": ("M5", "M6"), "dequant_swiglu_quant": ("M1",),
+            "moe_finalize_routing": ("M2", "M7"), "moe_gating_top_k_softmax": ("M2", "M3", "M4"),
+            "moe_init_routing_v2": ("M8", "M9"), "grouped_matmul": ("M8", "M9"), "weight_quant_batchmatmul": ()}
+
+
+def serving_rows(op: str, engine: str) -> dict:
+    """The :mod:`w8a8.serving` rows of ``engine`` that say what happens around ``op`` in a layer."""
+    from w8a8 import serving as _sv
+
+    rec = _sv.get(engine)
+    return {row: {"field": _sv.ROWS[row], "value": getattr(rec, _sv.ROWS[row]).value,
+                  "source": getattr(rec, _sv.ROWS[row]).source} for row in _OP_ROWS.get(op, ())}
+
+
 def run(args) -> int:
     import sys
 
@@ -218,10 +235,15 @@ def run(args) -> int:
     except _Usage as exc:
         print(f"w8a8 explain: error: {exc}", file=sys.stderr)
         return 2
+    rows = serving_rows(args.op, args.serving) if getattr(args, "serving", None) else {}
     if args.json:
-        print(json.dumps(v.as_dict(), indent=2, default=str))
+        print(json.dumps({**v.as_dict(), **({"serving": rows} if rows else {})}, indent=2, default=str))
         return 0
     print(v.describe())
     if v.decides:
         print("  (the golden applies these under Numerics.variants='select'; variants='fixed' ignores them)")
+    if rows:
+        print(f"  composition in a layer ({args.serving}):")
+        for row, r in rows.items():
+            print(f"    {row} {r['field']} = {r['value']}  [{r['source']}]")
     return 0

@@ -34,6 +34,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     parser.add_argument("--loader", choices=("sglang", "vllm-ascend"), default="sglang",
                         help="whose loading rules to apply (default: sglang)")
+    parser.add_argument("--serving", choices=("sglang", "vllm-ascend"), default=None,
+                        help="whose composition of the ops the findings judge (w8a8.serving; default: --loader's "
+                             "engine; its launch options are the serving launch's)")
     parser.add_argument("--headers-only", action="store_true",
                         help="read no tensor data: skip value checks and scale-rounding statistics")
     parser.add_argument("--trace", metavar="GLOB", help="print the full execution chain of the matching modules")
@@ -51,7 +54,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=validate.integer(0), default=0, help="--verify activation seed (>= 0; default 0)")
     parser.add_argument("--reference", metavar="DIR",
                         help="--verify: the float model (safetensors, checkpoint names) for the SQNR reference, checked "
-                             "against the checkpoint (names, shapes, distance); default: the dequantized weights")
+                             "against the checkpoint (names, shapes, distance); default: the dequantized weights. "
+                             "DeepSeek-V4: also the original float model its hc_*_fn are checked against, through "
+                             "the saved QuaRot rotation")
     from checkpoints import dispatch as d
 
     launch = parser.add_argument_group("serving launch (the EP dispatch path of the MoE layers; "
@@ -92,6 +97,10 @@ def run(args) -> int:
         validate.in_dir(args.reference, "--reference", "the float model's directory")
     if args.prompts:
         validate.in_file(args.prompts, "--prompts", "a file of prompts")
+    if args.serving is not None and args.serving != args.loader:
+        print(f"w8a8 inspect: --serving {args.serving} needs --loader {args.serving} (the engine loads and composes "
+              "the modules)", file=sys.stderr)
+        return 2
     try:
         launch = launch_config(args)
     except ValueError as exc:
@@ -103,7 +112,20 @@ def run(args) -> int:
         print(f"w8a8 inspect: {exc}", file=sys.stderr)
         return 2
     out = report.as_dict()
+    from w8a8 import serving as _sv
+
+    out["serving"] = {row: {"value": r.value, "source": r.source}
+                      for row, r in _sv.get(args.serving or args.loader).rows().items()}
     status = 0 if report.ok else 1
+    if report.resolution.dsv4 and not args.headers_only:     # hc_* dtypes; with --reference, against QuaRot
+        from checkpoints import dsv4_rotation
+
+        ref = _reference_arrays(args.reference) if args.reference else None
+        hc_found, hc_rows = dsv4_rotation.check(report.resolution, ref) if ref is not None else \
+            (dsv4_rotation.dtype_findings(report.resolution), [])
+        out["dsv4_hc"] = {"rows": hc_rows, "findings": [f.as_dict() for f in hc_found]}
+        report.findings.extend(hc_found)
+        status = max(status, 1 if hc_found.errors else 0)
     if args.recipe:
         try:
             recipe = load_recipe(args.recipe)
@@ -123,15 +145,16 @@ def run(args) -> int:
             raise validate.no_match(args.layers, [m.name for m in report.resolution.modules])
         try:
             if args.reference and (args.prompts or args.token_ids):
+                from modelrun.capture import MAX_TOKENS as CAPTURE_TOKENS
                 from modelrun.capture import capture
 
                 from .run_cmd import _sequences
 
                 seqs = _sequences(_Seqs(args.path, args.reference, args.prompts, args.token_ids))
                 total = sum(len(s) for s in seqs)
-                if total > MAX_VERIFY_TOKENS:
-                    raise validate.UsageError("--prompts / --token-ids", f"at most {MAX_VERIFY_TOKENS} tokens in all",
-                                              total)
+                if total > CAPTURE_TOKENS:   # the float run keeps every module's input; inspect has no flag for it
+                    raise validate.UsageError("--prompts / --token-ids", f"at most {CAPTURE_TOKENS} tokens in all "
+                                              "(every module's input is kept)", total)
                 activations = capture(args.reference, seqs)
             results = verify(report.resolution, backend=args.backend, layers=args.layers, tokens=args.tokens,
                              seed=args.seed, reference=args.reference, error_modules=report.modules_with_errors(),
@@ -151,6 +174,13 @@ def run(args) -> int:
         return status
     _print(report, out, args)
     return status
+
+
+def _reference_arrays(path) -> dict:
+    """The float arrays (native names) of a reference model directory, safetensors only."""
+    from modelrun.deepseek_v4.weights import load_dir
+
+    return {k: v.float().numpy() for k, v in load_dir(path).items() if v.is_floating_point()}
 
 
 def _print_dispatch(report, summary) -> None:
@@ -301,3 +331,5 @@ def _print(report, out, args) -> None:
             agree = "-" if r["max_ulp"] is None else f"{r['equal']}/{r['elements']} bitwise, max {r['max_ulp']} ULP"
             print(f"  {r['status']:4}  {r['module']} ({r['scheme']}): {agree}; SQNR {sq} on {r.get('inputs', '?')}"
                   + (f"; {r['message']}" if r["message"] else ""))
+            if r.get("deq_scale_precision"):
+                print(f"        {r['deq_scale_precision']}")

@@ -11,8 +11,10 @@ missing-data, stats-consistent / stats-inconsistent, crc-match / crc-mismatch (s
 dumps), not-replayable (and why) — next to what msprobe's own criteria would have said. The report
 starts with the first divergence; its single-op case is exported to --case-dir.
 
-Exit status: 0 when every replayable call agrees and every file loaded; 1 when a call differs, or a
-file was refused or missing; 2 for a usage error.
+Exit status: 0 when no call disagrees and every saved file loaded (calls a statistics/md5 dump saved
+no tensors for are counted as not judged, not as failures); 1 when a call disagrees (disagree,
+stats-inconsistent, crc-mismatch), or a saved file was refused, unreadable or missing, or the dump
+is cut short; 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -226,6 +228,11 @@ def _print(console, summary: dict) -> None:
     console.print(t)
     if not summary["quant_calls"]:
         console.print("[yellow]no call of a supported quant op in this dump: nothing to judge[/]")
+    from rich.markup import escape
+
+    from replay.reports import headline
+
+    console.print(f"result: {escape(headline(summary))} (exit status {summary['exit_status']})")
     for dump, r in summary["first_divergence"].items():
         console.print(f"[bold]first divergence[/] {dump}: {r['name']} — {r.get('note')}")
         if r.get("repro"):

@@ -54,6 +54,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-per-layer", action="store_true", help="skip the one-layer-at-a-time runs")
     parser.add_argument("--loader", choices=("sglang", "vllm-ascend"), default="sglang",
                         help="whose loading rules resolve the modules (default: sglang)")
+    parser.add_argument("--serving", choices=("sglang", "vllm-ascend"), default="sglang",
+                        help="whose composition of the ops the quantized modules follow (w8a8.serving: where "
+                             "routed_scaling_factor is applied, the clamps, the router logits' dtype; default: sglang)")
     parser.add_argument("--out", metavar="DIR", help="also write run.json and run.html (with plots) into DIR "
                                                      "(a directory or creatable, writable)")
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
@@ -127,7 +130,7 @@ def run(args) -> int:
         check_layers(args.path, args.layers, args.loader)
         out = analysis.run(args.path, args.reference, seqs, backends=tuple(args.backend or ["numpy"]),
                            layers=args.layers, top_k=args.top_k, max_tokens=args.max_tokens,
-                           per_layer=not args.no_per_layer, loader=args.loader)
+                           per_layer=not args.no_per_layer, loader=args.loader, serving=args.serving)
     except validate.UsageError:
         raise
     except (ValueError, CheckpointError) as exc:
@@ -139,6 +142,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
+        print(f"serving composition: {out['serving']} (w8a8.serving; --serving)")
         report.print_report(out)
         if args.out:
             print(f"wrote {out['files']['json']} and {out['files']['html']}")

@@ -18,9 +18,15 @@ Layers of a call (the one mechanism of :meth:`backends.base.Backend.prepare`):
    elementwise stages on ``runtime.op_threads()`` and the GEMMs on all of torch's threads, the BLAS
    thread cap applied once per process (measurements in :mod:`.runtime`).
 
-The int8 GEMM path (``gemm=``): ``"auto"`` (default, or ``$W8A8_TORCH_CPU_GEMM``) takes
-``"qlinear"`` only where the CPU has AMX-INT8 and ``"int_mm"`` everywhere else (the qlinear
-reference kernel without AMX is ~4000x slower: 92 s for 2048^3 on a Zen 4).
+The int8 GEMM path (``gemm=``): ``"auto"`` (default, or ``$W8A8_TORCH_CPU_GEMM``) takes ``"amx"``
+(torch-cpu's own AMX-INT8 tile kernels) where the CPU has AMX and they pass their checks, else
+``"qlinear"`` where the CPU has AMX-INT8, else ``"vnni"`` where the fused AVX-512 VNNI kernels work,
+else ``"int_mm"`` (the qlinear reference kernel without AMX is ~4000x slower: 92 s for 2048^3 on a
+Zen 4); :mod:`.runtime` has the rules.
+
+Weights packed once: :meth:`TorchCpuBackend.bind` (:mod:`.bound`). A direct op call
+(``backend.w8a8_dynamic_linear(x, w, s)``) checks, packs and probes the weight on every call — tens to hundreds of
+milliseconds for a 4096 x 4096 weight, against ~1 ms for the call itself at M = 16.
 
 This module imports no torch: the submodules that do are imported on first use.
 """
@@ -47,6 +53,8 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
     device = "cpu"
     numerics: Numerics = ASCEND
 
+    bind_memo: dict | None = None  # while a bound MoE / grouped-matmul call loads: its memo (.bound)
+
     def __init__(self, gemm: str | None = None):
         if gemm is not None and gemm not in runtime.GEMM_PATHS:
             raise ValueError(f"TorchCpuBackend: argument 'gemm' must be one of {runtime.GEMM_PATHS}; got {gemm!r}")
@@ -59,7 +67,9 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
 
     @property
     def gemm_path(self) -> str:
-        """The int8 GEMM path in use: ``"int_mm"`` or ``"qlinear"`` (resolved on first use)."""
+        """The int8 GEMM path of the dense Linears: ``"amx"``, ``"vnni"``, ``"qlinear"`` or ``"int_mm"``
+        (resolved on first use; a Linear whose load-time probe fails falls back: ``Prepared.notes["gemm"]`` /
+        ``Bound.gemm_path`` say what a call took)."""
         if self._gemm is None:
             self._gemm = runtime.resolve_gemm_path(self._gemm_request)
         return self._gemm
@@ -68,6 +78,7 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
         info = super().info()
         if info["available"]:
             info["gemm_path"] = self.gemm_path
+            info["gemm"] = {"isa": runtime.isa(), "path": self.gemm_path, "paths": runtime.gemm_paths()}
             info["thread_policy"] = runtime.thread_policy()
         return info
 
@@ -91,6 +102,24 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
 
         return isinstance(value, Bits) or is_tensor(value)
 
+    # -- weights packed once -----------------------------------------------------------------------
+    def bind(self, op: str, /, *args, **kwargs):
+        """:meth:`Backend.bind`: the dense Linears pack and probe their weight once per activation dtype,
+        the MoE layer and the grouped matmul memoise their weights' packing (:mod:`.bound`)."""
+        super().bind(op, *args, **kwargs)
+        from .bound import bind
+
+        return bind(self, op, args, kwargs)
+
+    def notes(self, op: str, loaded) -> dict:
+        """The GEMM path the call takes (``"amx"``, ``"vnni"``, ``"qlinear"``, ``"int_mm"``; the Linears' own, after
+        their load-time probes)."""
+        if op in ("w8a8_dynamic_linear", "w8a8_static_linear"):
+            from .linear import path_taken
+
+            return {"gemm": path_taken(loaded[1])}
+        return {}
+
     # -- the thread policy of a call ----------------------------------------------------------------
     def prepare(self, op: str, /, *args, **kwargs) -> Prepared:
         """:meth:`Backend.prepare`, the device work run under the thread policy (:mod:`.runtime`)."""
@@ -103,7 +132,8 @@ class TorchCpuBackend(DenseOps, MoeOps, LowbitOps, Backend):
                 return run()
 
         prepared.run = run_with_threads
-        prepared.notes.update(gemm=self.gemm_path if op in _LOADED_WEIGHTS else None, threads=threads["policy"],
+        gemm = prepared.notes.get("gemm") or (self.gemm_path if op in _LOADED_WEIGHTS else None)
+        prepared.notes.update(gemm=gemm, threads=threads["policy"],
                               torch_threads=threads["torch_threads"],
                               elementwise_threads=threads["elementwise_threads"])
         return prepared

@@ -9,7 +9,7 @@ and bias in the model's dtype, the static reciprocal and offset, each refused wi
 message where it became Inf); the load here lays out the ``[K, N]`` weight for the int8 GEMM (and its
 qlinear prepack on AMX machines).
 
-On the ``"vnni"`` GEMM path (:mod:`.runtime`) the load also packs the weight for the fused kernel
+On the ``"vnni"`` and ``"amx"`` GEMM paths (:mod:`.runtime`) the load also packs the weight for the fused kernel
 (:mod:`.packed`: quantization, exact int32 GEMM and fp32 epilogue in one pass over each row block) and
 probes it against the reference path on extreme rows; a Linear whose probe differs, or whose exact
 accumulator could leave the int32 range (static: ``K * 128 * max|w| + max|quant_bias|`` past
@@ -44,14 +44,26 @@ class Fused:
     offset: torch.Tensor | None = None
 
 
+_FUSED = ("vnni", "amx")   # the GEMM paths of torch-cpu's own fused kernels (.packed)
+
+
 def _fused(make, probe) -> tuple[Fused | None, str]:
     """``(Fused, "")`` if it packs and its probe passes, else ``(None, why)``."""
     try:
         fused = make()
         why = probe(fused)
     except (RuntimeError, ValueError) as exc:
-        return None, f"vnni: {type(exc).__name__}: {exc}"
+        return None, f"fused kernel: {type(exc).__name__}: {exc}"
     return (fused, "") if not why else (None, why)
+
+
+def _amx_fallback(layer, weight: torch.Tensor, path: str) -> None:
+    """A Linear of the ``"amx"`` path whose fused kernel is not used: its reference GEMM on oneDNN's
+    prepacked AMX ``qlinear`` (itself probed) where this torch has it, else ``torch._int_mm``."""
+    from .runtime import has_qlinear
+
+    if path == "amx" and layer.fused is None and has_qlinear():
+        layer.weight = Int8Weight.load(weight.mT, "qlinear")
 
 
 @dataclass
@@ -71,17 +83,18 @@ def load_dynamic(x_dtype: torch.dtype, weight: torch.Tensor, weight_scale: torch
     ``bias`` (model dtype) as loaded and checked by :func:`w8a8.linear.w8a8_dynamic_linear_args`. On the
     ``"vnni"`` path also packed for the fused kernel and probed (module docstring)."""
     layer = DynamicLinear(Int8Weight.load(weight.mT, path), weight_scale, bias, x_dtype)
-    if path == "vnni":
+    if path in _FUSED:
         from . import packed
 
         def make():
-            pw = packed.PackedWeight.pack(weight)
+            pw = packed.PackedWeight.pack(weight, path)
             deq, _ = effective_scale(weight_scale, x_dtype, True)
             fbias = None if bias is None else bias.to(torch.float32)
             return Fused(pw, pw.comp, deq.contiguous(), fbias)
 
         layer.fused, layer.note = _fused(make, lambda f: packed.probe_dynamic(f.weight, weight, f.deq, f.fbias,
                                                                               x_dtype, x_dtype))
+        _amx_fallback(layer, weight, path)
     return layer
 
 
@@ -163,15 +176,16 @@ def load_static(x_dtype: torch.dtype, weight: torch.Tensor, recip: torch.Tensor,
     int_bias = bias is not None and bias.dtype == torch.int32
     qb_max = absmax(bias) if int_bias else 0
     layer = StaticLinear(Int8Weight.load(weight.mT, path), recip, offset, deq_scale, bias, x_dtype, qb_max)
-    if path == "vnni":
+    if path in _FUSED:
         from . import packed
 
         if not packed.acc_fits(weight.shape[1], 128, layer.weight.absmax, qb_max):
-            layer.note = "vnni: K * 128 * max|w| + max|quant_bias| may leave int32 (the reference path raises)"
+            layer.note = f"{path}: K * 128 * max|w| + max|quant_bias| may leave int32 (the reference path raises)"
+            _amx_fallback(layer, weight, path)
             return layer
 
         def make():
-            pw = packed.PackedWeight.pack(weight)
+            pw = packed.PackedWeight.pack(weight, path)
             deq, _ = effective_scale(deq_scale, x_dtype, False)
             deq = deq.expand(pw.n).contiguous()
             fbias = None if bias is None or int_bias else bias.to(torch.float32)
@@ -183,7 +197,16 @@ def load_static(x_dtype: torch.dtype, weight: torch.Tensor, recip: torch.Tensor,
                                        f.fbias, x_dtype, x_dtype)
 
         layer.fused, layer.note = _fused(make, probe)
+        _amx_fallback(layer, weight, path)
     return layer
+
+
+def path_taken(layer) -> str:
+    """The GEMM path a loaded Linear's calls take: its fused kernel's (``"vnni"`` / ``"amx"``), else the weight's
+    (``"qlinear"`` where prepacked, else ``"int_mm"``)."""
+    if layer.fused is not None:
+        return layer.fused.weight.layout
+    return "qlinear" if layer.weight.packed is not None else "int_mm"
 
 
 def w8a8_static_linear(x: torch.Tensor, layer: StaticLinear) -> torch.Tensor:

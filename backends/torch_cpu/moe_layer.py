@@ -60,6 +60,7 @@ from w8a8.numerics import ASCEND
 
 from ..torch_common import from_torch, to_torch
 from .arith import absmax, any_nonfinite, to_float
+from .bound import memoised
 from .gemm import acc_bound
 from . import kernel_variants
 from .linear import load_dynamic, w8a8_dynamic_linear
@@ -86,7 +87,8 @@ def _host_inputs(a) -> tuple[tuple, dict]:
     ex, r = a.experts, a.routing
     kwargs = {"op": a.op, "w13": ex.w13, "w13_scale": ex.w13_scale, "w2": ex.w2, "w2_scale": ex.w2_scale,
               "mode": r.mode, "k": r.k, "renormalize": r.renormalize, "swiglu_limit": a.swiglu_limit,
-              "shared": None if a.shared_expert is None else dict(a.shared_expert), "gating": None}
+              "shared": None if a.shared_expert is None else dict(a.shared_expert), "gating": None,
+              "routed_scale": getattr(a, "routed_scale", None), "shared_limit": getattr(a, "shared_limit", None)}
     ids = weights = logits = bias = None
     if r.mode == "ids":
         ids, weights = r.ids, r.weights
@@ -121,6 +123,8 @@ class MoeLayer:
     deferred: tuple | None = None  # (stage, exception): the first argument-only error after the checks
     raw: dict = field(default_factory=dict)   # checkpoint tensors for the golden's messages (error paths)
     fused: bool = False            # the whole expert chain in the C kernel (probed at load)
+    routed_scale: float | None = None   # serving row M2: bf16(fp32(routed) * fp32(factor)) after the finalize
+    shared_limit: float | None = None   # serving row M5: the shared expert's bf16 gate / up clamp
     note: str = ""                 # why not, where the vnni GEMMs are in use
 
     @property
@@ -161,10 +165,11 @@ class _Stages:
             return None
 
 
-def load(a, transfer, gemm_path: str) -> tuple[tuple, MoeLayer]:
+def load(a, transfer, gemm_path: str, memo: dict | None = None) -> tuple[tuple, MoeLayer]:
     """``(the forward's device inputs, the loaded MoeLayer)`` of the golden's checked
     :class:`~w8a8.moe.pipeline.W8a8MoeArgs`; ``transfer`` moves NumPy arrays to the device (the
-    backend's :meth:`~backends.base.Backend.transfer`). See the module docstring."""
+    backend's :meth:`~backends.base.Backend.transfer`). See the module docstring. ``memo``: a bound
+    call's (:mod:`.bound`): the weights' packing and probes made once, reused by later calls."""
     args, kwargs = transfer(_host_inputs(a))
     x, x_scale, shared_input, ids, weights, logits, bias = args
     t, k = x.shape[0], kwargs["k"]
@@ -193,22 +198,25 @@ def load(a, transfer, gemm_path: str) -> tuple[tuple, MoeLayer]:
         np.arange(m, dtype=np.int32), _standin((t, k), np.int32), drop_pad_mode=2, numerics=ASCEND))
     shared = None
     if kwargs["shared"] is not None:
-        shared = _load_shared(stages, kwargs["op"], kwargs["shared"], shared_input, h, gemm_path)
+        shared = _load_shared(stages, kwargs["op"], kwargs["shared"], shared_input, h, gemm_path, memo)
     s13f, s2f = s13.to(F32), s2.to(F32)
-    layer = MoeLayer(op=kwargs["op"], w13=ExpertGemm.load(w13, layout="enk"), w2=ExpertGemm.load(w2, layout="enk"),
+    layer = MoeLayer(op=kwargs["op"], w13=memoised(memo, "w13", lambda: ExpertGemm.load(w13, layout="enk")),
+                     w2=memoised(memo, "w2", lambda: ExpertGemm.load(w2, layout="enk")),
                      s13=s13, s2=s2, s13f=s13f, s2f=s2f, s13_absmax=float(absmax(s13f)),
                      s2_absmax=float(absmax(s2f)), mode=kwargs["mode"], k=k,
                      renormalize=kwargs["renormalize"], gating=kwargs["gating"],
                      swiglu_limit=None if limit is None else float(limit), shared=shared, deferred=stages.failed,
-                     raw={"w2_view": w2_view, "shared": kwargs["shared"]})
+                     raw={"w2_view": w2_view, "shared": kwargs["shared"]}, routed_scale=kwargs["routed_scale"],
+                     shared_limit=kwargs["shared_limit"])
     if layer.w13.path == "vnni" and layer.w2.path == "vnni":
         layer.s13f, layer.s2f = layer.s13f.contiguous(), layer.s2f.contiguous()
-        layer.note = _probe_chain(layer)
+        layer.note = memoised(memo, "chain_probe", lambda: _probe_chain(layer))
         layer.fused = not layer.note
     return (x, x_scale, shared_input, ids, weights, logits, bias), layer
 
 
-def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor, h: int, gemm_path: str):
+def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor, h: int, gemm_path: str,
+                 memo: dict | None = None):
     """The shared expert's three W8A8_DYNAMIC Linears, loaded, with the golden's checks at their stages."""
     x_np = from_torch(shared_input)
     t = x_np.shape[0]
@@ -216,7 +224,8 @@ def _load_shared(stages: _Stages, op: str, se: dict, shared_input: torch.Tensor,
     def linear(x_like, name):
         p = w8a8_dynamic_linear_args(x_like, _np(se[f"{name}_weight"]), _np(se[f"{name}_scale"]),
                                      numerics=ASCEND).params
-        return load_dynamic(_BF16, to_torch(p.weight), to_torch(p.weight_scale), None, gemm_path)
+        return memoised(memo, ("shared", name), lambda: load_dynamic(_BF16, to_torch(p.weight),
+                                                                     to_torch(p.weight_scale), None, gemm_path))
 
     gate = stages.run("shared_gate", lambda: linear(x_np, "gate"))
     up = stages.run("shared_up", lambda: linear(x_np, "up"))
@@ -574,6 +583,8 @@ def forward(x, x_scale, shared_input, ids, weights, logits, bias, *, layer: MoeL
     weights_bf16 = to_float(weights.to(F32), _BF16)   # SGLang: topk_weights.to(hidden.dtype)
     _raise_data_errors(layer, *(_first([r[n] for r in records]) for n in range(3)), weights_bf16, ids, m, h)
     routed = _finalize(o_tok, weights_bf16, t, k, h)
+    if layer.routed_scale is not None:   # the engine's bf16 multiply of the routed output (w8a8.moe.pipeline)
+        routed = to_float(routed.to(F32).mul_(torch.tensor(layer.routed_scale, dtype=F32)), _BF16)
     clock.lap("finalize")
     y = _add_shared(layer, routed, shared_input)
     clock.lap("shared")
@@ -609,6 +620,9 @@ def _add_shared(layer: MoeLayer, routed: torch.Tensor, shared_input) -> torch.Te
     gate, up, down = layer.shared
     g = w8a8_dynamic_linear(shared_input, gate)
     u = w8a8_dynamic_linear(shared_input, up)
+    if layer.shared_limit is not None:   # bf16 clamps (exact); NaN passes through as in the golden's minimum / clip
+        lim = float(layer.shared_limit)
+        g, u = torch.clamp(g, max=lim), torch.clamp(u, min=-lim, max=lim)
     if any_nonfinite(g, u):   # swiglu refuses NaN/Inf in cat([g, u])
         _golden_refuses(swiglu_args, np.concatenate([from_torch(g), from_torch(u)], axis=-1), numerics=ASCEND)
     a = to_float(silu(g.to(F32)).mul_(u.to(F32)), _BF16)

@@ -61,8 +61,11 @@ class MoeOps:
         gmm = _mod("moe_gmm")
         x, weight, scale, bias, per_token = self.transfer((a.x, a.weight, a.scale, a.bias, a.per_token_scale))
         path = "int_mm" if gmm.needs_int32(scale, bias) else "auto"
-        experts = _mod("moe_experts").ExpertGemm.load(weight, layout="ekn", path=path)
-        return x, experts, dict(scale=None if scale is None else gmm.GroupedScale.load(scale), bias=bias,
+        memoised = _mod("bound").memoised
+        experts = memoised(self.bind_memo, "experts",
+                           lambda: _mod("moe_experts").ExpertGemm.load(weight, layout="ekn", path=path))
+        scale = None if scale is None else memoised(self.bind_memo, "scale", lambda: gmm.GroupedScale.load(scale))
+        return x, experts, dict(scale=scale, bias=bias,
                                 per_token_scale=per_token, segments=a.segments, total=a.total, out=_dt.name(a.out),
                                 act_type=a.act_type), a.as_list
 
@@ -101,7 +104,7 @@ class MoeOps:
     @loads("w8a8_moe", "w8a8_moe_prequantized")
     def _load_moe_layer(self, a):
         """The experts, the routing and the shared expert loaded (:func:`.moe_layer.load`)."""
-        return _mod("moe_layer").load(a, self.transfer, self.gemm_path)
+        return _mod("moe_layer").load(a, self.transfer, self.gemm_path, memo=self.bind_memo)
 
     @implements("w8a8_moe", "w8a8_moe_prequantized")
     def _moe_layer(self, loaded):

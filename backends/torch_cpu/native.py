@@ -13,6 +13,11 @@ place (two processes building at once both end with a complete library).
 :func:`library` returns the loaded library or raises :class:`NativeUnavailable` saying why not: no
 AVX-512 VNNI (or BW / VL) in ``/proc/cpuinfo``, no C compiler (``$CC``, ``cc``, ``gcc``, ``clang``),
 a failed build (its first error line), an ABI mismatch. ``W8A8_TORCH_CPU_NATIVE=0`` disables it.
+
+The AMX build (:func:`amx_library`) is the same source compiled with ``-DW8A8_AMX -mamx-tile -mamx-int8``
+(its AMX-INT8 tile Linear on), loaded only where ``/proc/cpuinfo`` shows ``amx_tile`` and ``amx_int8`` and
+the kernel grants the tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``); else
+:func:`amx_available` says why. ``W8A8_TORCH_CPU_AMX=0`` disables it.
 Nothing here proves the kernels exact: :mod:`.packed` runs the load-time probes before any use.
 """
 
@@ -29,10 +34,12 @@ from pathlib import Path
 
 from .runtime import cpu_flags
 
-ABI = 4
+ABI = 5
 SOURCE = Path(__file__).with_name("csrc") / "w8a8_cpu.c"
 FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-pthread")
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c")
+AMX_FLAGS = ("-DW8A8_AMX", "-mamx-tile", "-mamx-int8")   # the AMX build: the same source, its AMX section on
+AMX_REQUIRED_FLAGS = ("amx_tile", "amx_int8")
 
 
 class NativeUnavailable(RuntimeError):
@@ -111,6 +118,17 @@ def _declare(lib) -> None:
     lib.w8a8_linear.restype = _I32
     lib.w8a8_linear.argtypes = [_I32, _P, _I64, _I64, _I64, _P, _P, _P, _P, _I64, _P, _P, _P, _I32, _P, _I64, _P,
                                 _I32]
+    lib.w8a8_has_amx.restype = _I32
+    lib.w8a8_has_amx.argtypes = []
+    lib.w8a8_amx_packed_bytes.restype = _I64
+    lib.w8a8_amx_packed_bytes.argtypes = [_I64, _I64]
+    lib.w8a8_amx_pack.restype = _I32
+    lib.w8a8_amx_pack.argtypes = lib.w8a8_pack.argtypes
+    if lib.w8a8_has_amx():
+        lib.w8a8_amx_request.restype = _I32
+        lib.w8a8_amx_request.argtypes = []
+        lib.w8a8_amx_linear.restype = _I32
+        lib.w8a8_amx_linear.argtypes = lib.w8a8_linear.argtypes
     lib.w8a8_moe_experts.restype = _I32
     lib.w8a8_moe_experts.argtypes = [_P, _P, _P, _P, _P, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _I32, _F, _I32,
                                      _I32, _P, _I32]
@@ -181,4 +199,54 @@ def load_path(path: Path):
 def available() -> tuple[bool, str]:
     """``(True, "")`` where the kernels build and load here, else ``(False, why)`` (not yet probed)."""
     lib, why = _load()
+    return lib is not None, why
+
+
+# -- the AMX build ---------------------------------------------------------------------------------------
+
+def request_amx(lib) -> int:
+    """Ask the kernel for this process's AMX tile state: ``arch_prctl(ARCH_REQ_XCOMP_PERM,
+    XFEATURE_XTILEDATA)`` in the AMX build; 0 or ``-errno``."""
+    return lib.w8a8_amx_request()
+
+
+@lru_cache(maxsize=1)
+def _load_amx():
+    """``(library, "")`` of the AMX build, with the tile state granted, or ``(None, why)``. In order: the
+    switch ``W8A8_TORCH_CPU_AMX=0``; the CPU flags (``amx_tile``, ``amx_int8`` and the VNNI build's,
+    in ``/proc/cpuinfo``); the build (``-mamx-tile -mamx-int8``); the ABI; the permission call. No tile
+    instruction runs before all of them passed."""
+    if os.environ.get("W8A8_TORCH_CPU_AMX", "1") == "0":
+        return None, "disabled by W8A8_TORCH_CPU_AMX=0"
+    flags = cpu_flags()
+    missing = [f for f in AMX_REQUIRED_FLAGS + REQUIRED_FLAGS if f not in flags]
+    if missing:
+        return None, f"the CPU lacks {', '.join(missing)} (/proc/cpuinfo): no AMX-INT8"
+    try:
+        lib = ctypes.CDLL(str(build(extra_flags=AMX_FLAGS)))
+    except NativeUnavailable as exc:
+        return None, f"AMX build: {exc}"
+    except OSError as exc:
+        return None, f"loading the AMX kernels failed: {exc}"
+    _declare(lib)
+    if lib.w8a8_abi() != ABI or not lib.w8a8_has_amx():
+        return None, f"the AMX kernels' ABI is {lib.w8a8_abi()} (AMX: {lib.w8a8_has_amx()}), this module expects {ABI}"
+    rc = request_amx(lib)
+    if rc != 0:
+        return None, (f"arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) refused the AMX tile state: "
+                      f"{os.strerror(-rc) if rc < 0 else rc}")
+    return lib, ""
+
+
+def amx_library():
+    """The AMX build (ctypes library) with the tile state granted; :class:`NativeUnavailable` otherwise."""
+    lib, why = _load_amx()
+    if lib is None:
+        raise NativeUnavailable(why)
+    return lib
+
+
+def amx_available() -> tuple[bool, str]:
+    """``(True, "")`` where the AMX kernels build, load and got the tile state here (not yet probed)."""
+    lib, why = _load_amx()
     return lib is not None, why

@@ -97,13 +97,26 @@ def _buffer(nbytes: int) -> torch.Tensor:
     return data
 
 
-def _pack_into(w_nk: torch.Tensor, data: torch.Tensor, comp: torch.Tensor) -> None:
-    """Pack one int8 ``[N, K]`` weight into ``data`` / ``comp`` (views of the right sizes)."""
+LAYOUTS = ("vnni", "amx")
+
+
+def packed_bytes(n: int, k: int, layout: str = "vnni") -> int:
+    """Bytes of an ``[N, K]`` weight packed in ``layout``: panels of 64 columns, K padded to 4 (``"vnni"``)
+    or to 64 (``"amx"``: every 16 x 64-byte block a B tile of ``_tile_dpbusd``; see the C file)."""
+    lib = native.library()
+    return (lib.w8a8_amx_packed_bytes if layout == "amx" else lib.w8a8_packed_bytes)(n, k)
+
+
+def _pack_into(w_nk: torch.Tensor, data: torch.Tensor, comp: torch.Tensor, layout: str = "vnni") -> None:
+    """Pack one int8 ``[N, K]`` weight into ``data`` / ``comp`` (views of the right sizes) in ``layout``
+    (the packing is plain C in every build: the AMX layout is made and tested on any CPU)."""
     w = w_nk.contiguous()
     n, k = w.shape
-    rc = native.library().w8a8_pack(w.data_ptr(), n, k, k, data.data_ptr(), comp.data_ptr(), threads())
+    lib = native.library()
+    pack = lib.w8a8_amx_pack if layout == "amx" else lib.w8a8_pack
+    rc = pack(w.data_ptr(), n, k, k, data.data_ptr(), comp.data_ptr(), threads())
     if rc != 0:
-        raise RuntimeError(f"w8a8_pack failed ({rc}) for a weight of shape {tuple(w.shape)}")
+        raise RuntimeError(f"{layout} pack failed ({rc}) for a weight of shape {tuple(w.shape)}")
 
 
 @dataclass
@@ -111,22 +124,26 @@ class PackedWeight:
     """An int8 weight ``[K, N]`` (given as the checkpoint's ``[N, K]``) packed for the kernels.
 
     ``data``: the panels (see the C file); ``comp``: int32 ``[panels * 64]`` = ``128 * column sums``;
-    ``absmax``: ``max|w|``."""
+    ``absmax``: ``max|w|``; ``layout``: ``"vnni"`` (run by the VNNI kernels) or ``"amx"`` (K padded to 64,
+    run by the AMX tile kernel, :func:`run`)."""
 
     data: torch.Tensor
     comp: torch.Tensor
     n: int
     k: int
     absmax: int
+    layout: str = "vnni"
 
     @classmethod
-    def pack(cls, w_nk: torch.Tensor) -> "PackedWeight":
+    def pack(cls, w_nk: torch.Tensor, layout: str = "vnni") -> "PackedWeight":
         _check_weights("PackedWeight.pack", w_nk, "[N, K]")
+        if layout not in LAYOUTS:
+            raise ValueError(f"PackedWeight.pack: layout must be one of {LAYOUTS}; got {layout!r}")
         n, k = w_nk.shape
-        data = _buffer(native.library().w8a8_packed_bytes(n, k))
+        data = _buffer(packed_bytes(n, k, layout))
         comp = torch.empty(-(-n // NR) * NR, dtype=torch.int32)
-        _pack_into(w_nk, data, comp)
-        return cls(data=data, comp=comp, n=n, k=k, absmax=absmax(w_nk))
+        _pack_into(w_nk, data, comp, layout)
+        return cls(data=data, comp=comp, n=n, k=k, absmax=absmax(w_nk), layout=layout)
 
     def comp_with(self, int_bias: torch.Tensor | None) -> torch.Tensor:
         """The compensation with an int32 bias folded in (``acc + bias = dot - (comp - bias)``), mod 2^32."""
@@ -179,7 +196,7 @@ def run(kind: int, x2: torch.Tensor, w: PackedWeight, out_dtype: torch.dtype, *,
     ``pertoken`` fp32 ``[M]`` for ``IN_CODES``; ``fbias`` fp32 ``[N]``; ``recip`` / ``offset`` fp32 ``[K]`` for
     the static kinds; ``scale_out`` fp32 ``[M]`` receives the dynamic per-token scales; ``n_threads``: the
     kernel's threads (default: torch's thread count at first use, :func:`threads`)."""
-    lib = native.library()
+    kernel = native.amx_library().w8a8_amx_linear if w.layout == "amx" else native.library().w8a8_linear
     m, k = x2.shape
     n_threads = threads() if n_threads is None else n_threads
     if k != w.k:
@@ -191,13 +208,13 @@ def run(kind: int, x2: torch.Tensor, w: PackedWeight, out_dtype: torch.dtype, *,
     for r0 in range(0, m, step):
         r1 = min(m, r0 + step)
         rows = x2[r0:r1]
-        rc = lib.w8a8_linear(kind, rows.data_ptr(), r1 - r0, k, k, _ptr(recip), _ptr(offset), w.data.data_ptr(),
+        rc = kernel(kind, rows.data_ptr(), r1 - r0, k, k, _ptr(recip), _ptr(offset), w.data.data_ptr(),
                              comp.data_ptr(), w.n, _ptr(deq),
                              None if pertoken is None else pertoken[r0:r1].data_ptr(), _ptr(fbias),
                              OUT_KIND[out_dtype], y[r0:r1].data_ptr(), w.n,
                              None if scale_out is None else scale_out[r0:r1].data_ptr(), n_threads)
         if rc != 0:
-            raise RuntimeError(f"w8a8_linear failed ({rc}): kind {kind}, rows {tuple(rows.shape)}, N {w.n}")
+            raise RuntimeError(f"{w.layout} linear failed ({rc}): kind {kind}, rows {tuple(rows.shape)}, N {w.n}")
     return y
 
 
@@ -263,7 +280,7 @@ def probe_dynamic(w: PackedWeight, w_nk: torch.Tensor, deq: torch.Tensor, fbias,
     for scale_out in SCALE_OUTS:
         got = run(dynamic_kind(x_dtype, scale_out), x, w, out_dtype, deq=deq, fbias=fbias)
         if not _bits_equal(got, _reference_dynamic(x, w_nk, deq, fbias, out_dtype, scale_out)):
-            return f"vnni: the load-time probe ({scale_out} scale) differed from the reference path"
+            return f"{w.layout}: the load-time probe ({scale_out} scale) differed from the reference path"
     return ""
 
 
@@ -272,7 +289,7 @@ def probe_static(w: PackedWeight, w_nk, recip, offset, deq, int_bias, fbias, x_d
     got = run(IN_STATIC[x_dtype], x, w, out_dtype, deq=deq, comp=w.comp_with(int_bias), fbias=fbias, recip=recip,
               offset=offset)
     want = _reference_static(x, w_nk, recip, offset, deq, int_bias, fbias, out_dtype)
-    return "" if _bits_equal(got, want) else "vnni: the load-time probe differed from the reference path"
+    return "" if _bits_equal(got, want) else f"{w.layout}: the load-time probe differed from the reference path"
 
 
 def rounding_values() -> torch.Tensor:
@@ -290,7 +307,7 @@ def rounding_values() -> torch.Tensor:
     return wrap_i32(allbits).view(torch.float32)
 
 
-def _rounding_check() -> str:
+def _rounding_check(layout: str = "vnni") -> str:
     """The kernels' fp32 -> bf16 / fp16 rounding against NumPy / ml_dtypes (the golden's casts) on
     :func:`rounding_values`: K = 1, weight 1, code 1, so ``v = fp32(1) * deq[n] = deq[n]``."""
     import ml_dtypes
@@ -298,7 +315,7 @@ def _rounding_check() -> str:
 
     vals = rounding_values()
     n = vals.numel()
-    w = PackedWeight.pack(torch.ones(n, 1, dtype=torch.int8))
+    w = PackedWeight.pack(torch.ones(n, 1, dtype=torch.int8), layout)
     one = torch.ones(1, 1, dtype=torch.int8)
     with np.errstate(all="ignore"):
         v = np.float32(1) * vals.numpy()
@@ -308,39 +325,41 @@ def _rounding_check() -> str:
             nan = np.isnan(v)
             if not (np.array_equal(got[~nan], want[~nan]) and np.array_equal(got[nan], want[nan])):
                 bad = int(np.flatnonzero(got != want)[0])
-                return (f"vnni self-test: fp32 -> {out} rounding of {int(vals.view(torch.int32)[bad]) & 0xFFFFFFFF:#010x} "
+                return (f"{layout} self-test: fp32 -> {out} rounding of {int(vals.view(torch.int32)[bad]) & 0xFFFFFFFF:#010x} "
                         f"gave {int(got[bad]) & 0xFFFF:#06x}, the golden {int(want[bad]) & 0xFFFF:#06x}")
     return ""
 
 
-@lru_cache(maxsize=1)
-def self_test() -> str:
-    """Run every kernel variant on small odd shapes against the reference; ``""`` or the first failure."""
-    why = _rounding_check()
+@lru_cache(maxsize=None)
+def self_test(layout: str = "vnni") -> str:
+    """Run every kernel variant of ``layout``'s kernels on small odd shapes against the reference; ``""`` or
+    the first failure. The shapes cover K and N tails, partial row tiles, and (``(40, 200, 70)``) more
+    than one 32-row AMX block and 64-wide k-block."""
+    why = _rounding_check(layout)
     if why:
         return why
     gen = torch.Generator().manual_seed(1)
-    for m, k, n in ((7, 37, 67), (13, 129, 130), (1, 4, 1)):
+    for m, k, n in ((7, 37, 67), (13, 129, 130), (1, 4, 1), (40, 200, 70)):
         w_nk = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
-        w = PackedWeight.pack(w_nk)
+        w = PackedWeight.pack(w_nk, layout)
         deq = torch.rand(n, generator=gen) * 1e-2 + 1e-4
         fbias = torch.randn(n, generator=gen)
         codes = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
         acc = run(IN_CODES, codes, w, torch.int32)
         if not torch.equal(acc, torch._int_mm(codes, w_nk.mT.contiguous())):
-            return f"vnni self-test: int32 GEMM differs from torch._int_mm at M={m} K={k} N={n}"
+            return f"{layout} self-test: int32 GEMM differs from torch._int_mm at M={m} K={k} N={n}"
         pt = torch.rand(m, generator=gen) + 0.5
         got = run(IN_CODES, codes, w, torch.float32, deq=deq, pertoken=pt, fbias=fbias)
         want = acc.to(torch.float32).mul_(deq).mul_(pt[:, None]).add_(fbias)
         if not _bits_equal(got, want):
-            return f"vnni self-test: int8-codes fp32 epilogue differs at M={m} K={k} N={n}"
+            return f"{layout} self-test: int8-codes fp32 epilogue differs at M={m} K={k} N={n}"
         for x_dtype, out, bias in ((torch.bfloat16, torch.bfloat16, fbias), (torch.float16, torch.float16, None),
                                    (torch.bfloat16, torch.float32, None)):
             x = torch.cat([probe_rows(w_nk, x_dtype), torch.randn(m, k, generator=gen).to(x_dtype)])
             for scale_out in SCALE_OUTS:
                 got = run(dynamic_kind(x_dtype, scale_out), x, w, out, deq=deq, fbias=bias)
                 if not _bits_equal(got, _reference_dynamic(x, w_nk, deq, bias, out, scale_out)):
-                    return f"vnni self-test: dynamic {x_dtype} -> {out} ({scale_out}) differs at K={k} N={n}"
+                    return f"{layout} self-test: dynamic {x_dtype} -> {out} ({scale_out}) differs at K={k} N={n}"
             ib = torch.randint(-1000, 1000, (n,), dtype=torch.int32, generator=gen)
             ints = torch.randint(-140, 140, (m, k), generator=gen).to(x_dtype)   # x + 0.5: exact ties
             for recip, offset, xs in ((torch.rand(k, generator=gen) * 200.0,
@@ -349,7 +368,7 @@ def self_test() -> str:
                 recip, offset = recip.to(x_dtype).to(torch.float32), offset.to(x_dtype).to(torch.float32)
                 got = run(IN_STATIC[x_dtype], xs, w, out, deq=deq, comp=w.comp_with(ib), recip=recip, offset=offset)
                 if not _bits_equal(got, _reference_static(xs, w_nk, recip, offset, deq, ib, None, out)):
-                    return f"vnni self-test: static {x_dtype} -> {out} differs at K={k} N={n}"
+                    return f"{layout} self-test: static {x_dtype} -> {out} differs at K={k} N={n}"
     return ""
 
 
@@ -363,4 +382,23 @@ def available() -> tuple[bool, str]:
         why = self_test()
     except (RuntimeError, ValueError) as exc:
         why = f"vnni self-test failed: {type(exc).__name__}: {exc}"
+    return (not why), why
+
+
+@lru_cache(maxsize=1)
+def amx_available() -> tuple[bool, str]:
+    """``(True, "")`` where the VNNI kernels are usable (:func:`available`: the AMX Linear shares their
+    quantization and epilogue), the AMX build loads with the tile state granted (:func:`.native.amx_available`)
+    and its Linear passes :func:`self_test`; else ``(False, why)``. Only then does any AMX kernel run for a
+    weight, and each weight still passes its load-time probe first."""
+    ok, why = available()
+    if not ok:
+        return False, f"amx: needs the VNNI kernels: {why}"
+    ok, why = native.amx_available()
+    if not ok:
+        return False, why
+    try:
+        why = self_test("amx")
+    except (RuntimeError, ValueError) as exc:
+        why = f"amx self-test failed: {type(exc).__name__}: {exc}"
     return (not why), why

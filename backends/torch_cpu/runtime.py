@@ -17,10 +17,17 @@ depends on the instruction set.
   self-test and a per-weight load-time probe equal the reference path bit for bit. The int8 GEMM ops
   (``quant_matmul``, ``int_matmul``) stay on ``torch._int_mm``.
 
-``auto`` picks ``"qlinear"`` where the CPU reports AMX-INT8 (``amx_int8`` in ``/proc/cpuinfo``
+* ``"amx"`` — the same fused Linear with its integer GEMM on AMX-INT8 tiles (``_tile_dpbusd``, exact
+  int32 accumulation; weights prepacked in the tile layout): the AMX build of the same C source, used
+  only where ``/proc/cpuinfo`` shows ``amx_tile`` / ``amx_int8``, the kernel grants the tile state
+  (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and its self-test and each weight's
+  load-time probe equal the reference path (:func:`amx_status` says why not). The MoE expert chain and
+  the int8 GEMM ops stay on their own paths.
+
+``auto`` picks ``"amx"`` where :func:`amx_status` passes, else ``"qlinear"`` where the CPU reports AMX-INT8 (``amx_int8`` in ``/proc/cpuinfo``
 and ``torch.cpu._is_amx_tile_supported()``), else ``"vnni"`` where those kernels build and pass their
 self-test (AVX-512 VNNI and a C compiler: :func:`vnni_status` says why not), else ``"int_mm"``.
-``W8A8_TORCH_CPU_GEMM`` (``auto`` / ``int_mm`` / ``qlinear`` / ``vnni``) overrides the default of
+``W8A8_TORCH_CPU_GEMM`` (``auto`` / ``int_mm`` / ``qlinear`` / ``vnni`` / ``amx``) overrides the default of
 :class:`~backends.torch_cpu.TorchCpuBackend`.
 
 **Thread policy** (spec §9), two parts, both measured on this 2-core Zen 4 shared with other jobs:
@@ -53,7 +60,7 @@ import importlib
 import os
 from functools import lru_cache
 
-GEMM_PATHS = ("auto", "int_mm", "qlinear", "vnni")
+GEMM_PATHS = ("auto", "int_mm", "qlinear", "vnni", "amx")
 INSTALL_HINT = "pip install 'w8a8[torch]'"
 MIN_TORCH = (2, 2)  # torch._int_mm on the CPU
 
@@ -129,16 +136,57 @@ def vnni_status() -> tuple[bool, str]:
     return available()
 
 
+_ISA = (("amx_int8", "AMX-INT8"), ("amx_bf16", "AMX-BF16"), ("avx512_vnni", "AVX-512 VNNI"),
+        ("avx512_bf16", "AVX-512 BF16"), ("avx512f", "AVX-512F"), ("avx_vnni", "AVX-VNNI"), ("avx2", "AVX2"))
+
+
+def isa(flags: frozenset[str] | None = None) -> str:
+    """The int8 / bf16 instruction sets of this CPU that torch-cpu's paths care about, from ``/proc/cpuinfo``
+    (``"AVX-512 VNNI, AVX-512 BF16, AVX-512F, AVX2"`` on a Zen 4), or ``"unknown"`` without flags."""
+    flags = cpu_flags() if flags is None else flags
+    found = [name for flag, name in _ISA if flag in flags]
+    return ", ".join(found) if flags else "unknown"
+
+
+def gemm_paths() -> dict[str, str]:
+    """Every GEMM path of the dense Linears: ``""`` where usable here, else why not (the selection's own
+    reasons); ``int_mm`` is always usable."""
+    out = {}
+    for path, status in (("amx", amx_status), ("vnni", vnni_status)):
+        ok, why = status()
+        out[path] = "" if ok else why
+    out["qlinear"] = "" if has_amx_int8() and has_qlinear() else (
+        "oneDNN's qlinear without AMX-INT8 runs a reference kernel (~4000x slower): not used" if has_qlinear()
+        else "this torch has no torch.ops.onednn.qlinear_pointwise")
+    out["int_mm"] = ""
+    return out
+
+
+def amx_status() -> tuple[bool, str]:
+    """Whether torch-cpu's own AMX-INT8 tile kernels are usable here: ``(True, "")`` or ``(False, why)``
+    (the CPU flags, the build, the ``arch_prctl`` permission, the self-test: :func:`.packed.amx_available`)."""
+    from .packed import amx_available
+
+    return amx_available()
+
+
 def resolve_gemm_path(requested: str | None = None) -> str:
-    """``"int_mm"``, ``"qlinear"`` or ``"vnni"`` for ``requested`` (default: ``$W8A8_TORCH_CPU_GEMM`` or
-    ``auto``)."""
+    """``"int_mm"``, ``"qlinear"``, ``"vnni"`` or ``"amx"`` for ``requested`` (default:
+    ``$W8A8_TORCH_CPU_GEMM`` or ``auto``)."""
     requested = requested or os.environ.get("W8A8_TORCH_CPU_GEMM", "auto")
     if requested not in GEMM_PATHS:
         raise ValueError(f"torch-cpu: argument 'gemm' must be one of {GEMM_PATHS}; got {requested!r}")
     if requested == "auto":
+        if amx_status()[0]:
+            return "amx"
         if has_amx_int8() and has_qlinear():
             return "qlinear"
         return "vnni" if vnni_status()[0] else "int_mm"
+    if requested == "amx":
+        ok, why = amx_status()
+        if not ok:
+            raise ValueError(f"torch-cpu: gemm='amx' is not usable here: {why}")
+        return requested
     if requested == "vnni":
         ok, why = vnni_status()
         if not ok:

@@ -163,7 +163,8 @@ class _Layer:
         mine = [slice(q * e_loc, (q + 1) * e_loc) for q in range(r)]
         loads = [{"key": key, "w13": ex.w13[mine[q]], "w13_scale": ex.w13_scale[mine[q]], "w2": ex.w2[mine[q]],
                   "w2_scale": ex.w2_scale[mine[q]],
-                  "swiglu_limit": a.swiglu_limit, "shared": shared} for q in range(r)]
+                  "swiglu_limit": a.swiglu_limit, "shared": shared,
+                  "shared_limit": getattr(a, "shared_limit", None)} for q in range(r)]
         quant = quant_spec(numerics, max(h.shape[0] for h in a.hidden), a.h) if a.dispatch == "int8" else None
         payloads = [{"key": key, "op": "w8a8_moe_ep", "x": a.hidden[q], "ids": a.topk_ids[q],
                      "weights": a.topk_weights[q], "weights_bf16": numerics.ep_combine_weights == "bfloat16",

@@ -20,8 +20,9 @@ from ..torch_cpu.arith import to_float
 _BF16 = torch.bfloat16
 
 
-def forward(weights: dict, h: np.ndarray) -> torch.Tensor:
-    """bf16 ``[T, H]``: the shared expert (checkpoint tensors ``{gate,up,down}_{weight,scale}``) on ``h``."""
+def forward(weights: dict, h: np.ndarray, limit: float | None = None) -> torch.Tensor:
+    """bf16 ``[T, H]``: the shared expert (checkpoint tensors ``{gate,up,down}_{weight,scale}``) on ``h``, with
+    the serving engine's bf16 clamp of gate / up (``limit``, or None) before the SwiGLU."""
     import backends
 
     tc = backends.get("torch-cpu")
@@ -29,6 +30,10 @@ def forward(weights: dict, h: np.ndarray) -> torch.Tensor:
     u = tc.w8a8_dynamic_linear(h, weights["up_weight"], weights["up_scale"])
     if g.shape != u.shape:
         _check.fail("w8a8_moe_ep", "shared_expert", "gate and up weights of the same shape", f"{g.shape} vs {u.shape}")
+    if limit is not None:   # bf16 clamps to a bound (exact): as w8a8.moe.pipeline's shared expert
+        lim = np.float32(limit)
+        g = np.minimum(np.asarray(g).astype(np.float32), lim).astype(g.dtype)
+        u = np.clip(np.asarray(u).astype(np.float32), -lim, lim).astype(u.dtype)
     a = tc.swiglu(np.concatenate([g, u], axis=-1))
     return to_torch(tc.w8a8_dynamic_linear(a, weights["down_weight"], weights["down_scale"]))
 

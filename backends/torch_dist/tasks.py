@@ -59,7 +59,7 @@ def load_layer(ctx, payload) -> None:
     p = payload
     local = experts.load(_torch(p["w13"]), _torch(p["w13_scale"]), _torch(p["w2"]), _torch(p["w2_scale"]),
                          p["swiglu_limit"])
-    _keep(ctx, p["key"], (local, p["shared"]))
+    _keep(ctx, p["key"], (local, p["shared"], p.get("shared_limit")))
 
 
 def moe_ep(ctx, payload) -> dict:
@@ -79,7 +79,7 @@ def moe_ep(ctx, payload) -> dict:
     from . import experts, shared
 
     p = payload
-    local, shared_weights = _loaded(ctx, p["key"])
+    local, shared_weights, shared_limit = _loaded(ctx, p["key"])
     dev = ctx.device
     x, ids = _torch(p["x"], dev), _torch(p["ids"], dev)
     clock: dict = {}
@@ -112,7 +112,7 @@ def moe_ep(ctx, payload) -> dict:
     routed = to_float(acc, torch.bfloat16)
     barrier()
     t3 = time.perf_counter()
-    sh = None if shared_weights is None else shared.forward(shared_weights, p["x"])
+    sh = None if shared_weights is None else shared.forward(shared_weights, p["x"], shared_limit)
     y = routed if sh is None else shared.add(routed, sh, p["op"])
     t4 = time.perf_counter()
     out = {"y": _numpy(y), "wire": recv.wire,

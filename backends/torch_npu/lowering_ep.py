@@ -237,12 +237,10 @@ def lower_w8a8_moe_ep(a, options: Options = DEFAULT) -> EpPlan:
     """Rank q: dispatch_v2 -> [bf16: npu_dynamic_quant] -> GMM1 (per_token_scale = the received scales) ->
     dequant_swiglu_quant -> GMM2 -> combine_v2 [+ shared expert] (module docstring)."""
 
-    from .lowering_moe import _expert_weights, _shared, dequant_swiglu_call, grouped_call  # it imports .lowering
+    from .lowering_moe import (_expert_weights, _shared, dequant_swiglu_call, grouped_call,  # they import .lowering
+                               routed_pre_clamp)
 
     op = "w8a8_moe_ep"
-    if a.swiglu_limit is not None:
-        reject(op, "swiglu_limit", "None", repr(a.swiglu_limit), "DeepSeek-V4's clamp has no torch_npu lowering "
-               "(npu_dequant_swiglu_quant has no such argument; spec/serving-paths.md §8.4)")
     int8 = a.dispatch == "int8"
     d = mc2_dispatch_args(a, 2 if int8 else 0)
     rows = received_rows(d.expert_ids, None, d.group.e_loc, 0, a.ranks)
@@ -269,6 +267,8 @@ def lower_w8a8_moe_ep(a, options: Options = DEFAULT) -> EpPlan:
             b.decide("BF16 dispatch: one npu_dynamic_quant of the received rows before W13")
         g = grouped_call(b, xq, w13, scale=s13, per_token=xs, bias=None, group_list=counts, group_list_type=1,
                          act_type=0, out=_dt.bfloat16, split_item=2)
+        if a.swiglu_limit is not None:   # serving row M1 where the engine clamps the routed experts
+            g = routed_pre_clamp(b, g, a.swiglu_limit)
         a8, a8s = dequant_swiglu_call(b, g, activate_left=True, quant_mode=1)
         y = grouped_call(b, a8, w2, scale=s2, per_token=a8s, bias=None, group_list=counts, group_list_type=1,
                          act_type=0, out=_dt.bfloat16, split_item=2)
@@ -282,7 +282,7 @@ def lower_w8a8_moe_ep(a, options: Options = DEFAULT) -> EpPlan:
                  f"{capacity([h.shape[0] for h in a.hidden], d.global_bs, d.group.e_loc, a.k)}; the grouped matmuls "
                  "and the combine touch only the first A_q (group_list, ep_send_counts)")
         if a.shared_expert is not None:
-            sh = _shared(b, op, a.shared_expert, x, a.h, options)
+            sh = _shared(b, op, a.shared_expert, x, a.h, options, a.shared_limit)
             total = b.call("torch.add", (b.call("Tensor.float", (out,), out="routed_f32"),
                                          b.call("Tensor.float", (sh,), out="shared_f32")), out="sum_f32")
             out = b.call("Tensor.to", (total, DType("bfloat16")), out="y_bf16",

@@ -387,15 +387,19 @@ def _route(b: Builder, op: str, r: MoeRouting):
     return ids, y
 
 
-def _shared(b: Builder, op: str, se, x: T, h: int, options: Options) -> T:
-    """Shared expert (its structure checked by the golden): gate / up W8A8_DYNAMIC Linears, ``npu_swiglu`` on
-    ``cat([g, u])``, down Linear."""
+def _shared(b: Builder, op: str, se, x: T, h: int, options: Options, limit=None) -> T:
+    """Shared expert (its structure checked by the golden): gate / up W8A8_DYNAMIC Linears, [the engines' bf16
+    clamps ``g.clamp(max=L)``, ``u.clamp(-L, L)``: serving row M5], ``npu_swiglu`` on ``cat([g, u])``, down Linear."""
     g, gi = dynamic_linear_into(b, op, x, h, _dt.bfloat16, se["gate_weight"], se["gate_scale"], None, options,
                                 ("shared_expert.gate_weight", "shared_expert.gate_scale", "bias"))
     u, ui = dynamic_linear_into(b, op, x, h, _dt.bfloat16, se["up_weight"], se["up_scale"], None, options,
                                 ("shared_expert.up_weight", "shared_expert.up_scale", "bias"))
     if gi != ui:
         _check.fail(op, "shared_expert", "gate and up weights of the same shape", f"[{gi}, {h}] vs [{ui}, {h}]")
+    if limit is not None:
+        g = b.call("torch.clamp", (g,), {"max": float(limit)}, out="shared_gate_clamped",
+                   why="the engine's bf16 shared-expert clamp before SiluAndMul (serving row M5)")
+        u = b.call("torch.clamp", (u,), {"min": -float(limit), "max": float(limit)}, out="shared_up_clamped")
     gu = b.call("torch.cat", ([g, u], -1), out="shared_gate_up")
     a = b.call("torch_npu.npu_swiglu", (gu,), {"dim": -1}, out="shared_act")
     d, dn = dynamic_linear_into(b, op, a, gi, _dt.bfloat16, se["down_weight"], se["down_scale"], None, options,
@@ -405,15 +409,25 @@ def _shared(b: Builder, op: str, se, x: T, h: int, options: Options) -> T:
     return d
 
 
+def routed_pre_clamp(b: Builder, g: T, limit) -> T:
+    """The routed experts' clamp as bf16 torch ops on the GMM1 output before ``npu_dequant_swiglu_quant``
+    (which has no clamp argument): gate half ``clamp(max=L)``, up half ``clamp(-L, L)``. On a bf16 input the
+    op only computes SwiGLU, so this equals the golden's clamp inside it (bf16 clamps to a bound are exact;
+    not run on a device: docs/serving-compositions.md)."""
+    lim = float(limit)
+    gate, up = b.call("torch.chunk", (g, 2, -1), out=("gmm1_gate", "gmm1_up"))
+    gate = b.call("torch.clamp", (gate,), {"max": lim}, out="gmm1_gate_clamped",
+                  why="the routed experts' swiglu_limit as a bf16 pre-clamp (serving row M1)")
+    up = b.call("torch.clamp", (up,), {"min": -lim, "max": lim}, out="gmm1_up_clamped")
+    return b.call("torch.cat", ([gate, up], -1), out="gmm1_clamped")
+
+
 @lowers("w8a8_moe", "w8a8_moe_prequantized")
 def lower_w8a8_moe(a: W8a8MoeArgs, options: Options = DEFAULT) -> Plan:
     """Both entry points of the layer, on the golden's checked :class:`~w8a8.moe.pipeline.W8a8MoeArgs`
     (its checks of the dispatch step included): they differ in the dispatch (quantize here, or gather
     the dispatched int8 rows and their scales)."""
     op, prequantized = a.op, a.x_scale is not None
-    if a.swiglu_limit is not None:
-        reject(op, "swiglu_limit", "None", repr(a.swiglu_limit), "DeepSeek-V4's clamp has no torch_npu lowering on "
-               "this path (spec/serving-paths.md §8.4; npu_dequant_swiglu_quant has no such argument)")
     # The golden computes through these until an op it runs refuses them; the device chain cannot stop.
     _finite(op, ("x_scale", a.x_scale), ("shared_input", a.shared_input))
     t, h = a.t, a.h
@@ -428,6 +442,8 @@ def lower_w8a8_moe(a: W8a8MoeArgs, options: Options = DEFAULT) -> Plan:
         row_idx_type=0, quant_mode=-1 if prequantized else 1, expert_range=(0, e))
     g = grouped_call(b, x_e, w13t, scale=s13, per_token=s_e, bias=None, group_list=counts, group_list_type=1,
                      act_type=0, out=_dt.bfloat16, split_item=2)
+    if a.swiglu_limit is not None:   # serving row M1 where the engine clamps the routed experts
+        g = routed_pre_clamp(b, g, a.swiglu_limit)
     a_q, a_s = dequant_swiglu_call(b, g, activate_left=True, quant_mode=1)
     o = grouped_call(b, a_q, w2t, scale=s2w, per_token=a_s, bias=None, group_list=counts, group_list_type=1,
                      act_type=0, out=_dt.bfloat16, split_item=2)
@@ -435,10 +451,14 @@ def lower_w8a8_moe(a: W8a8MoeArgs, options: Options = DEFAULT) -> Plan:
                     why="SGLang: topk_weights.to(hidden.dtype)")
     y = finalize_call(b, o, None, None, None, w_bf16, row_idx, ids, drop_pad_mode=2, k=None)
     b.decide("finalize drop_pad_mode=2: the row-major (t*K + j) gather map of init_routing_v2 row_idx_type=0")
+    if a.routed_scale is not None:
+        y = b.call("torch.mul", (y, float(a.routed_scale)), out="routed_scaled",
+                   why=f"{a.serving.name}: the bf16 routed output times routed_scaling_factor after the finalize "
+                       "(serving row M2; the gating op got 1)")
     if a.shared_expert is not None:
         # w8a8_moe: the shared expert runs on the same bf16 hidden states; prequantized: on shared_input
         sx = b.input("shared_input", a.shared_input) if prequantized else x
-        d = _shared(b, op, a.shared_expert, sx, h, options)
+        d = _shared(b, op, a.shared_expert, sx, h, options, a.shared_limit)
         total = b.call("torch.add", (b.call("Tensor.float", (y,), out="routed_f32"),
                                      b.call("Tensor.float", (d,), out="shared_f32")), out="sum_f32")
         y = b.call("Tensor.to", (total, DType("bfloat16")), out="y_bf16", why="bf16(fp32(routed) + fp32(shared))")

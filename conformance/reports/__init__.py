@@ -35,6 +35,42 @@ def write_all(out_dir: str | Path, records: list[dict], meta: dict) -> dict[str,
     return paths
 
 
+def not_run(meta: dict) -> dict[str, list[str]]:
+    """``{backend: [ops]}``: the ops of the run a backend does not implement (planned, never run on it)."""
+    return {b: list(ops) for b, ops in (meta.get("not_implemented") or {}).items() if ops}
+
+
+def verdict(summary: dict, meta: dict) -> tuple[int, str]:
+    """The run's exit status and its verdict in words.
+
+    1 — a case failed (fail, error, crash, timeout, leak); 1 — nothing was judged, or an op named with ``--op``
+    is implemented by none of the backends named with ``--backend`` (what was asked was not verified: never a
+    green); else 0. With the default backends, an op none of them implements exits 0 when its golden was judged
+    on its hand-derived named cases, and the verdict says plainly that no backend verified it. Ops that some
+    backends do not implement are said by name either way (they were not run on those backends)."""
+    gaps = not_run(meta)
+    judged = sum(summary["totals"].values())
+    asked = list(meta.get("ops_asked") or [])
+    backends_run = [b for b in (meta.get("backends") or {})] or sorted(gaps)
+    unverified = [op for op in asked if backends_run and all(op in gaps.get(b, ()) for b in backends_run)]
+    words = []
+    for b, ops in sorted(gaps.items()):
+        shown = ", ".join(ops[:6]) + (f" and {len(ops) - 6} more" if len(ops) > 6 else "")
+        words.append(f"{b} does not implement {shown} (not run there)")
+    if not summary["ok"]:
+        return 1, "disagreements found" + (f"; {'; '.join(words)}" if words else "")
+    explicit = bool(meta.get("backends_asked"))
+    if unverified and not explicit and judged:
+        words.insert(0, f"{', '.join(unverified)}: implemented by none of the backends run "
+                        f"({', '.join(backends_run)}) — only the golden's own named cases judged it, no backend verified it")
+        unverified = []
+    if judged == 0 or unverified:
+        what = (f"{', '.join(unverified)}: implemented by none of the backends run ({', '.join(backends_run)})"
+                if unverified else "no case was judged")
+        return 1, f"NOT VERIFIED — {what}" + (f"; {'; '.join(words)}" if words else "")
+    return 0, "every judged case agrees with the golden" + (f"; {'; '.join(words)}" if words else "")
+
+
 def build_summary(records: list[dict]) -> dict:
     """:func:`conformance.results.summarize` plus the failure groups (:func:`.grouping.groups`, as dicts)."""
     summary = summarize(records)
@@ -43,7 +79,9 @@ def build_summary(records: list[dict]) -> dict:
 
 
 def json_summary(summary: dict, meta: dict) -> dict:
-    return {"meta": meta, "ok": summary["ok"], "totals": summary["totals"],
+    status, words = verdict(summary, meta)
+    return {"meta": meta, "ok": summary["ok"] and status == 0, "exit_status": status, "verdict": words,
+            "totals": summary["totals"],
             "matrix": {b: {op: {k: v for k, v in cell.items() if k != "hist"} for op, cell in ops.items()}
                        for b, ops in summary["cells"].items()},
             "groups": summary.get("groups", []),

@@ -146,12 +146,15 @@ def variants_section(summary: dict) -> list[str]:
 def render(summary: dict, meta: dict) -> str:
     from . import meta_rows
 
-    ok = summary["ok"]
+    from . import verdict as _verdict
+
+    status, words = _verdict(summary, meta)
+    ok = status == 0
     out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
            "<title>w8a8 conformance report</title>", f"<style>{CSS}</style></head><body>",
            "<h1>w8a8 conformance report</h1>",
            f"<div class='verdict {'ok' if ok else 'notok'}' id='verdict'>"
-           f"{'All backends agree with the golden' if ok else 'Disagreements found'}</div>",
+           f"{_e(words[:1].upper() + words[1:])} (exit status {status})</div>",
            "<dl class='meta'>"]
     rows, backends = meta_rows(meta)
     out += [f"<dt>{_e(key)}</dt><dd><code>{_e(value)}</code></dd>" for key, value in rows]

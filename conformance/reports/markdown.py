@@ -106,8 +106,10 @@ def render(summary: dict, meta: dict) -> str:
     from . import meta_rows
 
     lines = ["# w8a8 conformance report", ""]
-    verdict = "all backends agree with the golden" if summary["ok"] else "DISAGREEMENTS FOUND"
-    lines += [f"**Result: {verdict}.**", ""]
+    from . import verdict as _verdict
+
+    status, words = _verdict(summary, meta)
+    lines += [f"**Result: {words}** (exit status {status}).", ""]
     rows, backends = meta_rows(meta)
     lines += [f"- {key}: `{value}`" for key, value in rows]
     lines += [f"- backend `{name}`: numerics `{num}` ({diffs})" for name, num, diffs in backends]

@@ -35,6 +35,13 @@ def print_summary(records: list[dict], meta: dict, console=None) -> dict:
         console.print(f"   repro: {f.get('repro')}", markup=False)
     if len(summary["failures"]) > 20:
         console.print(f"... and {len(summary['failures']) - 20} more (see the reports)")
-    verdict = "[green]all backends agree with the golden[/]" if summary["ok"] else "[bold red]disagreements found[/]"
-    console.print(f"result: {verdict}; " + ", ".join(f"{k} {v}" for k, v in sorted(summary["totals"].items())))
+    from rich.markup import escape
+
+    from . import verdict as _verdict
+
+    status, words = _verdict(summary, meta)
+    summary["exit_status"], summary["verdict"] = status, words
+    colour = "green" if status == 0 else "bold red"
+    console.print(f"result: [{colour}]{escape(words)}[/]; " +
+                  (", ".join(f"{k} {v}" for k, v in sorted(summary["totals"].items())) or "0 cases"))
     return summary

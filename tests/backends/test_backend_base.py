@@ -178,7 +178,7 @@ def test_registration_mistakes_fail_when_the_class_is_created():
     with pytest.raises(TypeError, match="@loads without @implements for swiglu"):
         class LoaderOnly(Backend):
             @loads("swiglu")
-            def _load(self, a):
+            def _load_swiglu(self, a):
                 return a
     with pytest.raises(TypeError, match="must not be named like the public op method 'swiglu'"):
         class Shadow(Backend):
@@ -187,6 +187,29 @@ def test_registration_mistakes_fail_when_the_class_is_created():
                 return None
     with pytest.raises(TypeError, match="the op names, as strings"):
         implements()
+
+
+def test_a_helper_named_like_the_base_classs_private_machinery_fails_when_the_class_is_created():
+    # a helper called _load would replace Backend._load (the loader step of every prepare): refused, naming both
+    with pytest.raises(TypeError, match=r"\.Helper\._load shadows backends\.Backend\._load, the base class's own "
+                                        r"machinery; rename it"):
+        class Helper(Backend):
+            @implements("swiglu")
+            def _swiglu(self, a):
+                return self._load(a)
+
+            def _load(self, a):
+                return a
+    with pytest.raises(TypeError, match=r"Backend\._convert_out"):
+        class Converter(Backend):
+            def _convert_out(self, value):
+                return value
+
+    class DeviceArrays(Backend):                  # the one private hook a backend may override
+        def _is_device_array(self, value):
+            return False
+
+    assert DeviceArrays()._is_device_array(np.zeros(1)) is False
 
 
 def test_a_subclass_overrides_by_name_or_by_registration():

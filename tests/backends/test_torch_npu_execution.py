@@ -107,6 +107,16 @@ def device_rows(value: np.ndarray, rows: int) -> np.ndarray:
     return out
 
 
+class NzTensor(torch.Tensor):
+    """What ``npu_format_cast(t, 29)`` returns on the device: the logical shape and values stay ND, the storage
+    holds the FRACTAL_NZ bytes (the golden's :func:`w8a8.format_cast_nz`), which ``untyped_storage()`` gives."""
+
+    nz = None
+
+    def untyped_storage(self):
+        return super().untyped_storage() if self.nz is None else self.nz.untyped_storage()
+
+
 class FakeTorchNpu:
     """torch_npu on the CPU: records calls, checks the documented argument rules, computes with the golden.
     With a ``world`` it is one rank of an HCCL group: its MC2 EP ops check the rank's own arguments, meet
@@ -223,7 +233,9 @@ class FakeTorchNpu:
 
     def npu_format_cast(self, t, acl_format):
         assert acl_format == 29 and self.npu.config.allow_internal_format, "NZ needs allow_internal_format"
-        return self._done("npu_format_cast", (t, acl_format), {}, t.clone())
+        out = t.clone().as_subclass(NzTensor)   # the logical (ND) values, and the NZ bytes as its storage
+        out.nz = dev(w8a8.format_cast_nz(host(t)).reshape(-1))
+        return self._done("npu_format_cast", (t, acl_format), {}, out)
 
     def npu_trans_quant_param(self, scale, offset=None, round_mode=0):
         assert scale.dim() == 1 or (scale.dim() == 2 and scale.shape[0] == 1), "meta: (t,) or (1, n) only"
@@ -886,3 +898,47 @@ def test_thread_launcher_reports_the_failing_rank(monkeypatch):
     monkeypatch.setattr(execution_ep, "run_rank", run_rank)
     with pytest.raises(ValueError, match="rank 1's own error"):
         execution_ep.ThreadLauncher(lambda q, r: None).run(["good", "bad"])
+
+
+# -- the fake's op surface is the lowering's: every lowered op runs its declared cases through the fake ----------
+def _lowered_ops():
+    from backends.torch_npu import lowering
+
+    return sorted(lowering.LOWERINGS)
+
+
+def _fresh_env():
+    events = []
+    fake = FakeTorchNpu(events)
+    rt = Runtime(torch=torch, torch_npu=fake, device="cpu", synchronize=lambda: events.append("synchronize"))
+    return SimpleNamespace(events=events, fake=fake, backend=TorchNpuBackend(runtime=rt))
+
+
+@pytest.mark.parametrize("op", _lowered_ops())
+def test_every_lowering_runs_its_named_cases_through_the_fake(op):
+    # A new lowering is tested here without editing this file: its plan's torch_npu calls must all exist on the
+    # fake (a lowering with no fake call fails, naming the call), and its named cases must agree strictly with the
+    # golden through the fake. A case the device cannot take (a documented constraint) is skipped; at least one of
+    # the op's first cases must reach the fake.
+    from conformance import registry
+    from conformance.evaluate import BAD_STATUSES, run_case
+    from backends.base import Unsupported
+
+    ran = 0
+    for case in registry.named_cases(op)[:4]:
+        e = _fresh_env()
+        args, kwargs = case.build()
+        try:
+            plan = e.backend.lower(op, *args, **kwargs)
+        except Unsupported:
+            continue
+        called = [c.fn.split(".", 1)[1] for c in plan.load + plan.calls if c.fn.startswith("torch_npu.")]
+        missing = sorted({fn for fn in called if not callable(getattr(FakeTorchNpu, fn, None))})
+        assert not missing, f"{op}: the lowering calls torch_npu.{missing} that the recording fake does not have"
+        record = run_case(registry.get(op), {"named": case.key}, e.backend, strict=True)
+        if record["status"] == "unsupported":
+            continue
+        assert record["status"] not in BAD_STATUSES, (case.key, record)
+        assert [c[0] for c in e.fake.calls] == called      # what ran is the plan's calls, through the fake
+        ran += 1
+    assert ran, f"none of {op}'s first named cases reaches the fake"

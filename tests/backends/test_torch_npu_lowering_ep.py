@@ -97,13 +97,15 @@ def test_dispatch_v1_has_the_sender_side_index_and_no_comm_alg():
 def test_dispatch_mask_smooth_scales_and_tp1():
     xs, ids = tokens([3, 3], seed=3)
     mask = [np.array([True, True, False]), np.array([[True, False], [True, True], [False, True]])]
-    smooth = ARRAYS.f32(5, 1024, lo=0.5, hi=1.5)                 # [E + shared_expert_num, H]
+    smooth = ARRAYS.f32(4, 1024, lo=0.5, hi=1.5)                 # [E, H]: no shared-expert ranks, sharedExpertNum 0
     plan = lower("moe_distribute_dispatch_v2", xs, ids, "g", 2, [0, 1], 4, x_active_mask=mask, scales=smooth,
                  quant_mode=2, tp_world_size=1, group_tp="g")
     k0, k1 = (plan.ranks[q].calls[0].kwargs for q in range(2))
     assert plan.ranks[0].inputs["x_active_mask"].array.shape == (3,)      # a prefix of rows: 1-D
     assert plan.ranks[1].inputs["x_active_mask"].array.shape == (3, 2)    # per copy: 2-D
     assert k0["scales"] == T("scales") and k0["group_tp"] == GROUP and k0["tp_world_size"] == 1
+    # the device gets the [E, H] tensor the tiling checks (dim0 == sharedExpertNum + moeExpertNum = 0 + 4)
+    assert plan.ranks[0].inputs["scales"].array.shape == (4, 1024) and k0["shared_expert_num"] == 1
 
 
 @pytest.mark.parametrize("kw, arg", [(dict(ep_world_size=4), "ep_world_size"), (dict(quant_mode=1), "quant_mode"),
@@ -196,9 +198,13 @@ def test_w8a8_moe_ep_mc2_limits_are_device_constraints(kw, match):
         lower("w8a8_moe_ep", **layer(**kw))
 
 
-def test_w8a8_moe_ep_swiglu_limit_is_unsupported():
-    with pytest.raises(ConstraintError, match="'swiglu_limit'"):
-        lower("w8a8_moe_ep", **layer(), swiglu_limit=7.0)
+def test_w8a8_moe_ep_swiglu_limit_as_each_engine_runs_it():
+    # serving row M1: no routed clamp under SGLang; vllm-ascend's as a bf16 pre-clamp of GMM1's output
+    sgl = lower("w8a8_moe_ep", **layer(), swiglu_limit=7.0)
+    assert "torch.clamp" not in sgl.ranks[0].functions("calls")
+    va = lower("w8a8_moe_ep", **layer(), swiglu_limit=7.0, serving="vllm-ascend").ranks[0].functions("calls")
+    i = va.index("torch_npu.npu_dequant_swiglu_quant")
+    assert va[i - 4:i] == ["torch.chunk", "torch.clamp", "torch.clamp", "torch.cat"]
 
 
 def test_ep_plan_describes_every_rank():

@@ -375,17 +375,32 @@ def test_w8a8_moe_router_paths():
     sig = lower("w8a8_moe", bf16(5, 64), *moe_weights(e=8), top_k=2, router_logits=bf16(5, 8), scoring_func="sigmoid",
                 correction_bias=f32(8), routed_scaling_factor=1.5)
     gate = sig.find("npu_moe_gating_top_k")
-    assert gate.kwargs["norm_type"] == 1 and gate.kwargs["routed_scaling_factor"] == 1.5
+    # serving row M2 (SGLang, the default): the gating op gets 1, the bf16 routed output is multiplied after
+    # the finalize (fused_topk_npu with renormalize; DeepseekV2MoE's *= routed_scaling_factor)
+    assert gate.kwargs["norm_type"] == 1 and gate.kwargs["routed_scaling_factor"] == 1.0
+    fns = sig.functions("calls")
+    assert fns[fns.index("torch_npu.npu_moe_finalize_routing") + 1] == "torch.mul"
+    assert sig.find("torch.mul").args[1] == 1.5
     assert sig.inputs["router_logits"].array.dtype == np.float32     # SGLang: logits.float()
     with pytest.raises(ConstraintError, match="'norm_type'"):
         lower("w8a8_moe", bf16(5, 64), *moe_weights(e=8), top_k=2, router_logits=bf16(5, 8),
               scoring_func="sqrtsoftplus")
 
 
-def test_w8a8_moe_swiglu_limit_is_unsupported():
-    with pytest.raises(ConstraintError, match="'swiglu_limit'"):
-        lower("w8a8_moe", bf16(3, 64), *moe_weights(), topk_ids=np.zeros((3, 1), np.int32), topk_weights=f32(3, 1),
-              swiglu_limit=10.0)
+@pytest.mark.parametrize("serving", ["sglang", "vllm-ascend"])
+def test_w8a8_moe_swiglu_limit_as_each_engine_runs_it(serving):
+    # serving row M1: SGLang's ascend_tp runs the routed experts unclamped (no clamp call at all); vllm-ascend
+    # clamps them: emitted as the bf16 pre-clamp of GMM1's output before npu_dequant_swiglu_quant
+    plan = lower("w8a8_moe", bf16(3, 64), *moe_weights(), topk_ids=np.zeros((3, 1), np.int32),
+                 topk_weights=f32(3, 1), swiglu_limit=10.0, serving=serving)
+    fns = plan.functions("calls")
+    if serving == "sglang":
+        assert "torch.clamp" not in fns
+        return
+    i = fns.index("torch_npu.npu_dequant_swiglu_quant")
+    assert fns[i - 4:i] == ["torch.chunk", "torch.clamp", "torch.clamp", "torch.cat"]
+    gate, up = plan.find("torch.clamp", index=0), plan.find("torch.clamp", index=1)
+    assert gate.kwargs == {"max": 10.0} and up.kwargs == {"min": -10.0, "max": 10.0}
 
 
 def test_w8a8_moe_shared_expert_adds_three_linears():

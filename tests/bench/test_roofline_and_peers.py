@@ -71,7 +71,7 @@ def test_annotate_adds_the_roofline_and_the_table_names_it():
     console = Console(record=True, width=400)
     report.print_table(recs, PEAKS, console)
     text = console.export_text()
-    assert "int8-bound at 58% (DRAM bw 50%)" in text and "bandwidth-bound (DRAM) at" in text
+    assert "int8-bound (AVX-512 VNNI) at 58% (DRAM bw 50%)" in text and "bandwidth-bound (DRAM) at" in text
     assert "out of cache 34.0" in text and "(int8_vnni_avx512)" in text
 
 

@@ -161,7 +161,9 @@ def test_w13_disagreement_is_an_error(kit, naming):
     assert "moe-w13-disagree" in codes(moe.findings)
 
 
-def test_w2_differing_from_w13_is_a_warning(kit, naming):
+def test_w2_differing_from_w13_as_each_engine_resolves_it(kit, naming):
+    # SGLang (modelslim.py@07ee8929::get_moe_scheme) builds w13 and w2 schemes separately: a FLOAT down projection
+    # with W8A8_DYNAMIC gate/up has no MoE scheme -> ValueError; vllm-ascend's loader: a warning here
     n = kit.NAMES[naming]
     down = n["projs"][2]
 
@@ -169,11 +171,28 @@ def test_w2_differing_from_w13_is_a_warning(kit, naming):
         for e in range(4):
             _retag_expert(w, kit, naming, e, down, "FLOAT")
 
-    res, mods = modules(kit.make(naming, mutate))
+    path = kit.make(naming, mutate)
+    res, mods = modules(path)
     moe = mods[n["moe"]]
     assert moe.scheme == "W8A8_DYNAMIC" and moe.moe.w2_scheme == "FLOAT"
-    assert "moe-w2-differs" in codes(moe.findings, "warning")
-    assert not moe.findings.errors
+    assert "moe-w2-unsupported" in codes(moe.findings)
+    assert any("modelslim.py@07ee8929::get_moe_scheme" in f.message for f in moe.findings.errors)
+    _, mods_va = modules(path, "vllm-ascend")
+    assert "moe-w2-differs" in codes(mods_va[n["moe"]].findings, "warning")
+    assert not mods_va[n["moe"]].findings.errors
+
+
+def test_moe_naming_from_up_and_down_without_gate(kit, naming):
+    # SGLang needs expert 0's gate *or* up entry plus its down entry
+    n = kit.NAMES[naming]
+    gate = n["projs"][0]
+
+    def mutate(w):
+        del w.types[f"{n['moe']}.0.{gate}.weight"]
+
+    res, mods = modules(kit.make(naming, mutate))
+    moe = mods[n["moe"]]
+    assert "moe-no-expert0" not in codes(moe.findings) and moe.scheme == "W8A8_DYNAMIC"
 
 
 def test_static_w8a8_experts_are_an_error(kit, naming):
@@ -268,3 +287,22 @@ def test_no_expert_zero(kit, naming):
 
     res, mods = modules(kit.make(naming, mutate))
     assert "moe-no-expert0" in codes(mods[n["moe"]].findings)
+
+
+def test_sglang_ascend_tp_runs_dsv4_routed_experts_unclamped_finding(kit):
+    # serving row M1: SGLang's ascend_tp path (no --moe-a2a-backend) never applies swiglu_limit to the routed
+    # experts; inspect says so for a DeepSeek-V4 checkpoint, with the source line; vllm-ascend clamps them
+    from checkpoints import analyze
+    from checkpoints.dispatch import LaunchConfig
+
+    path = kit.make("v4", config={**kit.small_config("v4"), "swiglu_limit": 10.0})
+    rep = analyze(path, read_data=False)
+    hits = [f for f in rep.findings if f.code == "sglang-routed-unclamped"]
+    assert hits and hits[0].severity == "warning" and "ascend.py@0dd459f6" in hits[0].message
+    assert not [f for f in analyze(path, loader="vllm-ascend", read_data=False).findings
+                if f.code == "sglang-routed-unclamped"]
+    deepep = analyze(path, read_data=False, launch=LaunchConfig(engine="sglang", moe_a2a_backend="deepep"))
+    assert not [f for f in deepep.findings if f.code == "sglang-routed-unclamped"]
+    config = {k: v for k, v in kit.small_config("v4").items() if k != "swiglu_limit"}
+    plain = analyze(kit.make("v4", config=config), read_data=False)     # no swiglu_limit: nothing to clamp
+    assert not [f for f in plain.findings if f.code == "sglang-routed-unclamped"]

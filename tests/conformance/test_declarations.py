@@ -40,7 +40,7 @@ def test_every_op_declares_named_cases_and_bad_calls():
         assert decl.bad_calls, f"{name} declares no bad calls"
         assert all(b.op == name and b.key == f"{name}/{b.name}" for b in decl.bad_calls)
         assert all(c.op == name for c in decl.cases)
-        assert decl.variants is None  # filled by the kernel-variant work
+        assert decl.cases, f"{name} declares no named case"  # its first is the op's valid call
 
 
 @pytest.mark.parametrize("key", [c.key for c in registry.named_cases() if c.expected])
@@ -68,11 +68,12 @@ def test_bad_calls_hold_on_the_golden(key):
 
 def _decl(**changes):
     base = dict(name="dynamic_quant", family="dense", params=lambda: None, build=lambda p: ((), {}),
-                outputs=outputs(("y", "int")))
+                outputs=outputs(("y", "int")), cases=[Case("valid", lambda: ((), {}))])
     return OpDecl(**(base | changes))
 
 
 @pytest.mark.parametrize("changes, message", [
+    (dict(cases=[]), "declares no named case; its first named case is the op's valid call"),
     (dict(outputs=outputs(("y", "codes"))), "output 'y' has kind 'codes'"),
     (dict(outputs=outputs(("y", "int"), ("y", "scale"))), "duplicate output names"),
     (dict(cases=[Case("a", lambda: ((), {})), Case("a", lambda: ((), {}))]), r"duplicate case names \['a'\]"),

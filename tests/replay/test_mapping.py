@@ -111,3 +111,29 @@ def test_c_ascend_prefix_is_replayed():
     c = map_entry(_entry("_C_ascend.npu_dequant_swiglu_quant.0.forward", [_rec("x", "int32", (4, 16))],
                          {"swiglu_mode": 1}, [_rec("y", "int8", (4, 8)), _rec("s", "float32", (4,))]))
     assert c.op == "dequant_swiglu_quant" and "swiglu_mode" in c.not_replayable
+
+
+def test_the_op_map_is_the_goldens_mirrors():
+    # replay's torch_npu -> golden map is read from @golden_op(mirrors=...), for the calls replay has a rule for
+    from w8a8 import registry
+    from replay.mapping import QUANT_OPS, RULES, golden_of
+
+    assert set(QUANT_OPS) == set(RULES)
+    for api, op in QUANT_OPS.items():
+        assert registry.get(op).mirrors == f"torch_npu.{api}"
+    assert golden_of("npu_quant_matmul") == "quant_matmul"     # not the int4 path that mirrors it too
+    assert golden_of("npu_rms_norm") is None
+
+
+def test_a_mirrored_op_without_a_replay_rule_is_not_replayable_naming_its_golden():
+    from replay.mapping import QUANT_OPS
+    from w8a8 import registry
+
+    unruled = [op for op in registry.ops() if op.mirrors.startswith("torch_npu.")
+               and op.mirrors.split(".", 1)[1] not in QUANT_OPS and op.name != "format_cast_nz"]
+    assert unruled, "every mirrored op has a replay rule: pick another example"
+    op = unruled[0]
+    api = op.mirrors.split(".", 1)[1]
+    call = map_entry(_entry(f"NPU.{api}.0.forward", [], {}, []))
+    assert call.op == op.name and not call.replayable
+    assert call.not_replayable == f"replay has no argument mapping for torch_npu.{api} (its golden is w8a8.{op.name})"

@@ -292,8 +292,10 @@ moe_distribute_combine_v2.__doc__ = (
     """``torch_npu.npu_moe_distribute_combine_v2`` (MC2 v2, A3) on simulated ranks.
 
     A3 v2: H in [1024, 8192]; ``comm_alg`` as the dispatch. ``x_active_mask`` (per rank ``[BS_r]`` or
-    ``[BS_r, K]``): a masked copy contributes nothing; a token with every copy masked gets +0 (the
-    device's value there is not confirmed, spec §7.8). ``shared_expert_x`` (per rank ``[BS_r, H]``,
+    ``[BS_r, K]``): a masked copy contributes nothing; a token with every copy masked (1-D: an inactive
+    token) is **not written** by the kernel (it combines only the active tokens into an output it never
+    initialises): its row is unspecified; the golden writes the sum of nothing there (+0, plus
+    ``shared_expert_x`` if given) and the op's declaration masks those rows out of comparisons. ``shared_expert_x`` (per rank ``[BS_r, H]``,
     or 3-D) is added to the sum unweighted before the one rounding. ``expand_scales`` is accepted and
     ignored (carried for the hierarchy path); ``elastic_info``, ``ori_x``, the const-expert tensors,
     ``performance_info`` and the special experts are not modelled (None / 0 only).

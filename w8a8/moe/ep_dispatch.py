@@ -120,6 +120,11 @@ def group_args(op: str, v2: bool, r: int, group_ep, ep_world_size, ep_rank_id, m
         _check.fail(op, "shared_expert_rank_num", f"a divisor of ep_world_size = {r} (v1)", str(s))
     if s and v2 and (sen == 0 or s % sen):
         _check.fail(op, "shared_expert_rank_num", f"a multiple of shared_expert_num = {sen} (v2)", str(s))
+    if v2 and not s and sen > 1:
+        # torch_npu accepts (1, 0) and (0, 0) only; the tiling resets the default 1 to 0 without shared-expert
+        # ranks and then refuses any other count (CheckSharedAttrs)
+        _check.fail(op, "shared_expert_num", "0 or 1 (the default) with shared_expert_rank_num = 0 (v2: torch_npu "
+                    "and the tiling refuse shared experts without shared-expert ranks)", str(sen))
     if s and comm_alg == "hierarchy":
         _check.fail(op, "shared_expert_rank_num", "0 with comm_alg 'hierarchy'", str(s))
     e = _check.integer(op, "moe_expert_num", moe_expert_num, minimum=1, maximum=1024 if v2 else 512)
@@ -213,6 +218,15 @@ def not_modelled(op: str, g: EpGroup, special: dict) -> None:
                     "path cited in spec/expert-parallel.md uses them)", str(g.shared_ranks))
 
 
+def smooth_row_offset(g: EpGroup, v2: bool) -> int:
+    """The smooth-scale row of expert e is ``e + offset``. v2: the tiling's ``sharedExpertNum`` (it resets the
+    default ``shared_expert_num = 1`` to 0 when ``shared_expert_rank_num = 0``; the kernel reads row
+    ``dstExpertId + sharedExpertNum_``); v1: 1 when there are shared-expert ranks, else 0."""
+    if v2:
+        return g.shared_expert_num if g.shared_ranks else 0
+    return 1 if g.shared_ranks else 0
+
+
 def dispatch_args(op: str, v2: bool, x, expert_ids, group_ep, ep_world_size, ep_rank_id, moe_expert_num, scales,
                   x_active_mask, expert_scales, group_tp, tp_world_size, tp_rank_id, expert_shard_type,
                   shared_expert_num, shared_expert_rank_num, quant_mode, global_bs, expert_token_nums_type,
@@ -230,7 +244,7 @@ def dispatch_args(op: str, v2: bool, x, expert_ids, group_ep, ep_world_size, ep_
         _check.fail(op, "quant_mode", "0 or 2 (the tiling: 'cannot support static quant now')", "1")
     if qm not in (0, 2):
         _check.fail(op, "quant_mode", "0 (none) or 2 (dynamic per-token int8) on A3", str(qm))
-    offset = g.shared_expert_num if v2 else (1 if g.shared_ranks else 0)
+    offset = smooth_row_offset(g, v2)
     sc = None
     if scales is not None:
         if qm != 2:
@@ -238,7 +252,9 @@ def dispatch_args(op: str, v2: bool, x, expert_ids, group_ep, ep_world_size, ep_
                         _check.describe(scales))
         sc = _check.array(op, "scales", scales, dtypes=(_dt.float32,), ndim=2)
         _check.shape(op, "scales", sc, [(g.experts + offset, h)],
-                     f"of shape [E + {offset}, H] = [{g.experts + offset}, {h}]")
+                     f"of shape [E + {offset}, H] = [{g.experts + offset}, {h}]" +
+                     (" (v2 without shared-expert ranks: the tiling resets shared_expert_num to 0)"
+                      if v2 and not g.shared_ranks else ""))
         C.check_finite(op, "scales", sc, numerics)
     if qm == 2 and numerics.ep_dispatch_quant == "init_routing" and (sc is not None or xs[0].dtype != _dt.bfloat16):
         # that formula is npu_moe_init_routing_v2(quant_mode=1)'s, on the bf16 rows it gathers: an fp16 x or
@@ -321,10 +337,13 @@ _DOC_COMMON = """
         when the lists are in rank order). Every output list follows the entries' order.
     moe_expert_num : E, a multiple of ``R - shared_expert_rank_num``; ``E_loc = E / (R - S)``.
     scales : optional fp32 ``[E + offset, H]`` smooth scales (quant_mode 2 only); the row of expert e is
-        ``e + offset`` with offset = ``shared_expert_num`` (v2), ``1 if S else 0`` (v1).
+        ``e + offset`` with offset = the tiling's shared-expert count: ``shared_expert_num`` with
+        shared-expert ranks, **0 without** (v2: the tiling resets the default 1 to 0 when S = 0, so the
+        tensor is ``[E, H]`` there), ``1 if S else 0`` (v1).
     group_tp, tp_world_size (0 or 1), tp_rank_id (0): reserved (the kernels' tp = 2 path is not modelled).
     expert_shard_type : 0 only. shared_expert_rank_num : S; **the golden computes S = 0 only** (ValueError
-        otherwise, after the A3 checks). shared_expert_num : v1 1, v2 [0, 4].
+        otherwise, after the A3 checks). shared_expert_num : v1 1, v2 [0, 4]; with S = 0 only 0 or 1
+        (torch_npu and the tiling refuse 2 - 4 without shared-expert ranks).
     quant_mode : 0 (rows travel in x's dtype) or 2 (dynamic per-token int8; 1 is rejected by the tiling).
     global_bs : 0 or ``max_r BS_r * R``; 0 only when every rank has the same BS.
     expert_token_nums_type : 1 counts (default), 0 prefix sums.

@@ -34,7 +34,8 @@ from ..rounding import to_float
 from . import _common as C
 from . import _ep
 from .grouped_matmul import grouped_matmul
-from .pipeline import ExpertWeights, _load_experts, _shared, expert_weights_args, shared_expert_args
+from .. import serving as _sv
+from .pipeline import ExpertWeights, _load_experts, _shared, expert_weights_args, shared_expert_args, swiglu_limit_arg
 from .swiglu import dequant_swiglu_quant
 
 __all__ = ["w8a8_moe_ep", "w8a8_moe_ep_stages"]
@@ -56,22 +57,26 @@ class W8a8MoeEpArgs:
     k: int                           # K
     h: int                           # H
     dispatch: str                    # "int8" (quantized by the sender) or "bf16" (quantized on arrival)
-    swiglu_limit: object             # as given (checked by dequant_swiglu_quant when it runs)
+    swiglu_limit: object             # the routed experts' clamp the engine applies (serving row M1), or None
     shared_expert: Mapping | None    # the six checkpoint tensors, or None
+    shared_limit: float | None = None   # the shared expert's bf16 clamp (serving row M5), or None
 
 
 def w8a8_moe_ep_args(hidden, w13, w13_scale, w2, w2_scale, *, topk_ids, topk_weights, dispatch="int8",
-                     swiglu_limit=None, shared_expert=None, numerics: Numerics = ASCEND) -> W8a8MoeEpArgs:
+                     swiglu_limit=None, shared_expert=None, numerics: Numerics = ASCEND,
+                     serving=None) -> W8a8MoeEpArgs:
     """Every argument check of :func:`w8a8_moe_ep`, in its order: numerics, hidden (a list of bf16
     ``[T_r, H]``), the shared expert's structure, the experts' weights (E a multiple of R), the routing
     lists, ``dispatch``. TypeError for dtypes and non-lists, ValueError otherwise."""
     return _args(_OP, hidden, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights, dispatch, swiglu_limit,
-                 shared_expert, numerics)
+                 shared_expert, numerics, serving)
 
 
 def _args(op, hidden, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights, dispatch, swiglu_limit, shared_expert,
-          numerics) -> W8a8MoeEpArgs:
+          numerics, serving=None) -> W8a8MoeEpArgs:
     C.check_numerics(op, numerics)
+    sv = _sv.get(serving, op)
+    limit = swiglu_limit_arg(op, swiglu_limit)
     hs = _ep.rank_list(op, "hidden", hidden, dtypes=(_dt.bfloat16,), ndim=2)
     r, h = len(hs), hs[0].shape[1]
     for q, a in enumerate(hs):
@@ -91,7 +96,8 @@ def _args(op, hidden, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights, disp
     dispatch = _check.choice(op, "dispatch", dispatch, DISPATCH)
     return W8a8MoeEpArgs(hidden=hs, experts=experts, topk_ids=[i.astype(np.int32) for i in ids],
                          topk_weights=[w.astype(np.float32) for w in wts], ranks=r, e_loc=experts.e // r, k=k, h=h,
-                         dispatch=dispatch, swiglu_limit=swiglu_limit, shared_expert=shared_expert)
+                         dispatch=dispatch, swiglu_limit=_sv.routed_limit(sv, limit), shared_expert=shared_expert,
+                         shared_limit=_sv.shared_limit(sv, limit))
 
 
 @dataclass(frozen=True, eq=False)
@@ -179,7 +185,7 @@ def ep_layer(a: W8a8MoeEpArgs, numerics: Numerics, *, dispatcher: Callable = ep_
             shared.append(None)
             ys.append(rt)
             continue
-        sh = _shared(_OP, a.shared_expert, h, numerics)
+        sh = _shared(_OP, a.shared_expert, h, numerics, a.shared_limit)
         if sh.shape != rt.shape:
             _check.fail(_OP, "shared_expert", f"a down projection to [T, H] = {rt.shape}", f"{sh.shape}")
         shared.append(sh)
@@ -197,7 +203,7 @@ def ep_layer(a: W8a8MoeEpArgs, numerics: Numerics, *, dispatcher: Callable = ep_
 
 def w8a8_moe_ep_stages(hidden: list, w13: np.ndarray, w13_scale: np.ndarray, w2: np.ndarray, w2_scale: np.ndarray,
                        *, topk_ids: list, topk_weights: list, dispatch: str = "int8", swiglu_limit: float | None = None,
-                       shared_expert: Mapping | None = None, numerics: Numerics = ASCEND) -> dict:
+                       shared_expert: Mapping | None = None, numerics: Numerics = ASCEND, serving=None) -> dict:
     """:func:`w8a8_moe_ep` with what crossed the wire and every intermediate, per rank (lists, rank order):
 
     ``payload`` (int8 or bf16 ``[A_q, H]``), ``payload_scale`` (fp32 ``[A_q]`` or None), ``src`` (int32
@@ -208,13 +214,13 @@ def w8a8_moe_ep_stages(hidden: list, w13: np.ndarray, w13_scale: np.ndarray, w2:
     ``shared`` (or None), ``y``; and ``dispatch``."""
     return ep_layer(w8a8_moe_ep_args(hidden, w13, w13_scale, w2, w2_scale, topk_ids=topk_ids,
                                      topk_weights=topk_weights, dispatch=dispatch, swiglu_limit=swiglu_limit,
-                                     shared_expert=shared_expert, numerics=numerics), numerics)
+                                     shared_expert=shared_expert, numerics=numerics, serving=serving), numerics)
 
 
 @golden_op("moe", check=w8a8_moe_ep_args)
 def w8a8_moe_ep(hidden: list, w13: np.ndarray, w13_scale: np.ndarray, w2: np.ndarray, w2_scale: np.ndarray, *,
                 topk_ids: list, topk_weights: list, dispatch: str = "int8", swiglu_limit: float | None = None,
-                shared_expert: Mapping | None = None, numerics: Numerics = ASCEND) -> list:
+                shared_expert: Mapping | None = None, numerics: Numerics = ASCEND, serving=None) -> list:
     """The ``W8A8_DYNAMIC`` MoE layer run expert-parallel over R = ``len(hidden)`` simulated ranks.
 
     Parameters
@@ -227,8 +233,8 @@ def w8a8_moe_ep(hidden: list, w13: np.ndarray, w13_scale: np.ndarray, w2: np.nda
     dispatch : ``"int8"`` (the sender quantizes once, the payload travels with its per-token scale and the
         expert rank does not quantize again) or ``"bf16"`` (the rows travel as they are and the expert rank
         quantizes them on arrival with :func:`w8a8.dynamic_quant`).
-    swiglu_limit, shared_expert : as :func:`w8a8.w8a8_moe` (the shared expert runs on the source rank,
-        on its bf16 hidden).
+    swiglu_limit, shared_expert, serving : as :func:`w8a8.w8a8_moe` (rows M1, M5; the shared expert runs on the
+        source rank, on its bf16 hidden). The weights are given, so row M2 is the caller's.
     numerics : ``ep_dispatch_quant`` (the sender's formula: ``"mc2"``, ``"deepep_normal"``,
         ``"init_routing"``), ``ep_combine_weights`` (fp32 / bf16 weights in the combine), and every field
         the layer's ops read.
@@ -246,4 +252,4 @@ def w8a8_moe_ep(hidden: list, w13: np.ndarray, w13_scale: np.ndarray, w2: np.nda
     """
     return w8a8_moe_ep_stages(hidden, w13, w13_scale, w2, w2_scale, topk_ids=topk_ids, topk_weights=topk_weights,
                               dispatch=dispatch, swiglu_limit=swiglu_limit, shared_expert=shared_expert,
-                              numerics=numerics)["y"]
+                              numerics=numerics, serving=serving)["y"]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _check
+from .. import serving as _sv
 from .. import dtypes as _dt
 from ..linear import w8a8_dynamic_linear
 from ..numerics import ASCEND, Numerics
@@ -187,12 +188,18 @@ def shared_expert_args(op: str, shared_expert, shared_input):
     return shared_expert
 
 
-def _shared(op: str, shared_expert, x: np.ndarray, numerics: Numerics) -> np.ndarray:
-    """Shared expert: W8A8_DYNAMIC gate and up linears, bf16 ``silu(gate) * up`` (no clamp), down linear."""
+def _shared(op: str, shared_expert, x: np.ndarray, numerics: Numerics, limit=None) -> np.ndarray:
+    """Shared expert: W8A8_DYNAMIC gate and up linears (the engines' merged ``gate_up_proj`` gives the same
+    bits: one per-token quantization of x, independent output columns), with ``limit`` the bf16 clamps
+    ``gate.clamp(max=L)``, ``up.clamp(-L, L)`` (serving row M5), ``npu_swiglu``, the down linear."""
     g = w8a8_dynamic_linear(x, shared_expert["gate_weight"], shared_expert["gate_scale"], numerics=numerics)
     u = w8a8_dynamic_linear(x, shared_expert["up_weight"], shared_expert["up_scale"], numerics=numerics)
     if g.shape != u.shape:
         _check.fail(op, "shared_expert", "gate and up weights of the same shape", f"{g.shape} vs {u.shape}")
+    if limit is not None:   # a clamp of bf16 values to a bf16-representable bound: exact, stays bf16
+        lim = np.float32(limit)
+        g = np.minimum(g.astype(np.float32), lim).astype(_dt.bfloat16)
+        u = np.clip(u.astype(np.float32), -lim, lim).astype(_dt.bfloat16)
     a = swiglu(np.concatenate([g, u], axis=-1), numerics=numerics)
     return w8a8_dynamic_linear(a, shared_expert["down_weight"], shared_expert["down_scale"], numerics=numerics)
 
@@ -214,8 +221,11 @@ class W8a8MoeArgs:
     experts: ExpertWeights               # the routed experts' checked weights (checkpoint layout)
     routing: MoeRouting                  # how tokens are routed (the router op's checked arguments)
     routing_plan: MoeInitRoutingV2Args   # the dispatch step's checked routing
-    swiglu_limit: object                 # as given (checked by dequant_swiglu_quant when it runs)
+    swiglu_limit: object                 # the routed experts' clamp the engine applies (M1; None: unclamped)
     shared_expert: Mapping | None        # the six checkpoint tensors, or None
+    serving: "_sv.Serving" = _sv.DEFAULT  # the engine whose composition is modelled
+    routed_scale: float | None = None    # M2: the bf16 multiply of the routed output after the finalize, or None
+    shared_limit: float | None = None    # M5: the shared expert's bf16 clamp, or None
 
     @property
     def t(self) -> int:
@@ -234,19 +244,44 @@ W8a8MoePrequantizedArgs = W8a8MoeArgs
 
 def _layer_args(op, x, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
                 topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count, group_select_mode,
-                routed_scaling_factor, swiglu_limit, shared_expert, numerics) -> W8a8MoeArgs:
+                routed_scaling_factor, swiglu_limit, shared_expert, numerics, serving=None) -> W8a8MoeArgs:
     C.check_numerics(op, numerics)
+    sv = _sv.get(serving, op)
+    limit = swiglu_limit_arg(op, swiglu_limit)
+    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, (int, float, np.floating)) \
+            or not np.isfinite(float(routed_scaling_factor)):
+        _check.fail(op, "routed_scaling_factor", "a finite float", repr(routed_scaling_factor))
+    rsf = float(routed_scaling_factor)
     shared_expert_args(op, shared_expert, shared_input)
     t, h = x.shape
     experts = expert_weights_args(op, h, w13, w13_scale, w2, w2_scale)
     routing = moe_routing_args(op, t, experts.e, top_k, router_logits, topk_ids, topk_weights, scoring_func,
                                renormalize, correction_bias, k_group, group_count, group_select_mode,
-                               routed_scaling_factor, numerics)
+                               _sv.gating_scaling(sv, rsf), numerics)
     plan = moe_init_routing_v2_args(x, np.zeros((t, routing.k), np.int32), scale=x_scale,
                                     quant_mode=1 if x_scale is None else -1,
                                     **_dispatch_options(t, routing.k, experts.e), numerics=numerics)
     return W8a8MoeArgs(op=op, x=x, x_scale=x_scale, shared_input=shared_input, experts=experts, routing=routing,
-                   routing_plan=plan, swiglu_limit=swiglu_limit, shared_expert=shared_expert)
+                       routing_plan=plan, swiglu_limit=_sv.routed_limit(sv, limit), shared_expert=shared_expert,
+                       serving=sv, routed_scale=_sv.output_scaling(sv, rsf), shared_limit=_sv.shared_limit(sv, limit))
+
+
+def swiglu_limit_arg(op: str, swiglu_limit):
+    """``swiglu_limit``: None, or a finite float > 0 (DeepSeek-V4: 10.0), checked whichever clamp the engine runs."""
+    if swiglu_limit is None:
+        return None
+    if isinstance(swiglu_limit, bool) or not isinstance(swiglu_limit, (int, float, np.floating, np.integer)) or \
+            not (np.isfinite(float(swiglu_limit)) and float(swiglu_limit) > 0):
+        _check.fail(op, "swiglu_limit", "None or a finite float > 0 (DeepSeek-V4's clamp, 10.0)", repr(swiglu_limit))
+    return float(swiglu_limit)
+
+
+def scale_routed(routed: np.ndarray, factor: float | None) -> np.ndarray:
+    """Serving row M2: ``bf16(fp32(routed) * fp32(routed_scaling_factor))`` (SGLang's bf16 ``*=``; vllm-ascend's
+    ``muls_add``, whose bf16 ``x * scale`` rounds the same way), or ``routed`` unchanged for None."""
+    if factor is None:
+        return routed
+    return to_float(routed.astype(np.float32) * np.float32(factor), _dt.bfloat16)
 
 
 def _dispatch_options(t: int, k: int, e: int) -> dict:
@@ -272,10 +307,11 @@ def _forward(a: W8a8MoeArgs, numerics: Numerics) -> dict:
     weights_bf16 = to_float(wts, _dt.bfloat16)   # SGLang: topk_weights.to(hidden.dtype)
     routed = moe_finalize_routing(gmm2, None, None, None, weights_bf16, row_idx, ids, drop_pad_mode=2,
                                   numerics=numerics)
+    routed = scale_routed(routed, a.routed_scale)
     shared = None
     y = routed
     if a.shared_expert is not None:
-        shared = _shared(a.op, a.shared_expert, a.shared_input, numerics)
+        shared = _shared(a.op, a.shared_expert, a.shared_input, numerics, a.shared_limit)
         if shared.shape != routed.shape:
             _check.fail(a.op, "shared_expert", f"a down projection to [T, H] = {routed.shape}", f"{shared.shape}")
         y = to_float(routed.astype(np.float32) + shared.astype(np.float32), _dt.bfloat16)
@@ -313,7 +349,7 @@ def _layer_variants(a: "MoeArgs", k: int, rows: int, numerics: Numerics) -> dict
 def w8a8_moe_args(hidden, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None, topk_ids=None,
                   topk_weights=None, scoring_func="softmax", renormalize=False, correction_bias=None, k_group=1,
                   group_count=1, group_select_mode=0, routed_scaling_factor=1.0, swiglu_limit=None,
-                  shared_expert=None, numerics: Numerics = ASCEND) -> W8a8MoeArgs:
+                  shared_expert=None, numerics: Numerics = ASCEND, serving=None) -> W8a8MoeArgs:
     """The argument checks of :func:`w8a8_moe` made before it computes anything, in its order, with its
     errors: hidden, the shared expert's structure, the experts' weights, the routing (with the router
     op's checks) and the dispatch step's routing options. TypeError for dtypes, ValueError otherwise."""
@@ -323,14 +359,14 @@ def w8a8_moe_args(hidden, w13, w13_scale, w2, w2_scale, *, top_k=None, router_lo
     C.check_finite(op, "hidden", hidden, numerics)
     return _layer_args(op, hidden, None, hidden, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
                        topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
-                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics)
+                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics, serving)
 
 
 def w8a8_moe_prequantized_args(x_q, x_scale, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None,
                                topk_ids=None, topk_weights=None, scoring_func="softmax", renormalize=False,
                                correction_bias=None, k_group=1, group_count=1, group_select_mode=0,
                                routed_scaling_factor=1.0, swiglu_limit=None, shared_expert=None, shared_input=None,
-                               numerics: Numerics = ASCEND) -> W8a8MoePrequantizedArgs:
+                               numerics: Numerics = ASCEND, serving=None) -> W8a8MoePrequantizedArgs:
     """The argument checks of :func:`w8a8_moe_prequantized` made before it computes anything (as
     :func:`w8a8_moe_args`, on ``x_q``, ``x_scale`` and ``shared_input``)."""
     op = "w8a8_moe_prequantized"
@@ -343,7 +379,7 @@ def w8a8_moe_prequantized_args(x_q, x_scale, w13, w13_scale, w2, w2_scale, *, to
         _check.same_shape(op, "shared_input", shared_input, "x_q", x_q)
     return _layer_args(op, x_q, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
                        topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
-                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics)
+                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics, serving)
 
 
 def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.ndarray,
@@ -353,7 +389,7 @@ def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, 
                     correction_bias: np.ndarray | None = None, k_group: int = 1, group_count: int = 1,
                     group_select_mode: int = 0, routed_scaling_factor: float = 1.0,
                     swiglu_limit: float | None = None, shared_expert: Mapping | None = None,
-                    numerics: Numerics = ASCEND) -> dict:
+                    numerics: Numerics = ASCEND, serving=None) -> dict:
     """:func:`w8a8_moe` with every intermediate, for attribution: ``topk_ids``, ``topk_weights``
     (fp32), ``expanded_x`` (int8 [M, H]), ``expanded_scale`` (fp32 [M]), ``expanded_row_idx``,
     ``expert_tokens`` (int64 counts [E]), ``w13_scale`` / ``w2_scale`` (as loaded, bf16),
@@ -363,7 +399,7 @@ def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, 
                       topk_ids=topk_ids, topk_weights=topk_weights, scoring_func=scoring_func, renormalize=renormalize,
                       correction_bias=correction_bias, k_group=k_group, group_count=group_count,
                       group_select_mode=group_select_mode, routed_scaling_factor=routed_scaling_factor,
-                      swiglu_limit=swiglu_limit, shared_expert=shared_expert, numerics=numerics)
+                      swiglu_limit=swiglu_limit, shared_expert=shared_expert, numerics=numerics, serving=serving)
     return _forward(a, numerics)
 
 
@@ -373,7 +409,7 @@ def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.
              topk_weights: np.ndarray | None = None, scoring_func: str = "softmax", renormalize: bool = False,
              correction_bias: np.ndarray | None = None, k_group: int = 1, group_count: int = 1,
              group_select_mode: int = 0, routed_scaling_factor: float = 1.0, swiglu_limit: float | None = None,
-             shared_expert: Mapping | None = None, numerics: Numerics = ASCEND) -> np.ndarray:
+             shared_expert: Mapping | None = None, numerics: Numerics = ASCEND, serving=None) -> np.ndarray:
     """The ``W8A8_DYNAMIC`` MoE layer (routed experts + optional shared expert), SGLang ascend_tp path.
 
     Parameters
@@ -388,13 +424,19 @@ def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.
         ``"softmax"`` -> :func:`moe_gating_top_k_softmax` (+ fp32 L1 ``renormalize`` if asked);
         ``"sigmoid"`` / ``"sqrtsoftplus"`` -> :func:`moe_gating_top_k` on fp32 logits with
         ``correction_bias`` (fp32), ``k_group``, ``group_count``, ``group_select_mode``,
-        ``routed_scaling_factor`` (renormalised by the op). DeepSeek-V4-Flash: ``"sqrtsoftplus"``,
-        its gate bias, ``routed_scaling_factor=1.5``.
-    swiglu_limit : DeepSeek-V4's clamp for the routed experts (10.0 there); None: no clamp.
+        (renormalised by the op). DeepSeek-V4-Flash: ``"sqrtsoftplus"``, its gate bias.
+    routed_scaling_factor : the model's factor (DeepSeek-V3 2.5, V4 1.5), applied where ``serving`` applies
+        it (row M2): both engines give the gating op 1 (weights normalised without it) and multiply the bf16
+        routed output by it after the finalize, before the shared expert is added.
+    swiglu_limit : the model's SwiGLU clamp (DeepSeek-V4: 10.0), None: none. Row M1: the routed experts are
+        clamped inside ``dequant_swiglu_quant`` under vllm-ascend and **not at all** under SGLang (its
+        ascend_tp path); row M5: the shared expert's gate / up are clamped in bf16 under both.
     shared_expert : optional mapping ``{gate_weight, gate_scale, up_weight, up_scale, down_weight,
         down_scale}`` in checkpoint layout (int8 ``[I_s, H]`` / ``[H, I_s]``, fp32 ``[out, 1]``
-        scales), run through :func:`w8a8.w8a8_dynamic_linear` with a bf16 SwiGLU (no clamp).
+        scales), run through :func:`w8a8.w8a8_dynamic_linear` with ``npu_swiglu`` (M5's clamp first).
     numerics : passed to every op.
+    serving : the engine whose composition is modelled: a :class:`w8a8.serving.Serving` record or its name
+        (``"sglang"``, the default, or ``"vllm-ascend"``).
 
     Returns bf16 ``[T, H]``. Steps (module docstring; spec/serving-paths.md §5.2)::
 
@@ -405,17 +447,18 @@ def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.
                       active_expert_range=[0, E], quant_mode=1)
         g   = grouped_matmul(x_q, W13, scale=s13, per_token_scale=s_tok, group_list=counts,
                              group_list_type=1, output_dtype=bf16)
-        a_q, s2 = dequant_swiglu_quant(g, quant_mode=1, activate_left=True, swiglu_limit=L)
+        a_q, s2 = dequant_swiglu_quant(g, quant_mode=1, activate_left=True, swiglu_limit=L_routed)  # M1
         o   = grouped_matmul(a_q, W2, scale=s2w, per_token_scale=s2, group_list=counts, ...)
         routed = moe_finalize_routing(o, None, None, None, bf16(weights), row_idx, ids, drop_pad_mode=2)
-        y   = bf16(fp32(routed) + fp32(shared))       # shared = down(bf16 swiglu([gate(x), up(x)]))
+        routed = bf16(fp32(routed) * fp32(routed_scaling_factor))                              # M2
+        y   = bf16(fp32(routed) + fp32(shared))       # shared = down(swiglu([clamp(gate(x)), clamp(up(x))]))
     """
     return w8a8_moe_stages(hidden, w13, w13_scale, w2, w2_scale, top_k=top_k, router_logits=router_logits,
                            topk_ids=topk_ids, topk_weights=topk_weights, scoring_func=scoring_func,
                            renormalize=renormalize, correction_bias=correction_bias, k_group=k_group,
                            group_count=group_count, group_select_mode=group_select_mode,
                            routed_scaling_factor=routed_scaling_factor, swiglu_limit=swiglu_limit,
-                           shared_expert=shared_expert, numerics=numerics)["y"]
+                           shared_expert=shared_expert, numerics=numerics, serving=serving)["y"]
 
 
 def w8a8_moe_prequantized_stages(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray,
@@ -426,14 +469,15 @@ def w8a8_moe_prequantized_stages(x_q: np.ndarray, x_scale: np.ndarray, w13: np.n
                                  k_group: int = 1, group_count: int = 1, group_select_mode: int = 0,
                                  routed_scaling_factor: float = 1.0, swiglu_limit: float | None = None,
                                  shared_expert: Mapping | None = None, shared_input: np.ndarray | None = None,
-                                 numerics: Numerics = ASCEND) -> dict:
+                                 numerics: Numerics = ASCEND, serving=None) -> dict:
     """:func:`w8a8_moe_prequantized` with the intermediates of :func:`w8a8_moe_stages`."""
     a = w8a8_moe_prequantized_args(
         x_q, x_scale, w13, w13_scale, w2, w2_scale, top_k=top_k, router_logits=router_logits, topk_ids=topk_ids,
         topk_weights=topk_weights, scoring_func=scoring_func, renormalize=renormalize,
         correction_bias=correction_bias, k_group=k_group, group_count=group_count,
         group_select_mode=group_select_mode, routed_scaling_factor=routed_scaling_factor,
-        swiglu_limit=swiglu_limit, shared_expert=shared_expert, shared_input=shared_input, numerics=numerics)
+        swiglu_limit=swiglu_limit, shared_expert=shared_expert, shared_input=shared_input, numerics=numerics,
+        serving=serving)
     return _forward(a, numerics)
 
 
@@ -445,7 +489,8 @@ def w8a8_moe_prequantized(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray,
                           renormalize: bool = False, correction_bias: np.ndarray | None = None, k_group: int = 1,
                           group_count: int = 1, group_select_mode: int = 0, routed_scaling_factor: float = 1.0,
                           swiglu_limit: float | None = None, shared_expert: Mapping | None = None,
-                          shared_input: np.ndarray | None = None, numerics: Numerics = ASCEND) -> np.ndarray:
+                          shared_input: np.ndarray | None = None, numerics: Numerics = ASCEND,
+                          serving=None) -> np.ndarray:
     """The MoE layer on tokens that arrive already quantized (an INT8 DeepEP dispatch): no second quant.
 
     Parameters
@@ -471,4 +516,4 @@ def w8a8_moe_prequantized(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray,
         correction_bias=correction_bias, k_group=k_group, group_count=group_count,
         group_select_mode=group_select_mode, routed_scaling_factor=routed_scaling_factor,
         swiglu_limit=swiglu_limit, shared_expert=shared_expert, shared_input=shared_input,
-        numerics=numerics)["y"]
+        numerics=numerics, serving=serving)["y"]

@@ -91,9 +91,9 @@ def swiglu(x: np.ndarray, dim: int = -1, *, numerics: Numerics = ASCEND) -> np.n
     Errors: TypeError for the dtype; ValueError for rank, dim, an odd split size, NaN/Inf under
     ``nan_policy="raise"``.
     """
-    a = swiglu_args(x, dim, numerics=numerics)
-    x, dim = a.x, a.dim
-    n = _variants.swiglu(x, numerics).numerics(numerics)
+    checked = swiglu_args(x, dim, numerics=numerics)
+    x, dim = checked.x, checked.dim
+    n = _variants.swiglu(checked, numerics).numerics(numerics)
     a, b = np.split(x.astype(np.float32), 2, axis=dim)
     return to_float(_clamped_swiglu(a, b, None, n).astype(np.float32), x.dtype)
 

@@ -31,16 +31,14 @@ from . import calls
 __all__ = ["Variant", "select", "label", "explainable_ops", "src", "calls"]
 FLATTEN = False  # w8a8.variants stays a namespace: w8a8.variants.select, not w8a8.select
 
-# The ops a selector exists for: each has a function of that name in :mod:`.calls`, taking the op's
-# checked arguments (its ``<op>_args`` result) and the record whose platform picks the chip.
-_OPS = ("dynamic_quant", "dynamic_quant_asymmetric", "swiglu", "dequant_swiglu_quant", "moe_finalize_routing",
-        "moe_gating_top_k_softmax", "moe_init_routing_v2", "quant_matmul", "grouped_matmul",
-        "weight_quant_batchmatmul", "quantize")
-
 
 def explainable_ops() -> tuple[str, ...]:
-    """The ops :func:`select` knows."""
-    return _OPS
+    """The ops :func:`select` knows: the golden's ops (:func:`w8a8.registry.names`, in its order) that have a
+    function of their name in :mod:`.calls`, taking the op's checked arguments (its ``<op>_args`` result)
+    and the record whose platform picks the chip. A new selector is that one function."""
+    from .. import registry
+
+    return tuple(op for op in registry.names() if callable(getattr(calls, op, None)))
 
 
 def select(op: str, *args, **kwargs) -> Variant:
@@ -53,8 +51,9 @@ def select(op: str, *args, **kwargs) -> Variant:
         >>> w8a8.variants.select("dynamic_quant", x).label
         'dynamic_quant/single-row[100]'
     """
-    if op not in _OPS:
-        raise ValueError(f"variants.select: argument 'op' must be one of {sorted(_OPS)}; got {op!r}")
+    known = explainable_ops()
+    if op not in known:
+        raise ValueError(f"variants.select: argument 'op' must be one of {sorted(known)}; got {op!r}")
     from .. import registry
     from ..numerics import ASCEND, Numerics
 
@@ -62,7 +61,7 @@ def select(op: str, *args, **kwargs) -> Variant:
     if not isinstance(numerics, Numerics):
         raise TypeError(f"variants.select: argument 'numerics' must be a w8a8.Numerics; got {type(numerics).__name__}")
     checked = registry.get(op).args(*args, **kwargs)
-    return getattr(calls, op)(checked.x if op == "swiglu" else checked, numerics)
+    return getattr(calls, op)(checked, numerics)
 
 
 def label(op: str, args, kwargs, numerics) -> str | None:
@@ -70,7 +69,7 @@ def label(op: str, args, kwargs, numerics) -> str | None:
     its :attr:`Variant.label` (``"dynamic_quant/single-row[100]"``), ``"fixed"`` under
     ``variants="fixed"`` (the record's own formulas for every shape), or None for an op with one kernel
     or a call its check refuses."""
-    if op not in _OPS:
+    if op not in explainable_ops():
         return None
     if numerics.variants == "fixed":
         return "fixed"

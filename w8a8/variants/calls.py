@@ -6,7 +6,6 @@ The golden ops call these; :func:`w8a8.variants.select` runs an op's check and t
 
 from __future__ import annotations
 
-import numpy as np
 
 from ..numerics import Numerics
 from . import dynamic_quant as _dq
@@ -33,9 +32,9 @@ def dynamic_quant_asymmetric(a, numerics: Numerics) -> Variant:
     return dynamic_quant(a, numerics, asymmetric=True)
 
 
-def swiglu(x: np.ndarray, numerics: Numerics) -> Variant:
-    """The checked ``x`` of :func:`~w8a8.moe.swiglu` -> the ``npu_swiglu`` kernel (by dtype)."""
-    return _sw.swiglu(_name(x.dtype), platform=numerics.platform_record)
+def swiglu(a, numerics: Numerics) -> Variant:
+    """:class:`~w8a8.moe.swiglu.SwigluArgs` -> the ``npu_swiglu`` kernel (by x's dtype)."""
+    return _sw.swiglu(_name(a.x.dtype), platform=numerics.platform_record)
 
 
 def dequant_swiglu_quant(a, numerics: Numerics) -> Variant:

@@ -54,7 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define W8A8_ABI 4
+#define W8A8_ABI 5
 #define NR 64
 #define MR 6
 #define MAX_THREADS 64
@@ -383,6 +383,22 @@ static void pack_item(void *vc, int64_t p, int worker) {
 int w8a8_pack(const int8_t *w, int64_t n, int64_t k, int64_t ldw, int8_t *out, int32_t *comp, int threads) {
     if (n < 0 || k < 0 || ldw < k || k >= (1 << 17)) return -1;
     pack_ctx c = {w, n, k, ldw, round4(k), out, comp};
+    pool_run(pack_item, &c, panels_of(n), threads);
+    return 0;
+}
+
+/* The AMX tile layout (w8a8_amx_pack): the panels above with K padded to a multiple of 64 (kp64), so that
+ * block j (16 columns) of panel p at k-block b — bytes p * kp64 * 64 + j * kp64 * 16 + b * 1024 — is one
+ * contiguous 16 x 64-byte B tile of _tile_dpbusd: row g = k-group 4g..4g+3 of the block, 4 bytes per
+ * column (the VNNI operand order, one int32 lane = 4 k of one column). Padding is 0, as above. Plain C:
+ * built and testable on any CPU. */
+static inline int64_t round64(int64_t k) { return (k + 63) & ~(int64_t)63; }
+
+int64_t w8a8_amx_packed_bytes(int64_t n, int64_t k) { return panels_of(n) * round64(k) * NR; }
+
+int w8a8_amx_pack(const int8_t *w, int64_t n, int64_t k, int64_t ldw, int8_t *out, int32_t *comp, int threads) {
+    if (n < 0 || k < 0 || ldw < k || k >= (1 << 17)) return -1;
+    pack_ctx c = {w, n, k, ldw, round64(k), out, comp};
     pool_run(pack_item, &c, panels_of(n), threads);
     return 0;
 }
@@ -737,6 +753,149 @@ int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, c
     _mm_setcsr(csr);
     return 0;
 }
+
+/* ------------------------------------------------------------------------------------------------
+ * AMX-INT8 (built only with -DW8A8_AMX -mamx-tile -mamx-int8: torch-cpu's "amx" path)
+ *
+ * The same Linear as w8a8_linear — the same activation preparation (u8 codes u = q + 128, the per-token
+ * scales), the same exact compensation (acc = dot(u, w) - comp[n], modulo 2^32, exact while the int32
+ * bound holds) and the same epilogue_block — with the integer GEMM on AMX tiles: _tile_dpbusd (u8 x s8
+ * dot products of 4, accumulated in int32 with wrap-around, like vpdpbusd) over 16 x 64-byte A tiles of
+ * the codes and the B tiles of the AMX packing. One item is 32 rows x one 64-column panel: 2 x 2 int32
+ * accumulator tiles (tmm0-3) per pair of 16-column blocks, A in tmm4-5, B in tmm6-7; the accumulators go
+ * through a 32 x 32 int32 scratch into the epilogue, while in cache. Rows past m are computed on whatever
+ * the arena holds and never stored; columns past n are zero weights, masked in the epilogue.
+ *
+ * The kernel needs the process's AMX permission (w8a8_amx_request: arch_prctl(ARCH_REQ_XCOMP_PERM,
+ * XFEATURE_XTILEDATA)) before any tile instruction, and each thread's tile configuration, loaded per item.
+ * ---------------------------------------------------------------------------------------------- */
+#ifdef W8A8_AMX
+#include <errno.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define AMX_MR 32
+
+int w8a8_has_amx(void) { return 1; }
+
+/* 0 when the kernel grants this process the AMX tile state, else -errno (EINVAL / EOPNOTSUPP on a CPU or
+ * kernel without AMX: the caller then never runs an AMX kernel) */
+int w8a8_amx_request(void) {
+    long rc = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
+    return rc == 0 ? 0 : -(errno ? errno : 1);
+}
+
+typedef struct __attribute__((packed)) {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+static void amx_configure(void) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+typedef struct {
+    const uint8_t *a;        /* [rows padded to AMX_MR][kp64] u8 codes */
+    int64_t kp;              /* kp64 */
+    const int8_t *w;         /* the AMX packing */
+    epi e;
+    const float *pt;
+    char *y;
+    int64_t ldy, m, rblocks;
+} amx_ctx;
+
+/* 32 rows (r0..) x 32 columns (blocks j, j + 1 of panel p): C[i][jj] = A[i] . B[jj] over every k-block */
+static void amx_32x32(const amx_ctx *c, int64_t r0, int64_t p, int j, int32_t *scratch) {
+    const uint8_t *a0 = c->a + r0 * c->kp, *a1 = a0 + 16 * c->kp;
+    const int8_t *b0 = c->w + p * c->kp * NR + (int64_t)j * c->kp * 16, *b1 = b0 + c->kp * 16;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kb = 0; kb < c->kp / 64; kb++) {
+        _tile_loadd(4, a0 + kb * 64, c->kp);
+        _tile_loadd(5, a1 + kb * 64, c->kp);
+        _tile_loadd(6, b0 + kb * 1024, 64);
+        _tile_loadd(7, b1 + kb * 1024, 64);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
+    }
+    /* scratch [32 rows][32 int32]: row r, column block jj at r * 32 + jj * 16 */
+    _tile_stored(0, scratch, 128);
+    _tile_stored(1, scratch + 16, 128);
+    _tile_stored(2, scratch + 16 * 32, 128);
+    _tile_stored(3, scratch + 16 * 32 + 16, 128);
+}
+
+static void amx_item(void *vc, int64_t item, int worker) {
+    (void)worker;
+    const amx_ctx *c = vc;
+    int64_t p = item / c->rblocks, r0 = (item % c->rblocks) * AMX_MR;
+    int rows = (int)(c->m - r0 < AMX_MR ? c->m - r0 : AMX_MR);
+    int32_t scratch[AMX_MR * 32] __attribute__((aligned(64)));
+    size_t esz = out_size(c->e.out_kind);
+    char *rowptr[AMX_MR];
+    for (int i = 0; i < rows; i++) rowptr[i] = c->y + ((size_t)(r0 + i) * (size_t)c->ldy + (size_t)(p * NR)) * esz;
+    amx_configure();
+    for (int j = 0; j < 4; j += 2) {
+        int64_t n0 = p * NR + j * 16;
+        if (n0 >= c->e.n) break;
+        amx_32x32(c, r0, p, j, scratch);
+        for (int jj = 0; jj < 2 && n0 + jj * 16 < c->e.n; jj++)
+            epilogue_block(&c->e, (const __m512i *)(scratch + jj * 16), 2, rows, n0 + jj * 16,
+                           c->pt ? c->pt + r0 : NULL, rowptr, (size_t)((j + jj) * 16));
+    }
+    _tile_release();
+}
+
+/* w8a8_linear's contract (in_kind, out_kind, deq, pertoken, fbias, scale_out as there) on a weight packed by
+ * w8a8_amx_pack; comp as w8a8_amx_pack wrote it (or with an int32 bias folded in). */
+int w8a8_amx_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, const float *recip,
+                    const float *offset, const int8_t *w, const int32_t *comp, int64_t n, const float *deq,
+                    const float *pertoken, const float *fbias, int out_kind, void *y, int64_t ldy, float *scale_out,
+                    int threads) {
+    if (m < 0 || k <= 0 || n <= 0 || ldx < k || ldy < n || in_kind < 0 || in_kind > 6 || out_kind < 0 ||
+        out_kind > 3 || k >= (1 << 17))
+        return -1;
+    if ((in_kind == 2 || in_kind == 3) && (recip == NULL || offset == NULL)) return -2;
+    if (m == 0) return 0;
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(0x1F80);
+    int64_t kp = round64(k), mp = (m + AMX_MR - 1) / AMX_MR * AMX_MR;
+    pthread_mutex_lock(&arena_lock);
+    size_t a_bytes = (size_t)(mp * kp + 64), pt_bytes = (size_t)m * sizeof(float);
+    uint8_t *a = arena_get(&shared_arena, a_bytes + pt_bytes + 64);
+    if (a == NULL) {
+        pthread_mutex_unlock(&arena_lock);
+        _mm_setcsr(csr);
+        return -3;
+    }
+    float *pt = (float *)(a + ((a_bytes + 63) & ~(size_t)63));
+    int dynamic = in_kind <= 1 || in_kind >= 5;
+    prep_ctx pc = {in_kind, x, m, k, ldx, kp, recip, offset, a, pt, 16};
+    pool_run(prep_item, &pc, (m + pc.rows_per_item - 1) / pc.rows_per_item, m * k >= (1 << 18) ? threads : 1);
+    const float *token = dynamic ? pt : pertoken;
+    if (dynamic && scale_out) memcpy(scale_out, pt, pt_bytes);
+    amx_ctx ac = {a, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, out_kind == 3 ? NULL : token, y, ldy, m,
+                  mp / AMX_MR};
+    pool_run(amx_item, &ac, panels_of(n) * ac.rblocks, threads);
+    pthread_mutex_unlock(&arena_lock);
+    _mm_setcsr(csr);
+    return 0;
+}
+#else
+int w8a8_has_amx(void) { return 0; }
+#endif
 
 /* ------------------------------------------------------------------------------------------------
  * the MoE experts: per expert, GEMM1 (W13) -> bf16 -> clamped SwiGLU -> per-row requant -> GEMM2 (W2)

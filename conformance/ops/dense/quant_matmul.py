@@ -585,6 +585,4 @@ declare(OpDecl(
     stages=(Stage("acc", "int", _acc_stage), Stage("y", "float", lambda b, a, k, up: b.quant_matmul(*a, **k))),
     cases=CASES, bad_calls=BAD_CALLS + K_LIMIT,
     bench=lambda full: [bench_case(m, _dsv4.H, 2 * _dsv4.I, _dsv4.tags(m)) for m in _dsv4.token_counts(full)],
-    description="int8 GEMM + dequant epilogue, every dtype combination (npu_quant_matmul)",
-    dtypes_of=lambda p: ({"output_dtype": p["combo"][0], "scale": p["combo"][1], "bias": p["combo"][2]} if "combo" in p
-                         else {"output_dtype": p["out"], "scale": p["scale_dtype"], "bias": p["bias_dtype"]})))
+    description="int8 GEMM + dequant epilogue, every dtype combination (npu_quant_matmul)"))

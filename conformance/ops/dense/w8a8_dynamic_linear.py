@@ -161,6 +161,9 @@ def _bench(full: bool) -> list[BenchCase]:
     for m in _dsv4.token_counts(full):
         cases.append(bench_case(m, H, 2 * I, _dsv4.tags(m, "scaling:M")))   # shared expert W13
         cases.append(bench_case(m, I, H, _dsv4.tags(m)))                    # shared expert W2
+    if full:  # the DSV4 attention projections, decode and a 512-token prefill
+        cases += [bench_case(m, k, n, ("dsv4", f"attn:{name}")) for name, (k, n) in _dsv4.ATTN_PROJ.items()
+                  for m in _dsv4.token_counts(full) if m <= 512]
     cases.append(bench_case(2048, 2048, 2048, ("quick", "peers")))          # 2048^3: issue 18's prefill target
     if full:  # the trend grid: K and N at fixed M
         cases += [bench_case(512, k, 2048, ("grid", "scaling:K")) for k in (1024, 2048, 4096, 8192)]

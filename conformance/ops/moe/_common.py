@@ -326,7 +326,7 @@ def shared_data_error_inputs():
 # what the golden raises for each of them, with the op's own name where the layer names itself
 LAYER_ERRORS = {
     "gmm1_scale_nan": r"grouped_matmul: argument 'scale' must be finite",
-    "dsq_limit": r"dequant_swiglu_quant: argument 'swiglu_limit' must be > 0",
+    "dsq_limit": r"{op}: argument 'swiglu_limit' must be None or a finite float > 0",
     "gmm2_scale_inf_in_bf16": r"grouped_matmul: argument 'scale' must be finite",
     "finalize_k0": r"moe_finalize_routing: argument 'scales' must be of shape \[N, K\] with K >= 1",
     "shared_gate_k": r"w8a8_dynamic_linear: argument 'x' must be of last dimension K = 8",
@@ -341,7 +341,7 @@ LAYER_ERRORS = {
     "gmm2_out_inf_in_expert_2": r"moe_finalize_routing: argument 'expanded_permuted_rows' must be finite",
     "gmm1_inf_in_expert_3": r"dequant_swiglu_quant: argument 'x' must be finite",
     "routing_weight_inf_in_bf16": r"moe_finalize_routing: argument 'scales' must be finite",
-    "dsq_limit_before_gmm2_scale": r"dequant_swiglu_quant: argument 'swiglu_limit' must be > 0",
+    "dsq_limit_before_gmm2_scale": r"{op}: argument 'swiglu_limit' must be None or a finite float > 0",
     "gmm1_inf_before_gmm2_scale": r"dequant_swiglu_quant: argument 'x' must be finite",
     "gmm1_inf_before_shared": r"dequant_swiglu_quant: argument 'x' must be finite",
     "gmm2_scale_before_shared": r"grouped_matmul: argument 'scale' must be finite",

@@ -76,7 +76,7 @@ def mc2_call(p) -> tuple[tuple, dict]:
     kw = {"quant_mode": p["quant"], "expert_token_nums_type": p["ent"],
           "global_bs": max(p["bs"]) * r if (p["gbs"] or len(set(p["bs"])) > 1) else 0}
     if p["quant"] == 2 and p["smooth"]:
-        kw["scales"] = rng.uniform(0.5, 2.0, size=(e + int(p["v2"]), p["h"])).astype(F32)   # v2: shared_expert_num 1
+        kw["scales"] = rng.uniform(0.5, 2.0, size=(e, p["h"])).astype(F32)   # S = 0: [E, H] (v2's tiling: 1 -> 0)
     masks = _masks(rng, p)
     if masks is not None:
         kw["x_active_mask"] = masks
@@ -226,6 +226,8 @@ def group_bad_calls(op: str, base, pos: dict, v2: bool, dispatch: bool) -> list:
             bc("hierarchy_needs_16_ranks", ValueError, r"'ep_world_size' must be in \[16, 256\] and a multiple "
                r"of 16 with comm_alg 'hierarchy'", comm_alg="hierarchy"),
             bc("shared_expert_num_5", ValueError, r"'shared_expert_num' must be in \[0, 4\]", shared_expert_num=5),
+            bc("shared_expert_num_2_without_shared_ranks", ValueError, r"'shared_expert_num' must be 0 or 1 \(the "
+               r"default\) with shared_expert_rank_num = 0", shared_expert_num=2),
             bc("zero_expert_num_not_modelled", ValueError, r"'zero_expert_num' must be None / 0 \(not modelled",
                zero_expert_num=1),
         ]

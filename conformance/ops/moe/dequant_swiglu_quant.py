@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import w8a8
 
 from ... import strategies as S
-from ...declare import BadCall, BenchCase, Case, OpDecl, declare, outputs, varied
+from ...declare import BadCall, BenchCase, Case, OpDecl, Stage, declare, outputs, varied
 from ...values import float_tensor, positive_scales, rng_for
 from .. import _dsv4
 from ._common import BF16, F32, counts
@@ -348,5 +348,8 @@ declare(OpDecl(
     name=OP, family="moe", params=_params, build=_build,
     outputs=outputs(("y", "int"), ("scale", "scale")), numerics_fields=("transcendental", "round_mode", "scale_out"),
     mask=_mask, cases=CASES, bad_calls=BAD_CALLS,
+    # the scale moves first when an input of the dequant (bias, weight/activation scale) differs; the codes follow
+    stages=(Stage("scale", "scale", lambda b, a, k, up: b.dequant_swiglu_quant(*a, **k)[1]),
+            Stage("y", "int", lambda b, a, k, up: b.dequant_swiglu_quant(*a, **k)[0])),
     bench=lambda full: [bench_case(t, tags=_dsv4.tags(t)) for t in _dsv4.token_counts(full)],
     description="dequant + SwiGLU (+ DeepSeek-V4 clamp) + requant (npu_dequant_swiglu_quant)"))

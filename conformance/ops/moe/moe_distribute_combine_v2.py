@@ -41,6 +41,22 @@ def _self_roundtrip(**kw):
     return (out[0], ids, out[2], out[4], [np.ones((1, 1), F32)] * 2, GROUP, 2, [0, 1], 2), kw
 
 
+def _mask(args, kwargs):
+    """Rows of ``y`` the kernel writes: with ``x_active_mask`` only the tokens with an active copy
+    (``moe_distribute_combine_v2.h`` LocalWindowCopy loops over the ``activeMaskBsCnt_`` active tokens of an
+    output it never initialises); the other tokens' rows are unspecified."""
+    masks = kwargs.get("x_active_mask")
+    if masks is None:
+        return {}
+    return {"y": np.concatenate([np.asarray(m).reshape(m.shape[0], -1).any(axis=1) for m in masks])[:, None]}
+
+
+def _inactive_expected():
+    y = _values(0.75)
+    y[[2, 5]] = 0                       # the inactive tokens: unspecified (masked), the golden's +0 shown
+    return y
+
+
 _LOSSY = np.ones((2, 1024), F32)
 _LOSSY[:, 7] = 0.50390625
 
@@ -56,6 +72,12 @@ CASES = [
          lambda: _two_rank(x_active_mask=[np.array([[True, False]] * 3)] * 2), {"y": _values(0.5)},
          "A [BS, K] mask that drops every k = 1 copy: only the k = 0 term 0.5 v remains (the dispatch sent all "
          "copies here, the combine's mask decides which are summed)."),
+    Case("inactive_tokens_unwritten",
+         lambda: _two_rank(x_active_mask=[np.array([True, True, False])] * 2), {"y": _inactive_expected()},
+         "A 1-D mask [True, True, False] on both ranks: tokens 0 and 1 are combined as in "
+         "two_ranks_identity_experts (0.75 v: 0.75, 1.5 on rank 0, 3, 3.75 on rank 1); token 2 of each rank is "
+         "never written by the kernel (it copies activeMaskBsCnt_ = 2 tokens into an uninitialised output), so "
+         "its row is unspecified: masked out of the comparison, whatever a backend leaves there."),
     Case("comm_quant_mode_2_int8_return_trip", lambda: _self_roundtrip(comm_quant_mode=2), {"y": _LOSSY.astype(BF16)},
          "Groups of 8: s_g = max|y_g| * fp32(1/127) = fp32(1/127) (max 1). 1 / s_g = 127.0000004 -> fp16 127 -> "
          "code 127; 0.5 / s_g = 63.5000002 -> fp16 63.5 -> rint 64 (half to even). The scale travels as bf16: "
@@ -96,6 +118,6 @@ BAD_CALLS = group_bad_calls(OP, _BASE, {"ids": 1, "group_ep": 5, "ep_world_size"
 
 declare(OpDecl(
     name=OP, family="moe", params=mc2_params, build=combine_call, outputs=outputs(("y", "float")),
-    numerics_fields=("ep_combine_weights",), cases=CASES, bad_calls=BAD_CALLS, ranked=True,
+    numerics_fields=("ep_combine_weights",), mask=_mask, cases=CASES, bad_calls=BAD_CALLS, ranked=True,
     description="MC2 v2 combine on simulated ranks: rows back by the triples, fp32 weighted sum from +0 in k "
                 "order, one rounding"))

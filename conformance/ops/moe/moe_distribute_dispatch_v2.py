@@ -25,10 +25,18 @@ def _tie_and_zero(**kw):
     return (x, [np.array([[1]], np.int32), np.array([[0]], np.int32)], GROUP, 2, [0, 1], 2), {"quant_mode": 2, **kw}
 
 
-def _tie_codes():
+def _tie_codes(second=64):
     row = np.full(1024, 64, np.int8)
-    row[0] = 127
+    row[0], row[1] = 127, second
     return np.stack([np.zeros(1024, np.int8), row])
+
+
+def _smooth_row_e():
+    """As _tie_and_zero, with smooth scales [E, H] = [2, 1024] of ones except scales[1][1] = 0.5 (the row of
+    expert 1 when the tiling's sharedExpertNum is 0)."""
+    sc = np.ones((2, 1024), F32)
+    sc[1, 1] = 0.5
+    return _tie_and_zero(scales=sc)
 
 
 def _masked_rank(**kw):
@@ -64,6 +72,15 @@ CASES = [
          "Rank 0 receives rank 1's zero row: m = 0, inv = inf, 0 * inf = NaN -> code 0 (zero_row 'zero'; the "
          "device's integer is not confirmed), scale 1 / inf = 0. Rank 1 receives [2, 1, ...]: m = 2, inv = 63.5, "
          "2 * 63.5 = 127, 1 * 63.5 = 63.5 -> 64 (half to even), scale 1 / 63.5."),
+    Case("smooth_scale_row_e_without_shared_ranks", _smooth_row_e,
+         {"expand_x": _tie_codes(32), "dynamic_scales": np.array([0.0, np.float32(1) / np.float32(63.5)], F32)},
+         "shared_expert_num = 1 (the default), shared_expert_rank_num = 0: the tiling resets sharedExpertNum to 0 "
+         "(moe_distribute_dispatch_v2_tiling.cpp CheckAndSetExpertInfo) and the kernel smooths a copy for expert e "
+         "with row e + sharedExpertNum_ = e (moe_distribute_dispatch_v2.h QuantProcess(dstExpertId + "
+         "sharedExpertNum_)). Rank 1 receives rank 0's [2, 1, 1, ...] for expert 1, times scales[1] = [1, 0.5, 1, "
+         "...]: [2, 0.5, 1, ...]; m = 2, inv = 127 / 2 = 63.5; 2 * 63.5 = 127, 0.5 * 63.5 = 31.75 -> 32, "
+         "1 * 63.5 = 63.5 -> 64 (half to even): codes [127, 32, 64, ...], scale 1 / 63.5. (Row e + 1 would need a "
+         "third row, which the tiling refuses: dim0 must be E + 0.) Rank 0's zero row stays code 0, scale 0."),
     Case("rank_with_no_active_token", _masked_rank,
          {"expand_x": np.full((2, 1024), 1, F32).astype(BF16), "assist_info_for_combine":
           np.array([0, 0, 0, 0, 1, 0], np.int32), "expert_token_nums": np.array([1, 1], np.int64),
@@ -95,8 +112,11 @@ BAD_CALLS = group_bad_calls(OP, _BASE, {"ids": 1, "group_ep": 2, "ep_world_size"
     _bc("quant_mode_mx", ValueError, r"'quant_mode' must be 0 \(none\) or 2", quant_mode=4),
     _bc("scales_without_quant", ValueError, r"'scales' must be None with quant_mode 0",
         scales=np.ones((5, 1024), F32)),
-    _bc("scales_shape", ValueError, r"'scales' must be of shape \[E \+ 1, H\] = \[5, 1024\]",
-        scales=np.ones((4, 1024), F32), quant_mode=2),
+    _bc("scales_shape", ValueError, r"'scales' must be of shape \[E \+ 0, H\] = \[4, 1024\]",
+        scales=np.ones((3, 1024), F32), quant_mode=2),
+    _bc("scales_with_a_shared_row_without_shared_ranks", ValueError,
+        r"'scales' must be of shape \[E \+ 0, H\] = \[4, 1024\] \(v2 without shared-expert ranks: the tiling "
+        r"resets shared_expert_num to 0\)", scales=np.ones((5, 1024), F32), quant_mode=2),
     _bc("mask_not_a_prefix", ValueError, r"'x_active_mask\[0\]' must be True rows first",
         x_active_mask=[np.array([False, True, True]), np.ones(3, bool)]),
     _bc("mask_shape", ValueError, r"'x_active_mask\[1\]' must be of shape \[BS\] = \[3\] or \[BS, K\]",

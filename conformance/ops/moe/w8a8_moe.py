@@ -34,8 +34,8 @@ def _stage(name):
                                     per_token_scale=st_["expanded_scale"], group_list=counts, group_list_type=1,
                                     output_dtype="bfloat16")
         if name == "swiglu_quant":
-            return b.dequant_swiglu_quant(st_["gmm1"], quant_mode=1, activate_left=True,
-                                          swiglu_limit=k.get("swiglu_limit"))[0]
+            limit = w8a8.serving.routed_limit(w8a8.serving.get(k.get("serving")), k.get("swiglu_limit"))
+            return b.dequant_swiglu_quant(st_["gmm1"], quant_mode=1, activate_left=True, swiglu_limit=limit)[0]
         if name == "gmm2":
             return b.grouped_matmul(st_["act_q"], w2_kn, scale=st_["w2_scale"], per_token_scale=st_["act_scale"],
                                     group_list=counts, group_list_type=1, output_dtype="bfloat16")
@@ -47,13 +47,14 @@ STAGES = tuple(Stage(n, kind, _stage(n)) for n, kind in
                (("dispatch", "int"), ("gmm1", "float"), ("swiglu_quant", "int"), ("gmm2", "float"), ("y", "float")))
 
 
-def _clamp(limit):
+def _clamp(limit, serving=None):
     def build():
         rng = np.random.default_rng(3)
         w = moe_layer(rng, 4, 32, 16, scale=1.0)
         hidden = (rng.standard_normal((9, 32)) * 4).astype(F32).astype(BF16)
         ids, wts = topk(rng, 9, 4, 2)
-        return (hidden, *w), {"topk_ids": ids, "topk_weights": wts, "swiglu_limit": limit}
+        kw = {"topk_ids": ids, "topk_weights": wts, "swiglu_limit": limit}
+        return (hidden, *w), kw if serving is None else {**kw, "serving": serving}
     return build
 
 
@@ -64,8 +65,12 @@ CASES = [
          {"y": HAND_Y}, HAND_WHY),
     Case("swiglu_unclamped_large_activations", _clamp(None),
          why="Weights of scale 1 and hidden states of scale 4: gate values well beyond 0.5 (see the clamped twin)."),
-    Case("swiglu_limit_clamps", _clamp(0.5),
-         why="The same layer with swiglu_limit 0.5: the clamp changes the result, and both sides must clamp alike."),
+    Case("swiglu_limit_clamps", _clamp(0.5, "vllm-ascend"),
+         why="The same layer with swiglu_limit 0.5 composed as vllm-ascend does (the routed experts clamped in the "
+             "fused SwiGLU-quant): the clamp changes the result, and both sides must clamp alike."),
+    Case("swiglu_limit_unclamped_routed_experts_sglang", _clamp(0.5, "sglang"),
+         why="The same layer and swiglu_limit as SGLang's ascend_tp path composes it: no clamp of the routed "
+             "experts (its NPUSwigluQuant takes no limit), so the result is the unclamped twin's."),
 ] + [Case(f"routing_{pattern}_{'shared' if shared else 'routed'}_limit_{limit}",
           (lambda pattern=pattern, shared=shared, limit=limit: routing_pattern_inputs(pattern, shared, limit)),
           why=f"Routing pattern {pattern}: every token to one expert, top-k = E, or random top-2 with two empty "
@@ -130,7 +135,7 @@ BAD_CALLS = [
         "swiglu_limit_negative",
         lambda: ((HID,) + W4, dict(swiglu_limit=-1.0, router_logits=np.ones((3, 4), F32), top_k=2)),
         ValueError,
-        r"dequant_swiglu_quant: argument 'swiglu_limit' must be > 0",
+        r"w8a8_moe: argument 'swiglu_limit' must be None or a finite float > 0",
     ),
     BadCall(
         "more_than_1024_groups",

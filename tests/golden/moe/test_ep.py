@@ -252,15 +252,16 @@ def test_entries_in_any_rank_order_give_the_same_rank_results():
 
 
 def test_smooth_scales_quantize_each_copy_with_its_destination_row():
-    # quant_mode 2 with scales: copy (r, t, k) carries quant(fp32(x[t]) * scales[e + 1]) (v2, shared_expert_num 1)
+    # quant_mode 2 with scales: copy (r, t, k) carries quant(fp32(x[t]) * scales[e]) (v2 without shared-expert
+    # ranks: the tiling resets the default shared_expert_num 1 to 0, the kernel reads row e + 0)
     rng = np.random.default_rng(100)
     x, ids, _ = _mc2_inputs(rng, r=2, bs=(3, 2))
-    sc = rng.uniform(0.5, 2.0, (E + 1, 1024)).astype(F32)
+    sc = rng.uniform(0.5, 2.0, (E, 1024)).astype(F32)
     out = w8a8.moe_distribute_dispatch_v2(x, ids, "ep", 2, [0, 1], E, quant_mode=2, scales=sc, global_bs=6)
     for q in range(2):
         for i, (r, t, k) in enumerate(out[2][q].reshape(-1, 3)):
             e = ids[r][t, k]
-            xf = (x[r][t].astype(F32) * sc[e + 1])[None]
+            xf = (x[r][t].astype(F32) * sc[e])[None]
             codes, s = _quant_f32(xf)
             assert np.array_equal(out[0][q][i], codes[0]) and out[1][q][i] == s[0]
 
@@ -278,8 +279,7 @@ def test_v1_and_v2_agree_on_the_same_call(p):
     # expand_idx and v2's receiver-side triples locate the same rows; both combines give the same tokens
     args, kw = mc2_call(p)
     v1 = w8a8.moe_distribute_dispatch(*args, **kw)
-    kw2 = {**kw, "scales": np.concatenate([np.ones((1, 7168), F32), kw["scales"]])} if "scales" in kw else kw
-    v2 = w8a8.moe_distribute_dispatch_v2(*args, **kw2)         # v2's smooth row of e is e + shared_expert_num
+    v2 = w8a8.moe_distribute_dispatch_v2(*args, **kw)          # S = 0: both read smooth row e of an [E, H] tensor
     for o in (0, 1, 3, 4):
         assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(v1[o], v2[o]))
     x, ids, group, r, rank_ids, e = args
@@ -334,7 +334,7 @@ def test_init_routing_formula_refuses_what_its_quantizer_never_sees():
     rng = np.random.default_rng(101)
     x, ids, _ = _mc2_inputs(rng, r=2, bs=(3, 2))
     num = w8a8.ASCEND.replace(ep_dispatch_quant="init_routing")
-    sc = rng.uniform(0.5, 2.0, (E + 1, 1024)).astype(F32)
+    sc = rng.uniform(0.5, 2.0, (E, 1024)).astype(F32)
     with pytest.raises(ValueError, match="argument 'numerics' must be ep_dispatch_quant 'mc2' or 'deepep_normal'.*"
                                          "with x bfloat16 and smooth scales"):
         w8a8.moe_distribute_dispatch_v2(x, ids, "ep", 2, [0, 1], E, quant_mode=2, scales=sc, global_bs=6,

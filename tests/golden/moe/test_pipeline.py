@@ -54,7 +54,7 @@ def silu(a):
     return a / (1 + np.exp(-a))
 
 
-def reference(m, ids, weights, limit=None, shared=False):
+def reference(m, ids, weights, limit=None, shared=False, shared_limit=None):
     """float64 MoE with the float (pre-quantization) weights: out[t] = sum_j w[t, j] * expert_{ids[t, j]}(x[t])."""
     x = m["hidden"].astype(np.float64)
     out = np.zeros((T, H))
@@ -67,7 +67,10 @@ def reference(m, ids, weights, limit=None, shared=False):
         np.add.at(out, t, weights[t, j][:, None] * ((silu(g) * u) @ m["w2f"][e].astype(np.float64).T))
     if shared:
         sf = {k: v.astype(np.float64) for k, v in m["shared_f"].items()}
-        out += (silu(x @ sf["gate"].T) * (x @ sf["up"].T)) @ sf["down"].T
+        g, u = x @ sf["gate"].T, x @ sf["up"].T
+        if shared_limit is not None:
+            g, u = np.minimum(g, shared_limit), np.clip(u, -shared_limit, shared_limit)
+        out += (silu(g) * u) @ sf["down"].T
     return out
 
 
@@ -84,11 +87,14 @@ def test_softmax_routing_sqnr_against_float64(model):
     assert sqnr_db(reference(model, ids, np.take_along_axis(p, ids, 1)), y) >= 30
 
 
-def test_deepseek_v4_style_routing_clamp_and_shared_expert_sqnr(model):
-    # sqrt-softplus scores, selection bias, renormalised, x 1.5; routed experts clamped; shared expert added.
+@pytest.mark.parametrize("serving, routed_clamped", [("vllm-ascend", True), ("sglang", False)])
+def test_deepseek_v4_style_routing_clamp_and_shared_expert_sqnr(model, serving, routed_clamped):
+    # sqrt-softplus scores, selection bias, renormalised, x 1.5 on the output; the shared expert clamped (both
+    # engines, row M5); the routed experts clamped under vllm-ascend only (row M1: SGLang's ascend_tp runs them
+    # unclamped). The float reference follows the same engine.
     limit = 1.5   # small enough that the clamp acts on this data (DeepSeek-V4 uses 10 on real activations)
     kw = dict(top_k=K, router_logits=model["logits"], scoring_func="sqrtsoftplus", correction_bias=model["bias"],
-              routed_scaling_factor=1.5, swiglu_limit=limit, shared_expert=model["shared"])
+              routed_scaling_factor=1.5, swiglu_limit=limit, shared_expert=model["shared"], serving=serving)
     st = w8a8.w8a8_moe_stages(model["hidden"], model["w13"], model["s13"], model["w2"], model["s2"], **kw)
     lg = model["logits"].astype(np.float64)
     s = np.sqrt(np.logaddexp(0, lg))
@@ -96,8 +102,10 @@ def test_deepseek_v4_style_routing_clamp_and_shared_expert_sqnr(model):
     np.testing.assert_array_equal(st["topk_ids"], ids)
     w = np.take_along_axis(s, ids, 1)
     w = w / w.sum(1, keepdims=True) * 1.5
-    ref = reference(model, ids, w, limit=limit, shared=True)
+    ref = reference(model, ids, w, limit=limit if routed_clamped else None, shared=True, shared_limit=limit)
     assert sqnr_db(ref, st["y"]) >= 30
+    other = reference(model, ids, w, limit=None if routed_clamped else limit, shared=True, shared_limit=limit)
+    assert sqnr_db(other, st["y"]) < 20          # the clamp acts here: the other engine's M1 is far off
     # the clamp really acted, and leaving it out is visible
     free = w8a8.w8a8_moe(model["hidden"], model["w13"], model["s13"], model["w2"], model["s2"],
                          **{**kw, "swiglu_limit": None})
@@ -126,10 +134,14 @@ def test_prequantized_does_not_quantize_again(model):
     np.testing.assert_array_equal(b["gmm1"].astype(F32), a["gmm1"].astype(F32) * 2)
 
 
-def test_stages_follow_the_documented_wiring(model):
+@pytest.mark.parametrize("serving", ["sglang", "vllm-ascend"])
+def test_stages_follow_the_documented_wiring(model, serving):
+    # each engine's composition (w8a8.serving): M1 the routed clamp (vllm-ascend only), M2 the bf16 multiply of
+    # the routed output by routed_scaling_factor after the finalize, M5 the shared expert's bf16 clamp (both)
     h, ids_logits = model["hidden"], model["logits"]
     st = w8a8.w8a8_moe_stages(h, model["w13"], model["s13"], model["w2"], model["s2"], top_k=K,
-                              router_logits=ids_logits, swiglu_limit=3.0, shared_expert=model["shared"])
+                              router_logits=ids_logits, swiglu_limit=3.0, shared_expert=model["shared"],
+                              routed_scaling_factor=2.5, serving=serving)
     y, ids, _ = w8a8.moe_gating_top_k_softmax(ids_logits, k=K)
     x_e, row_idx, counts, s_e = w8a8.moe_init_routing_v2(h, ids, active_num=T * K, expert_num=E,
                                                          expert_tokens_num_type=1, expert_tokens_num_flag=True,
@@ -138,13 +150,17 @@ def test_stages_follow_the_documented_wiring(model):
     s2w = to_float(model["s2"][..., 0], bfloat16)
     g = w8a8.grouped_matmul(x_e, model["w13"].transpose(0, 2, 1), scale=s13, per_token_scale=s_e, group_list=counts,
                             group_list_type=1, output_dtype="bfloat16")
-    a_q, a_s = w8a8.dequant_swiglu_quant(g, quant_mode=1, activate_left=True, swiglu_limit=3.0)
+    a_q, a_s = w8a8.dequant_swiglu_quant(g, quant_mode=1, activate_left=True,
+                                         swiglu_limit=3.0 if serving == "vllm-ascend" else None)
     o = w8a8.grouped_matmul(a_q, model["w2"].transpose(0, 2, 1), scale=s2w, per_token_scale=a_s, group_list=counts,
                             group_list_type=1, output_dtype="bfloat16")
     routed = w8a8.moe_finalize_routing(o, None, None, None, y.astype(bfloat16), row_idx, ids, drop_pad_mode=2)
+    routed = to_float(routed.astype(F32) * F32(2.5), bfloat16)
     sh = model["shared"]
     gate = w8a8.w8a8_dynamic_linear(h, sh["gate_weight"], sh["gate_scale"])
     up = w8a8.w8a8_dynamic_linear(h, sh["up_weight"], sh["up_scale"])
+    gate = np.minimum(gate.astype(F32), 3.0).astype(bfloat16)
+    up = np.clip(up.astype(F32), -3.0, 3.0).astype(bfloat16)
     shared = w8a8.w8a8_dynamic_linear(w8a8.swiglu(np.concatenate([gate, up], -1)), sh["down_weight"], sh["down_scale"])
     total = to_float(routed.astype(F32) + shared.astype(F32), bfloat16)
     for name, ref in (("topk_ids", ids), ("expanded_x", x_e), ("expanded_scale", s_e), ("expert_tokens", counts),

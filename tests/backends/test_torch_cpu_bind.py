@@ -1,0 +1,189 @@
+"""``Backend.bind``: weights bound once, many calls (backends/base.py ``Bound``, backends/torch_cpu/bound.py).
+
+Pinned here: the bound call equals the direct call and the golden bit for bit on odd row counts (1, 7, 17,
+1025), zero rows and 3-D activations, for the dynamic and static Linears (both activation dtypes), the MoE
+layer and the grouped matmul, on torch-cpu and on the base class's default (numpy); torch-cpu packs and
+probes a Linear's weight once per activation dtype (counted), the MoE / grouped matmul memoise their
+weights' packing; a bad activation gets the golden's own error, the same as the direct call's (wrong K,
+wrong dtype, NaN); bind refuses what prepare refuses before the checks.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import backends
+import w8a8
+from backends.base import Bound, Unsupported
+from backends.testing import assert_bits
+
+torch = pytest.importorskip("torch")
+
+from backends.torch_cpu import bound as tc_bound, linear  # noqa: E402
+
+pytestmark = pytest.mark.torch
+BF16 = np.dtype(ml_dtypes.bfloat16)
+K, N = 260, 70   # K % 4 and N % 64 tails
+
+
+@pytest.fixture(scope="module")
+def tcpu():
+    return backends.get("torch-cpu")
+
+
+def _dyn(rng, n=N, k=K):
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    s = (rng.random(n, dtype=np.float32) * 1e-2 + 1e-4).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    return w, s, b
+
+
+def _x(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float16)])
+def test_dynamic_linear_bound_equals_direct_and_golden(tcpu, dtype):
+    rng = np.random.default_rng(1)
+    w, s, b = _dyn(rng)
+    lin = tcpu.bind("w8a8_dynamic_linear", w, s, bias=b.astype(dtype))
+    for shape in ((1, K), (7, K), (17, K), (1025, K), (0, K), (3, 5, K), (K,)):
+        x = _x(rng, shape, dtype)
+        want = w8a8.w8a8_dynamic_linear(x, w, s, bias=b.astype(dtype))
+        got = lin(x)
+        assert_bits(got, want)
+        assert_bits(tcpu.w8a8_dynamic_linear(x, w, s, bias=b.astype(dtype)), got)
+    assert lin.gemm_path(dtype) in ("vnni", "qlinear", "int_mm")
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float16)])
+def test_static_linear_bound_equals_direct_and_golden(tcpu, dtype):
+    rng = np.random.default_rng(2)
+    w = rng.integers(-128, 128, (N, K), dtype=np.int8)
+    kw = dict(input_scale=np.array([0.02], np.float32), input_offset=np.array([3.0], np.float32),
+              deq_scale=(rng.random(N) * 1e-3).astype(np.float32) if dtype == BF16
+              else (rng.random(N) * 1e-3).astype(np.float32).view(np.int32).astype(np.int64),
+              quant_bias=rng.integers(-5000, 5000, N).astype(np.int32))
+    lin = tcpu.bind("w8a8_static_linear", w, **kw)
+    for m in (1, 7, 17, 1025, 0):
+        x = _x(rng, (m, K), dtype)
+        want = w8a8.w8a8_static_linear(x, w, **kw)
+        assert_bits(lin(x), want)
+        assert_bits(tcpu.w8a8_static_linear(x, w, **kw), want)
+
+
+def test_a_linear_is_packed_and_probed_once_per_activation_dtype(tcpu, monkeypatch):
+    loads = []
+    real = linear.load_dynamic
+    monkeypatch.setattr(linear, "load_dynamic", lambda *a, **k: loads.append(a[0]) or real(*a, **k))
+    rng = np.random.default_rng(3)
+    w, s, _ = _dyn(rng)
+    lin = tcpu.bind("w8a8_dynamic_linear", w, s)
+    for m in (1, 7, 17):
+        lin(_x(rng, (m, K), BF16))
+    assert loads == [torch.bfloat16]
+    lin(_x(rng, (4, K), np.float16))            # a new dtype: one more load (its scale is loaded per dtype)
+    lin(_x(rng, (5, K), BF16))
+    assert loads == [torch.bfloat16, torch.float16]
+    tcpu.w8a8_dynamic_linear(_x(rng, (2, K), BF16), w, s)   # the direct call loads every time
+    assert len(loads) == 3
+
+
+@pytest.mark.parametrize("bad", ["k", "dtype", "nan", "inf", "list"])
+def test_a_bad_activation_gets_the_goldens_error(tcpu, bad):
+    rng = np.random.default_rng(4)
+    w, s, _ = _dyn(rng)
+    lin = tcpu.bind("w8a8_dynamic_linear", w, s)
+    lin(_x(rng, (3, K), BF16))                  # loaded: later calls take the light check
+    x = _x(rng, (3, K), BF16)
+    if bad == "k":
+        x = x[:, :-1]
+    elif bad == "dtype":
+        x = x.astype(np.float32)
+    elif bad == "nan":
+        x[2, 7] = np.nan
+    elif bad == "inf":
+        x[1, 0] = -np.inf
+    else:
+        x = x.tolist()
+    with pytest.raises((ValueError, TypeError)) as golden:
+        w8a8.w8a8_dynamic_linear(x, w, s)
+    with pytest.raises(type(golden.value)) as got:
+        lin(x)
+    assert str(got.value) == str(golden.value)
+
+
+def test_all_finite_on_the_bits():
+    rng = np.random.default_rng(5)
+    for dtype in (BF16, np.dtype(np.float16), np.dtype(np.float32)):
+        x = _x(rng, (4, 33), dtype)
+        assert tc_bound.all_finite(x) and tc_bound.all_finite(x[:0])
+        big = np.array([ml_dtypes.finfo(dtype).max, -ml_dtypes.finfo(dtype).max], dtype)  # finite extremes
+        assert tc_bound.all_finite(big)
+        for v in (np.inf, -np.inf, np.nan):
+            y = x.copy()
+            y[3, 32] = v
+            assert not tc_bound.all_finite(y)
+            assert not tc_bound.all_finite(y[:, ::2][:, -1:])   # non-contiguous views too
+
+
+def test_moe_layer_bound_equals_golden_and_memoises_the_experts(tcpu):
+    rng = np.random.default_rng(6)
+    e, h, i, k = 4, 96, 64, 2
+    w13 = rng.integers(-128, 128, (e, 2 * i, h), dtype=np.int8)
+    s13 = (rng.random((e, 2 * i)) * 1e-3).astype(np.float32)
+    w2 = rng.integers(-128, 128, (e, h, i), dtype=np.int8)
+    s2 = (rng.random((e, h)) * 1e-3).astype(np.float32)
+    moe = tcpu.bind("w8a8_moe", w13, s13, w2, s2, top_k=k)
+    for t in (1, 7, 17, 0):
+        x = _x(rng, (t, h), BF16)
+        logits = rng.standard_normal((t, e)).astype(np.float32)
+        want = w8a8.w8a8_moe(x, w13, s13, w2, s2, top_k=k, router_logits=logits)
+        assert_bits(moe(x, router_logits=logits), want)
+        assert_bits(tcpu.w8a8_moe(x, w13, s13, w2, s2, top_k=k, router_logits=logits), want)
+    assert {"w13", "w2"} <= set(moe.memo)
+    w13_gemm = moe.memo["w13"]
+    moe(_x(rng, (3, h), BF16), router_logits=rng.standard_normal((3, e)).astype(np.float32))
+    assert moe.memo["w13"] is w13_gemm
+
+
+def test_grouped_matmul_bound_equals_golden(tcpu):
+    rng = np.random.default_rng(7)
+    w = rng.integers(-128, 128, (3, K, 40), dtype=np.int8)
+    sc = (rng.random((3, 40)) * 1e-3).astype(np.float32)
+    gmm = tcpu.bind("grouped_matmul", w, scale=sc, output_dtype="float16", group_list_type=1)
+    for counts in ((1, 0, 6), (0, 0, 0), (17, 1, 7)):
+        m = sum(counts)
+        x = rng.integers(-128, 128, (m, K), dtype=np.int8)
+        pt = rng.random(m).astype(np.float32)
+        gl = np.array(counts, np.int64)
+        want = w8a8.grouped_matmul(x, w, scale=sc, output_dtype="float16", group_list_type=1, group_list=gl,
+                                   per_token_scale=pt)
+        assert_bits(gmm(x, group_list=gl, per_token_scale=pt), want)
+    assert set(gmm.memo) == {"experts", "scale"}
+
+
+def test_the_default_bind_prepares_every_call():
+    numpy_backend = backends.get("numpy")
+    rng = np.random.default_rng(8)
+    w, s, b = _dyn(rng)
+    lin = numpy_backend.bind("w8a8_dynamic_linear", w, s, bias=b.astype(BF16))
+    assert type(lin) is Bound and "w8a8_dynamic_linear" in repr(lin)
+    for m in (1, 7, 0):
+        x = _x(rng, (m, K), BF16)
+        assert_bits(lin(x), w8a8.w8a8_dynamic_linear(x, w, s, bias=b.astype(BF16)))
+    prepared = lin.prepare(_x(rng, (2, K), BF16))
+    assert prepared.op == "w8a8_dynamic_linear"
+
+
+def test_bind_refuses_what_prepare_refuses_before_the_checks(tcpu):
+    with pytest.raises(Unsupported, match="no golden op"):
+        tcpu.bind("no_such_op", 1)
+    with pytest.raises(Unsupported, match="does not implement op 'w8a8_dynamic_linear'"):
+        _Empty().bind("w8a8_dynamic_linear", np.zeros((2, 2), np.int8))
+
+
+class _Empty(backends.base.Backend):
+    name = "empty"
