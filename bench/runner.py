@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 import traceback
 from pathlib import Path
@@ -124,17 +125,30 @@ def run(backend_names: list[str], cases: list, *, full: bool = False, registrati
     ctx = mp.get_context("spawn")
     tmp = workdir or tempfile.mkdtemp(prefix="w8a8-bench-")
     records: list[dict] = []
-    for backend in backend_names:
-        todo = list(cases)
-        while todo:
-            p, conn = start(ctx, _worker, backend, registrations or {}, todo, tmp, timing or {})
-            got, stopped = collect(conn, p, {"backend": backend, "case": "?", "op": "?"}, on_record, timeout=timeout)
-            records += got
-            if stopped is None:
-                break
-            names = [c.name for c in todo]
-            todo = todo[names.index(stopped["case"]) + 1:]
-    verify(records, cases)
+    p = None
+    try:
+        for backend in backend_names:
+            todo = list(cases)
+            while todo:
+                p, conn = start(ctx, _worker, backend, registrations or {}, todo, tmp, timing or {})
+                got, stopped = collect(conn, p, {"backend": backend, "case": "?", "op": "?"}, on_record,
+                                       timeout=timeout)
+                records += got
+                if stopped is None:
+                    break
+                names = [c.name for c in todo]
+                todo = todo[names.index(stopped["case"]) + 1:]
+        verify(records, cases)
+    finally:  # Ctrl-C or an error included: no worker left writing, no output folder left behind
+        if p is not None and p.is_alive():
+            p.kill()
+            p.join(timeout=10)
+        if workdir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            for r in records:
+                if r.get("output"):
+                    Path(r["output"]).unlink(missing_ok=True)
     return records
 
 

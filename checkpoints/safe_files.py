@@ -23,11 +23,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import stat
 from pathlib import Path
 
-import numpy as np
+from conformance.stateio import json_depth  # noqa: F401 - one bracket counter for every JSON reader
 
 MAX_JSON_DEPTH = 64
 """Deepest JSON nesting accepted (arrays and objects). msModelSlim descriptions, HF configs, shard
@@ -98,20 +97,6 @@ def read_text(path: str | os.PathLike, what: str, error: type[Exception] = Value
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{path}: {what} must be UTF-8 text; got {exc}") from None
-
-
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-
-
-def json_depth(text: str | bytes) -> int:
-    """The deepest nesting of arrays and objects in a JSON text (strings skipped), without recursion."""
-    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
-    bare = np.frombuffer(_STRING.sub(b'""', raw), dtype=np.uint8)
-    if not bare.size:
-        return 0
-    step = (np.isin(bare, (ord("["), ord("{"))).astype(np.int64)
-            - np.isin(bare, (ord("]"), ord("}"))).astype(np.int64))
-    return int(np.cumsum(step).max(initial=0))
 
 
 def loads_json(text: str | bytes, source, what: str, error: type[Exception] = ValueError, *,

@@ -1,8 +1,9 @@
 """The results file (JSON Lines) and what is computed from it.
 
-Every result is appended as one line the moment it exists, then flushed and fsynced: a crash or a
-SIGKILL loses at most the line being written. On reopening, a torn last line (no newline, or not
-valid JSON) is cut off before anything new is appended, so the file never holds a corrupt record.
+Every result is appended as one line the moment it exists, then fsynced: a crash or a SIGKILL loses at
+most the line being written, a full disk none (the append is cut back). On reopening, a torn last line
+(no newline, or not valid JSON) is cut off before anything new is appended; a damaged line elsewhere (not
+UTF-8, not a JSON object, no ``backend``/``case_id``) is skipped and said once (:mod:`.stateio`).
 The file is the source of truth; every report is computed from it.
 """
 
@@ -13,54 +14,36 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+from . import stateio
 from .evaluate import BAD_STATUSES
+from .stateio import write_atomic  # noqa: F401 - the writer every report uses
 
 SCHEMA = 1
 
 
 class ResultsFile:
-    """An append-only, crash-safe JSON Lines file of result records."""
+    """An append-only, crash-safe JSON Lines file of result records (read and written through
+    :mod:`conformance.stateio`: regular files only, damaged lines skipped and said once, whole-line
+    appends that a full disk cannot tear)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, required: tuple[str, ...] = ("backend", "case_id"),
+                 consequence: str = "its case runs again on --resume", damage_log: stateio.DamageLog | None = None):
         self.path = Path(path)
+        self.required = required
+        self.consequence = consequence
+        self.damage_log = damage_log or stateio.DamageLog()
+        self.damaged: list[stateio.Damage] = []
 
     def repair(self) -> int:
         """Cut a torn last line off the file; return the number of bytes removed."""
-        if not self.path.exists():
-            return 0
-        with open(self.path, "rb+") as f:
-            data = f.read()
-            if not data:
-                return 0
-            keep = len(data)
-            if not data.endswith(b"\n"):
-                keep = data.rfind(b"\n") + 1
-            else:
-                last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
-                try:
-                    json.loads(data[last_start:])
-                except ValueError:
-                    keep = last_start
-            if keep != len(data):
-                f.truncate(keep)
-                f.flush()
-                os.fsync(f.fileno())
-            return len(data) - keep
+        return stateio.cut_torn_tail(self.path)
 
     def records(self) -> list[dict]:
-        """Every complete record (torn or invalid lines are skipped)."""
-        if not self.path.exists():
-            return []
-        out = []
-        with open(self.path, encoding="utf-8") as f:
-            for line in f:
-                if not line.endswith("\n"):
-                    break
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-        return out
+        """Every complete, valid record (a torn last line is left out; damaged lines are skipped and said
+        once, on stderr)."""
+        records, self.damaged = stateio.read_records(self.path, self.required)
+        self.damage_log.report(self.path, self.damaged, self.consequence)
+        return records
 
     def done_keys(self) -> set[tuple[str, str]]:
         return {(r["backend"], r["case_id"]) for r in self.records() if "status" in r}
@@ -69,15 +52,12 @@ class ResultsFile:
         self.append_many([record])
 
     def append_many(self, records: list[dict]) -> None:
-        """Append whole lines, then flush and fsync once (the records that arrived together)."""
+        """Append whole lines, then fsync once (the records that arrived together). On a full disk the
+        file is left as it was before and :class:`~conformance.stateio.DiskError` names it."""
         if not records:
             return
         text = "".join(json.dumps({"schema": SCHEMA, **r}, sort_keys=False, default=_default) + "\n" for r in records)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        stateio.append_lines(self.path, text)
 
 
 def _default(obj):
@@ -92,19 +72,6 @@ def _default(obj):
     if isinstance(obj, (set, tuple)):
         return list(obj)
     return str(obj)
-
-
-def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
-    """Write a file so that it is either the old or the new content, never half of it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    mode = "wb" if isinstance(text, bytes) else "w"
-    with open(tmp, mode, **({} if isinstance(text, bytes) else {"encoding": "utf-8"})) as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def distance_text(value, kind: str = "ulp") -> str:

@@ -73,17 +73,53 @@ def save_plan(path, tasks: list[Task], meta: dict) -> None:
     """Write the planned tasks (so that ``--resume`` continues exactly this plan)."""
     import json
 
-    from .results import write_atomic
+    from .stateio import write_atomic
 
     write_atomic(path, json.dumps({"meta": meta, "tasks": [asdict(t) for t in tasks]}, default=str))
 
 
-def load_plan(path) -> tuple[list[Task], dict]:
-    import json
-    from pathlib import Path
+def load_plan(path, backends: list[str] | None = None) -> tuple[list[Task], dict]:
+    """The tasks and metadata of a saved plan, validated: a regular file of bounded size and depth, an
+    object whose ``tasks`` are objects with a string ``backend`` and ``op``, an object ``params``, an op
+    that is registered and (``backends`` given) a backend of this run. Anything else is one
+    :class:`~conformance.stateio.StateError` line naming the plan and the first bad task."""
+    from .registry import specs
+    from .stateio import PLAN_BYTES, StateError, read_json
 
-    data = json.loads(Path(path).read_text())
-    return [Task(**t) for t in data["tasks"]], data.get("meta", {})
+    data = read_json(path, limit=PLAN_BYTES, what="saved plan")
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
+        raise StateError(path, "the saved plan is not an object with a 'tasks' list")
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise StateError(path, "the saved plan's 'meta' is not an object")
+    known = specs()
+    tasks = []
+    for i, t in enumerate(data["tasks"]):
+        problem = _task_problem(t, known, backends)
+        if problem:
+            raise StateError(path, f"task {i} of the saved plan {problem}; start a new run without --resume")
+        tasks.append(Task(backend=t["backend"], op=t["op"], params=t["params"], kind=t.get("kind", "drawn"),
+                          name=t.get("name")))
+    return tasks, meta
+
+
+def _task_problem(t, known: dict, backends: list[str] | None) -> str | None:
+    if not isinstance(t, dict):
+        return f"is not an object ({type(t).__name__})"
+    for key in ("backend", "op"):
+        if not isinstance(t.get(key), str):
+            return f"has no string {key!r}"
+    if not isinstance(t.get("params"), dict):
+        return "has no object 'params'"
+    if not isinstance(t.get("kind", "drawn"), str) or not isinstance(t.get("name"), (str, type(None))):
+        return "has a 'kind' or 'name' that is not a string"
+    if set(t) - {"backend", "op", "params", "kind", "name"}:
+        return f"has unknown keys {sorted(set(t) - {'backend', 'op', 'params', 'kind', 'name'})}"
+    if t["op"] not in known:
+        return f"names the op {t['op']!r}, which does not exist"
+    if backends is not None and t["backend"] not in backends:
+        return f"names the backend {t['backend']!r}, which is not one of this run's ({', '.join(backends)})"
+    return None
 
 
 def op_seed(op: str, seed: int, strategy: str = "main") -> int:

@@ -27,8 +27,13 @@ import numpy as np
 from .pt_reader import DumpFormatError, checksum_like, read_tensor_file
 from .torch_dtypes import numpy_dtype
 
-MAX_JSON_BYTES = 2 << 30
-"""A dump.json larger than this is refused (spec §5.2): it would not fit the memory budget."""
+MAX_JSON_BYTES = 256 << 20
+"""A dump.json (stack.json, construct.json) larger than this is refused, naming the limit: parsed, JSON
+takes several times its size in memory."""
+MAX_JSON_DEPTH = 100
+"""The deepest nesting of a dump's JSON files accepted (msprobe's records nest under 10 levels)."""
+MAX_TENSOR_BYTES = 1 << 40
+"""A tensor record claiming more bytes than this (1 TiB) is absurd: its shape is refused."""
 
 TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter", "torch.distributed.tensor.DTensor",
                 "torch._subclasses.fake_tensor.FakeTensor", "torch_npu.HiFloat8Tensor", "numpy.ndarray")
@@ -95,6 +100,7 @@ def discover(path) -> list[DumpDir]:
 class JsonResult:
     value: object
     truncated: str | None = None   # why and where the text stopped being valid JSON, None if it is whole
+    duplicates: list = field(default_factory=list)  # keys given twice in one object (the last one kept)
 
 
 def _skip_ws(text: str, i: int) -> int:
@@ -143,14 +149,33 @@ def load_json(path, *, partial_key: str | None = None) -> JsonResult:
     dump.json), the file is parsed member by member up to the last complete entry of that object
     and ``truncated`` says where it stopped. Raises ValueError for anything else that does not parse.
     """
+    from conformance.stateio import StateError, json_depth, read_bytes
+
     path = Path(path)
-    size = path.stat().st_size
-    if size > MAX_JSON_BYTES:
-        raise ValueError(f"{path}: {size} bytes, more than the {MAX_JSON_BYTES} this reader accepts")
-    text = path.read_text(encoding="utf-8", errors="replace")
     try:
-        return JsonResult(json.loads(text))
-    except ValueError as exc:
+        raw = read_bytes(path, MAX_JSON_BYTES, path.name)  # a regular file (never a FIFO), bounded in size
+    except StateError as exc:
+        raise ValueError(str(exc)) from None
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"{path}: JSON nested {depth:,} levels deep, over the limit of {MAX_JSON_DEPTH}")
+    text = raw.decode("utf-8", errors="replace")
+    del raw
+    duplicates: list[str] = []
+
+    def pairs(items):
+        out = dict(items)
+        if len(out) != len(items):
+            seen: set = set()
+            duplicates.extend(k for k, _ in items if k in seen or seen.add(k))
+        return out
+
+    try:
+        return JsonResult(json.loads(text, object_pairs_hook=pairs), duplicates=duplicates)
+    except MemoryError:
+        raise ValueError(f"{path}: {len(text):,} bytes of JSON do not fit in memory (the limit is "
+                         f"{MAX_JSON_BYTES:,} bytes; split the dump or raise the memory limit)") from None
+    except (ValueError, RecursionError) as exc:
         first_error = str(exc)
     if partial_key is None:
         raise ValueError(f"{path}: not valid JSON ({first_error})")
@@ -230,6 +255,7 @@ class TensorRecord:
     md5: str | None = None
     data_name: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
+    problem: str | None = None    # what was wrong with the record as written (its shape or statistics)
 
     @property
     def numel(self) -> int:
@@ -248,14 +274,33 @@ def is_tensor_record(value) -> bool:
         (value.get("type") in TENSOR_TYPES or str(value.get("type", "")).endswith("Tensor"))
 
 
+def _stat(v):
+    """A statistic as recorded: a number (NaN/Inf kept), else None (a string, a bool, a list is no statistic)."""
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def tensor_record(value: dict, where: str) -> TensorRecord:
     shape = value.get("shape")
-    shape = tuple(int(s) for s in shape) if isinstance(shape, list) and all(isinstance(s, int) for s in shape) else ()
+    problem = None
+    if isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        shape = tuple(shape)
+    else:
+        problem = f"{where}: shape {shape!r:.60} is not a list of non-negative integers"
+        shape = ()
     tdt = str(value.get("dtype"))
-    return TensorRecord(where=where, type=str(value.get("type")), torch_dtype=tdt, dtype=numpy_dtype(tdt), shape=shape,
-                        max=value.get("Max"), min=value.get("Min"), mean=value.get("Mean"), norm=value.get("Norm"),
-                        requires_grad=value.get("requires_grad"), md5=value.get("md5"),
-                        data_name=value.get("data_name"), raw=value)
+    dtype = numpy_dtype(tdt)
+    if shape and math.prod(shape) * (dtype.itemsize if dtype is not None else 1) > MAX_TENSOR_BYTES:
+        problem = f"{where}: shape {list(shape)} claims more than {MAX_TENSOR_BYTES:,} bytes; not replayed"
+        shape = ()
+    stats = {k: _stat(value.get(k)) for k in ("Max", "Min", "Mean", "Norm")}
+    bad = [k for k in stats if value.get(k) is not None and stats[k] is None]
+    if bad and problem is None:
+        problem = f"{where}: statistic(s) {', '.join(bad)} are not numbers; ignored"
+    return TensorRecord(where=where, type=str(value.get("type")), torch_dtype=tdt, dtype=dtype, shape=shape,
+                        max=stats["Max"], min=stats["Min"], mean=stats["Mean"], norm=stats["Norm"],
+                        requires_grad=value.get("requires_grad"), md5=value.get("md5") if isinstance(
+                            value.get("md5"), str) else None,
+                        data_name=value.get("data_name"), raw=value, problem=problem)
 
 
 class Unknown:
@@ -413,6 +458,10 @@ def load_dump(where: DumpDir) -> Dump:
     except (ValueError, OSError) as exc:
         return Dump(where, None, None, None, [], {}, problems=[f"dump.json unreadable: {exc}"])
     doc = result.value if isinstance(result.value, dict) else {}
+    data_keys = set(doc.get("data") or {}) if isinstance(doc.get("data"), dict) else set()
+    for name in dict.fromkeys(result.duplicates):
+        if name in data_keys:
+            problems.append(f"dump.json names the entry {name} twice: only its last record is replayed")
     data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
     if not isinstance(doc.get("data"), dict):
         problems.append("dump.json has no \"data\" object")
@@ -420,7 +469,7 @@ def load_dump(where: DumpDir) -> Dump:
     stacks: dict[str, list[str]] = {}
     for fname, target in (("construct.json", "construct"), ("stack.json", "stack")):
         p = where.path / fname
-        if not p.is_file():
+        if not p.exists():
             continue
         try:
             value = load_json(p).value
@@ -483,6 +532,16 @@ class TensorLoader:
         return f"file absent: {rec.data_name} is not in dump_tensor_data/"
 
     def load(self, rec: TensorRecord) -> np.ndarray | MissingTensor:
+        if rec.problem:
+            return MissingTensor(rec, rec.problem)
+        if rec.data_name is not None:
+            from checkpoints.safe_files import inside
+
+            try:  # the checkpoint reader's rules: relative, no '..', symlinks resolved inside, a regular file
+                inside(self.tensor_dir, rec.data_name, "dump.json", "data_name")
+            except ValueError as exc:
+                if "does not exist" not in str(exc):
+                    return MissingTensor(rec, f"refused: {exc}")
         if rec.data_name is None or not (self.tensor_dir / rec.data_name).is_file():
             if rec.numel == 0 and rec.dtype is not None:
                 return np.empty(rec.shape, rec.dtype)
@@ -491,7 +550,7 @@ class TensorLoader:
             return MissingTensor(rec, f"dtype {rec.torch_dtype} has no NumPy equivalent: not replayed")
         path = self.tensor_dir / rec.data_name
         try:
-            decoded = read_tensor_file(path)
+            decoded = read_tensor_file(path, expect_bytes=rec.numel * rec.dtype.itemsize)
         except DumpFormatError as exc:
             return MissingTensor(rec, f"refused: {exc.reason}")
         except OSError as exc:

@@ -319,15 +319,35 @@ def _member_array(zf: zipfile.ZipFile, file_path: Path, info: zipfile.ZipInfo, d
             raise DumpFormatError(path, f"storage {info.filename}: zip CRC-32 {crc:08x} != recorded {info.CRC:08x} "
                                         "(the bytes were altered or truncated)")
         return mm.view(dtype)
+    buf = bytearray(nbytes)  # inflated in bounded chunks: a stream longer than declared stops at once
     try:
-        raw = zf.read(info)
+        with zf.open(info) as f:
+            f._left = nbytes + 1  # noqa: SLF001 - read one byte past the declared size to see a lie
+            got = 0
+            while got < nbytes:
+                chunk = f.read(min(1 << 24, nbytes - got))
+                if not chunk:
+                    break
+                buf[got:got + len(chunk)] = chunk
+                got += len(chunk)
+            extra = f.read(1) if got == nbytes else b""
     except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
         raise DumpFormatError(path, f"storage {info.filename} unreadable: {exc}") from None
-    return np.frombuffer(bytearray(raw), dtype=dtype)
+    if got != nbytes or extra:
+        raise DumpFormatError(path, f"storage {info.filename} inflates to "
+                                    f"{'more' if extra else f'{got:,}'} bytes, not the {nbytes:,} its zip entry declares")
+    return np.frombuffer(buf, dtype=dtype)
 
 
-def read_pt(path) -> PtTensor:
-    """Decode one ``.pt`` tensor file (module docstring). Raises :class:`DumpFormatError`."""
+SMALL_STORAGE = 16 << 20
+"""A storage up to this size is decoded even when it is larger than its record says (the dtype/shape
+comparison afterwards then names the difference precisely); a larger one is refused before inflating."""
+
+
+def read_pt(path, expect_bytes: int | None = None) -> PtTensor:
+    """Decode one ``.pt`` tensor file (module docstring). Raises :class:`DumpFormatError`. ``expect_bytes``:
+    what the dump record says the tensor holds; a storage larger than that is refused before anything is
+    decompressed."""
     path = Path(path)
     try:
         zf = zipfile.ZipFile(path)
@@ -360,10 +380,10 @@ def read_pt(path) -> PtTensor:
         value = interpret_pickle(pkl, path)
         if not isinstance(value, _Call) or value.func.qualname not in REBUILDS:
             raise DumpFormatError(path, f"the pickle's root is {type(value).__name__}, not a rebuilt tensor")
-        return _rebuild(value, zf, infos, root, path)
+        return _rebuild(value, zf, infos, root, path, expect_bytes)
 
 
-def _rebuild(call: _Call, zf, infos, root, path) -> PtTensor:
+def _rebuild(call: _Call, zf, infos, root, path, expect_bytes: int | None = None) -> PtTensor:
     rebuild = REBUILDS[call.func.qualname]
     args = call.args
     if len(args) < 4:
@@ -406,6 +426,9 @@ def _rebuild(call: _Call, zf, infos, root, path) -> PtTensor:
     if numel and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= count:
         raise DumpFormatError(path, f"view (offset {offset}, size {size}, stride {stride}) reaches past the "
                                     f"storage of {count} elements")
+    if expect_bytes is not None and count * dtype.itemsize > max(expect_bytes, SMALL_STORAGE):
+        raise DumpFormatError(path, f"its storage holds {count * dtype.itemsize:,} bytes, more than the "
+                                    f"{expect_bytes:,} its dump.json record describes (not decompressed)")
     member = f"{root}/data/{storage.key}"
     info = infos.get(member)
     if info is None:
@@ -441,12 +464,12 @@ def read_npy(path) -> np.ndarray:
         raise DumpFormatError(path, f"not a readable .npy file ({exc})") from None
 
 
-def read_tensor_file(path) -> PtTensor:
-    """``.pt`` or ``.npy`` by suffix."""
+def read_tensor_file(path, expect_bytes: int | None = None) -> PtTensor:
+    """``.pt`` or ``.npy`` by suffix (``expect_bytes``: see :func:`read_pt`)."""
     path = Path(path)
     if path.suffix == ".npy":
         return PtTensor(read_npy(path), "npy", "cpu", "")
-    return read_pt(path)
+    return read_pt(path, expect_bytes)
 
 
 def crc32_of(array: np.ndarray) -> str:

@@ -61,13 +61,7 @@ def run(args) -> int:
     import backends
     from rich.console import Console
 
-    from bench import peers as bench_peers
-    from bench import report
     from bench.cases import all_cases
-    from bench.peak import Peaks, measure
-    from bench.runner import run as run_bench
-    from conformance.results import write_atomic
-    from .conformance_cmd import _versions
 
     console = Console(stderr=True)
     names = args.backend or [b.name for b in backends.available()]
@@ -98,7 +92,32 @@ def run(args) -> int:
         for c in cases:
             print(f"{c.name:56s} {c.work:12.4g} {c.unit:4s} {','.join(c.tags)}" + (f" compute={c.compute}" if c.compute else ""))
         return 0
+    from conformance.outlock import OutLock, OutLocked
+
+    lock = OutLock(args.out) if args.out else None  # one bench per --out: two would overwrite each other's report
+    try:
+        if lock is not None:
+            lock.acquire()
+    except (OutLocked, OSError) as exc:
+        print(f"w8a8 bench: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _bench(args, console, names, cases, full, registrations)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _bench(args, console, names, cases, full, registrations) -> int:
+    from bench import peers as bench_peers
+    from bench import report
+    from bench.peak import Peaks, measure
+    from bench.runner import run as run_bench
+    from conformance.results import write_atomic
+
     from conformance.reports.console import esc
+
+    from .conformance_cmd import _versions
 
     t0 = time.perf_counter()
     peaks = Peaks(0.0, 0.0, "not measured", "not measured", "skipped (--no-peak)", os.cpu_count() or 1) \

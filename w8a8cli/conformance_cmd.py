@@ -312,13 +312,15 @@ def _adopt_plan(args) -> str | None:
     from conformance.resume import reconcile
     from conformance.runner import load_plan
 
+    from conformance.stateio import StateError, regular
+
     plan_path = Path(args.out) / "plan.json"
-    if not plan_path.is_file():
-        return None
     try:
+        if not regular(plan_path, "saved plan"):
+            return None
         _, saved = load_plan(plan_path)
-    except (ValueError, KeyError, TypeError, OSError) as exc:
-        return f"--resume: the saved plan {plan_path} cannot be read ({type(exc).__name__}: {exc})"
+    except StateError as exc:
+        return f"--resume: {exc}"
     console = Console(stderr=True)
     if "flags" not in saved:
         console.print(f"[yellow]{esc(plan_path)} records no flags (an older run): resuming with the flags given[/]")
@@ -344,12 +346,17 @@ def _plan_and_run(args, names, options, pool, executor=None) -> int:
     from conformance.results import ResultsFile
     from conformance.runner import load_plan, plan, save_plan
     from conformance.runner import run as run_tasks
+    from conformance.stateio import StateError
 
     console = Console(stderr=True)
     out = Path(args.out)
     plan_path = out / "plan.json"
     if args.resume and plan_path.exists():
-        tasks, saved = load_plan(plan_path)
+        try:
+            tasks, saved = load_plan(plan_path, names)
+        except StateError as exc:
+            print(f"w8a8 conformance: --resume: {exc}", file=sys.stderr)
+            return 2
         skipped = saved.get("not_implemented", {})
         outside = saved.get("outside", {})
         console.print(f"[dim]resuming the plan saved in {esc(plan_path)}[/]")

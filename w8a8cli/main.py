@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse, check and run one command. A user error (a :class:`~w8a8cli.validate.UsageError` raised by a
     command's checks, or argparse's own) is one line on stderr and exit status 2, never a traceback."""
+    from conformance.stateio import StateError
+
     from .validate import UsageError
 
     parser = build_parser()
@@ -86,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"w8a8 {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except StateError as exc:  # a state file that cannot be read or written (a full disk, a FIFO, damage)
+        print(f"w8a8 {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

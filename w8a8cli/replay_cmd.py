@@ -139,7 +139,6 @@ def run(args) -> int:
 
     from conformance.reports.console import esc
     from replay import engine, runner
-    from replay.reports import write_all
 
     console = Console(stderr=True)
     try:
@@ -171,6 +170,23 @@ def run(args) -> int:
         return _fail(str(exc))
     if not dirs:
         return _fail(f"{path}: no dump folder matches --rank/--step")
+    from conformance.outlock import OutLock, OutLocked
+
+    lock = OutLock(out)  # one run per --out: two would append to one results.jsonl
+    try:
+        lock.acquire()
+    except (OutLocked, OSError) as exc:
+        return _fail(str(exc))
+    try:
+        return _replay_locked(console, path, out, options, args, numerics, table)
+    finally:
+        lock.release()
+
+
+def _replay_locked(console, path, out, options, args, numerics, table) -> int:
+    from replay import engine
+    from replay.reports import write_all
+
     out.mkdir(parents=True, exist_ok=True)
     results = engine.ResultsFile(out / "results.jsonl")
     if results.path.exists() and not args.resume:

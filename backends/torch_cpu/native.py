@@ -47,8 +47,9 @@ class NativeUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "w8a8"
+    from ..cache import cache_dir as writable  # a read-only HOME falls back to a per-user temporary folder
+
+    return writable()
 
 
 def compiler() -> str | None:

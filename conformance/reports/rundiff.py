@@ -31,7 +31,9 @@ def load(path: str | Path) -> list[dict]:
     p = Path(path)
     if p.is_dir():
         p = p / "results.jsonl"
-    if not p.is_file():
+    from ..stateio import regular
+
+    if not regular(p, "results file"):  # a FIFO or device there is refused, never read (it would block)
         raise FileNotFoundError(f"w8a8 compare: argument RUN must be a results.jsonl or a conformance --out folder "
                                 f"holding one; got {str(path)!r} (no such file)")
     records = [r for r in latest(ResultsFile(p).records()) if "status" in r and "case_id" in r]
