@@ -93,7 +93,7 @@ def _draw(console, a, b, ops, args) -> dict:
     """The sample sets: those of ``--samples-in`` merged, then rounds of ``--samples`` draws per op (seeds
     ``--seed``, ``--seed + 1`` ...) until every output's tail fit supports the target or ``--max-samples``."""
     from conformance.tail_fit import fit
-    from conformance.tuning import load_samples, merge_stats, sweep
+    from conformance.tuning import load_samples, merge_stats
 
     stats: dict = {}
     for path in args.samples_in or ():
@@ -156,7 +156,7 @@ def run(args) -> int:
     from conformance import plots
     from conformance.registry import specs
     from conformance.tolerances import ToleranceTable
-    from conformance.tuning import recommend, sweep
+    from conformance.tuning import recommend
     from .conformance_cmd import _versions
 
     from conformance.reports.console import esc

@@ -116,7 +116,7 @@ def test_workers_between_zero_and_the_cores(capsys):
 
 @pytest.mark.parametrize("argv, cmd, flag", [
     (["tune", "--backend", "numpy", "--samples", "0"], "tune", "--samples"),
-    (["tune", "--backend", "numpy", "--target", "nan"], "tune", "--target"),
+    (["tune", "--backend", "numpy", "--target", "nan"], "tune", "--target/--target-false-rate"),
     (["bench", "--max-time", "-2"], "bench", "--max-time"),
     (["bench", "--min-rounds", "0"], "bench", "--min-rounds"),
     (["replay", "x", "--max-bytes", "inf"], "replay", "--max-bytes"),
