@@ -180,9 +180,18 @@ class ModelSize:
         return total, active
 
 
+# No model has an exa-parameter; a count above this is a typo, and its byte and device counts overflow
+# (1e308 parameters is an infinite number of bytes).
+MAX_PARAMETERS = 1e18
+
+
 def model_from_counts(total, active) -> ModelSize:
     total = _positive("total", total)
     active = _positive("active", active)
+    for name, value in (("total", total), ("active", active)):
+        if value > MAX_PARAMETERS:
+            raise ValueError(f"estimate: argument '{name}' must be at most {MAX_PARAMETERS:g} parameters; "
+                             f"got {value:g}")
     if active > total:
         raise ValueError(f"estimate: argument 'active' ({active:g}) must not exceed 'total' ({total:g})")
     return ModelSize(total, active, source="given counts")

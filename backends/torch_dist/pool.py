@@ -51,6 +51,9 @@ class PoolError(RuntimeError):
     """The pool failed (a worker died, timed out, or raised something that is not a data error)."""
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600.0   # a week: longer than any collective should wait
+
+
 def collective_timeout() -> float:
     """Seconds a collective may wait (``W8A8_TORCH_DIST_TIMEOUT``, default 300)."""
     raw = os.environ.get("W8A8_TORCH_DIST_TIMEOUT", "")
@@ -58,8 +61,9 @@ def collective_timeout() -> float:
         value = float(raw) if raw else DEFAULT_TIMEOUT_S
     except ValueError:
         raise ValueError(f"torch-dist: W8A8_TORCH_DIST_TIMEOUT must be a number of seconds; got {raw!r}") from None
-    if not value > 0:
-        raise ValueError(f"torch-dist: W8A8_TORCH_DIST_TIMEOUT must be > 0; got {raw!r}")
+    if not 0 < value <= MAX_TIMEOUT_S:   # NaN, Inf and 0 fail here (an infinite timeout overflows gloo's)
+        raise ValueError(f"torch-dist: W8A8_TORCH_DIST_TIMEOUT must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]; "
+                         f"got {raw!r}")
     return value
 
 

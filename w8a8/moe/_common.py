@@ -89,6 +89,14 @@ def sum_f32(x32: np.ndarray, axis: int = -1, keepdims: bool = True) -> np.ndarra
         return np.sum(np.asarray(x32, np.float64), axis=axis, keepdims=keepdims).astype(np.float32)
 
 
+def _check_total(op: str, arg: str, counts: np.ndarray, m: int) -> None:
+    """Non-negative ``counts`` must sum to at most ``m`` rows, summed in Python integers: ``[2**62] * 4``
+    wraps to 0 in int64 and would pass a cumsum-based check with negative segment ends."""
+    total = sum(int(c) for c in counts.tolist())
+    if total > m:
+        _check.fail(op, arg, f"a row total <= the row count {m}", f"total {total}")
+
+
 def group_segments(op: str, group_list, group_list_type: int, m: int, num_groups: int,
                    arg: str = "group_list") -> list[tuple[int, int, int]]:
     """``[(group, start_row, stop_row), ...]`` of a group list, in row order (empty groups included).
@@ -116,6 +124,7 @@ def group_segments(op: str, group_list, group_list_type: int, m: int, num_groups
                 _check.fail(op, arg, "non-decreasing cumulative row ends (group_list_type 0)", f"{v.tolist()[:16]}")
             ends = v
         else:
+            _check_total(op, arg, v, m)   # in Python integers, before an int64 cumsum could wrap
             ends = np.cumsum(v)
         total = int(ends[-1]) if ends.size else 0
         if total > m:
@@ -131,6 +140,7 @@ def group_segments(op: str, group_list, group_list_type: int, m: int, num_groups
         _check.fail(op, arg, f"group ids (column 0) in [0, {num_groups})", f"{ids.tolist()[:16]}")
     if (counts < 0).any():
         _check.fail(op, arg, "non-negative counts (column 1)", f"{counts.tolist()[:16]}")
+    _check_total(op, arg, counts, m)   # in Python integers, before an int64 cumsum could wrap
     ends = np.cumsum(counts)
     total = int(ends[-1]) if ends.size else 0
     if total > m:
