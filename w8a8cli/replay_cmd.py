@@ -137,7 +137,6 @@ def run(args) -> int:
         return _fail(f"DUMP {path}: no such file or folder")
     from rich.console import Console
 
-    from conformance.reports.console import esc
     from replay import engine, runner
 
     console = Console(stderr=True)
@@ -184,6 +183,7 @@ def run(args) -> int:
 
 
 def _replay_locked(console, path, out, options, args, numerics, table) -> int:
+    from conformance.reports.console import esc
     from replay import engine
     from replay.reports import write_all
 
