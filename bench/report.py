@@ -205,6 +205,16 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
             "version": pytest_benchmark.__version__}
 
 
+def _m_ticks(ax, values: list) -> None:
+    """Ticks at the measured sizes only, as plain numbers (log-axis minor labels overprint on a short range)."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(values)
+    ax.set_xticklabels([str(v) for v in values], fontsize=7)
+
+
 def throughput_vs_m(records: list[dict]):
     """Per op: verified throughput against M, one line per backend (log-log)."""
     series: dict = defaultdict(lambda: defaultdict(list))
@@ -223,6 +233,7 @@ def throughput_vs_m(records: list[dict]):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _m_ticks(ax, sorted({p[0] for pts in series[key].values() for p in pts}))
         ax.set_xlabel("M (tokens)", fontsize=8)
         ax.set_ylabel("useful ops/s (or elem/s)", fontsize=8)
         ax.set_title(f"{key[0]} {dict(key[1])}", fontsize=8)
@@ -267,6 +278,7 @@ def scaling_plot(fits: list[dict]):
                     label=f"{f['backend']} {f['op']}: t ~ {axis}^{f['exponent']:.2f}")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _m_ticks(ax, sorted({p[0] for f in fits if f["axis"] == axis for p in f["points"]}))
         ax.set_xlabel(axis, fontsize=8)
         ax.set_ylabel("time (s)", fontsize=8)
         ax.legend(fontsize=6)

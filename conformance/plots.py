@@ -32,6 +32,7 @@ def grid(n: int, cols: int, width: float, height: float, layout: str | None = No
     """A figure with ``n`` subplots in rows of ``cols`` (the unused ones hidden); returns (fig, axes[:n]).
     ``layout="constrained"`` keeps a suptitle clear of the panel titles (``tight_layout`` does not)."""
     plt = _plt()
+    cols = max(1, min(cols, n))     # one panel: a figure one panel wide, its title over it
     rows = max(1, math.ceil(n / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout=layout)
     for ax in axes.ravel()[n:]:

@@ -161,12 +161,13 @@ class Page:
             raise ChromiumError(f"script failed: {res['exceptionDetails'].get('exception', {}).get('description')}")
         return res["result"].get("value")
 
-    def screenshot(self, max_height: int | None = None) -> bytes:
-        """A PNG of the page at the current width: the whole page, or its top ``max_height`` CSS pixels."""
+    def screenshot(self, max_height: int | None = None, scale: float = 1.0) -> bytes:
+        """A PNG of the page at the current width: the whole page, or its top ``max_height`` CSS pixels, scaled
+        by ``scale`` (0.5: half as many pixels each way)."""
         height = int(self.evaluate("Math.ceil(document.documentElement.scrollHeight)"))
         if max_height:
             height = min(height, max_height)
-        clip = {"x": 0, "y": 0, "width": self.width, "height": height, "scale": 1}
+        clip = {"x": 0, "y": 0, "width": self.width, "height": height, "scale": scale}
         data = self._send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True})
         return base64.b64decode(data["data"])
 

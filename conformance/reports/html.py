@@ -22,13 +22,14 @@ th.num{font-weight:normal;font-size:11px;max-width:220px}
 .ok{background:#dff5e1}.notok{background:#fbd9d7}
 code,pre{background:#f4f4f6;border-radius:4px;padding:1px 4px;font-size:12px}
 pre{padding:8px;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}
-code{overflow-wrap:anywhere}
+dd code,li code,p code{overflow-wrap:anywhere}td code{white-space:nowrap}
 table{display:block;max-width:100%;overflow-x:auto}
 svg.plot{max-width:100%;height:auto;display:block}
 p.bitwise{font-size:13px}
 .failure{border-left:4px solid #d33;padding:4px 12px;margin:12px 0;background:#fffafa}
 img{max-width:100%}
 dl.meta dt{font-weight:600;float:left;clear:left;width:140px}dl.meta dd{margin-left:150px}
+dl.meta::after{content:'';display:table;clear:both}
 @media (max-width:600px){dl.meta dt{float:none;width:auto}dl.meta dd{margin-left:12px}}
 """
 
