@@ -255,7 +255,7 @@ def _linear_scheme(res: Resolution, module: Module, t: str | None) -> None:
                                            "(it warns and returns None, and loading fails)", "no-linear-scheme")
     else:
         module.notes.append(f"{t} is not modelled by this suite; vllm-ascend's scheme registry for it is not "
-                            "covered by the spec")
+                            "checked")
 
 
 def _packed_and_plain(res: Resolution, plain: dict[str, str]) -> list[Module]:

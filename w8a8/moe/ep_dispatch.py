@@ -215,7 +215,7 @@ def not_modelled(op: str, g: EpGroup, special: dict) -> None:
             _check.fail(op, name, "None / 0 (not modelled by the golden)", repr(value)[:80])
     if g.shared_ranks:
         _check.fail(op, "shared_expert_rank_num", "0: the golden does not model shared-expert ranks (no serving "
-                    "path cited in spec/expert-parallel.md uses them)", str(g.shared_ranks))
+                    "path of SGLang or vllm-ascend uses them)", str(g.shared_ranks))
 
 
 def smooth_row_offset(g: EpGroup, v2: bool) -> int:

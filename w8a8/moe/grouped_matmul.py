@@ -174,7 +174,7 @@ def _checked(x, w, b, s, o, pt, group_list, group_list_type, act_type, output_dt
                 _dt.int64: _dt.int8, _dt.uint64: _dt.int8}[None if s is None else s.dtype]
     if out != expected:
         what = "None" if s is None else _dt.name(s.dtype)
-        _check.fail(_OP, "output_dtype", f"{_dt.name(expected)} for a {what} scale (spec §5.3: bf16 scale -> bf16, "
+        _check.fail(_OP, "output_dtype", f"{_dt.name(expected)} for a {what} scale (bf16 scale -> bf16, "
                     "fp32 scale -> fp16, int64 -> int8, no scale -> int32; e.g. fp32 scale with bf16 output is "
                     "rejected by the device)", _dt.name(out), TypeError)
     if pt is not None and out not in (_dt.bfloat16, _dt.float16):
