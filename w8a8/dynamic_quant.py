@@ -1,10 +1,11 @@
 """``npu_dynamic_quant`` and ``npu_dynamic_quant_asymmetric``: per-token (per-row) dynamic quantization.
 
-The kernel order matters and is mirrored here (spec/ascend-ops.md §1.3): the reciprocal
+The kernel order matters and is mirrored here (ops-nn ``quant/dynamic_quant/op_kernel/dynamic_quant.h``): the reciprocal
 ``inv = 127 / amax`` is computed once per row and *multiplied*. That is not ``x / (amax / 127)``: the
 two differ by one code wherever ``x * inv`` and ``x / scale`` round to different sides of a .5 tie.
 
-The **scale written depends on the kernel the host tiling picks for the shape** (kernel-variants §2,
+The **scale written depends on the kernel the host tiling picks for the shape** (ops-nn
+``quant/dynamic_quant/op_host/dynamic_quant_tiling.cpp``,
 :mod:`w8a8.variants.dynamic_quant`): ``amax * fp32(1/127)`` in the single-row (key 100: H in {4096,
 5120, 10240}, 4 <= rows <= 384), multi-row (key 10: 128 <= H <= 16320, H % 8 == 0) and double-buffer
 (keys 2/3) kernels, ``1 / inv`` in the basic, large-shape and MoE kernels (keys 0/1, 6, 7, 8). The two
@@ -316,7 +317,7 @@ def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
     y : int8 of x's shape; for int4, int32 ``[..., H/8]`` with 8 codes per word, LSB first.
     scale : float32 of shape ``x.shape[:-1]``.
 
-    Formula (fp32, Ascend kernels; kernel-variants §2.2)::
+    Formula (fp32, Ascend kernels; :mod:`w8a8.variants.dynamic_quant`)::
 
         xf  = fp32(x) [* fp32(smooth[g])]
         inv = qmax / max_j |xf_j|             # qmax = 127 (int8) or 7 (int4)
@@ -367,7 +368,7 @@ def dynamic_quant_asymmetric(x: np.ndarray, *, smooth_scales: np.ndarray | None 
     Arguments as :func:`dynamic_quant`. Returns ``(y, scale, offset)``: y as there, scale and
     offset float32 of shape ``x.shape[:-1]``.
 
-    Formula (fp32; ``GetScaleAndOffset`` in the kernel, spec §1.3)::
+    Formula (fp32; ``GetScaleAndOffset`` in ops-nn ``dynamic_quant_base.h``)::
 
         scale  = max((rowmax - rowmin) / 255, 1e-12)      # int4: / 15
         offset = 127 - rowmax / scale                      # int4: 7 - rowmax / scale

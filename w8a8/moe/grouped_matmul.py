@@ -1,4 +1,5 @@
-"""``npu_grouped_matmul``, single-tensor int8 form (spec/ascend-ops.md §5).
+"""``npu_grouped_matmul``, single-tensor int8 form (ops-transformer
+``gmm/grouped_matmul/``, ``aclnn_grouped_matmul.cpp``; op-plugin ``GroupedMatmulKernelNpuOpApi.cpp``).
 
 One ``x [M, K]`` whose rows are split into consecutive groups by ``group_list``, one weight
 ``[E, K, N]``, one output ``[M, N]`` (``split_item`` 2/3, ``group_type`` 0). Rows of group ``e`` are
@@ -224,7 +225,7 @@ def grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_token_s
         ``requant_clamp9``, ``round_mode``, ``saturate``, ``transcendental`` (activations),
         ``nan_policy``.
 
-    Allowed combinations (A2/A3, spec §5.3; anything else raises)::
+    Allowed combinations (A2/A3, ops-transformer ``CheckQuantParamsDtype``; anything else raises)::
 
         scale          per_token_scale   output   act
         bf16 [E, N]    fp32 [M] | None   bf16     with per_token_scale only
