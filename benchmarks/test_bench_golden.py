@@ -6,7 +6,7 @@ two idle cores). After the last benchmark the module prints the two ratios the g
 
 * exact int8 GEMM (:func:`w8a8.int_matmul`, its casts included) >= 1.5x faster than a float64
   ``np.matmul`` of the same shape on pre-cast operands — the BLAS route of
-  spec/cpu-performance.md §3 (float32 chunks of K <= 2^24 / (max|a| * max|b|), exact);
+  :mod:`w8a8.intgemm` (float32 chunks of K <= 2^24 / (max|a| * max|b|), exact);
 * the whole ``w8a8_dynamic_linear`` (bf16 x, int8 [N, K] checkpoint weight: dynamic_quant + GEMM +
   per-token epilogue + bf16 cast) <= 1.3x the time of its GEMM.
 

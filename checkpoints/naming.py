@@ -2,7 +2,8 @@
 
 DeepSeek-V4 checkpoints keep DeepSeek's native names (``layers.3.attn.wq_a.weight``,
 ``layers.3.ffn.experts.7.w1.weight``, ``hc_head_fn``...). The serving code maps them onto the
-HF-style module tree before it looks anything up (spec/serving-paths.md §1.6):
+HF-style module tree before it looks anything up (SGLang's DeepSeek-V4 model file,
+``remap_weight_name_to_dpsk_hf_format``):
 
 * SGLang (``ModelSlimConfig.__init__``): when any description key starts with ``hc_head_``, every
   key is *rewritten* through ``DeepseekV4ForCausalLM.remap_weight_name_to_dpsk_hf_format``
@@ -88,7 +89,7 @@ def parse_expert(module: str) -> tuple[str, int, str] | None:
 
 PACKED_MODULES: dict[str, dict[str, tuple[str, ...]]] = {
     # SGLang: ModelSlimConfig's default packed_modules_mapping plus the DeepSeek-V2/V3 model's
-    # fused q_a / kv_a projection (spec/serving-paths.md §2.1).
+    # fused q_a / kv_a projection (SGLang ``modelslim.py``).
     "sglang": {
         "qkv_proj": ("q_proj", "k_proj", "v_proj"),
         "gate_up_proj": ("gate_proj", "up_proj"),

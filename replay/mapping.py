@@ -1,4 +1,4 @@
-"""Map a dumped torch_npu call to the golden call, argument by argument (spec device-dumps.md §5.3-§5.4).
+"""Map a dumped torch_npu call to the golden call, argument by argument (docs/replay.md).
 
 :func:`map_entry` takes an :class:`~replay.dump.Entry` and returns a :class:`MappedCall`: the golden
 op, its positional and keyword arguments (tensors still as :class:`~replay.dump.TensorRecord`, resolved
