@@ -23,10 +23,10 @@ from w8a8.lowbit.nvfp4 import nvfp4_quantize
 BF16 = ml_dtypes.bfloat16
 F32 = np.float32
 FIXED = ASCEND.replace(name="fixed", variants="fixed")
-# torchao Int8Tensor (FINDINGS §4.2): 127.5, the scale in x's dtype, a 2^-23 floor, rint(x * fp32(1/s)), [-128, 127]
+# torchao Int8Tensor: 127.5, the scale in x's dtype, a 2^-23 floor, rint(x * fp32(1/s)), [-128, 127]
 TORCHAO = FIXED.replace(name="ta", scale_divisor="half_range", scale_out="amax_div", scale_dtype="input",
                         scale_floor="max_f32_eps", quant_codes="mul_rcp", code_range="full")
-# onnxruntime DynamicQuantizeLinear (FINDINGS §1.3), as int8 (uint8 - 128)
+# onnxruntime DynamicQuantizeLinear, as int8 (uint8 - 128)
 ORT_DQL = FIXED.replace(name="ort-dql", dynamic_granularity="per_tensor", asym_range="through_zero",
                         asym_zero_point="integer", asym_degenerate="one", quant_codes="div_scale",
                         zero_point_position="after_rounding")
