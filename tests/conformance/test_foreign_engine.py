@@ -1,4 +1,4 @@
-"""The engine judging kernels written for other libraries' numerics (issue 14, engine half).
+"""The engine judging kernels written for other libraries' numerics (the engine half).
 
 * capabilities: a backend's declined calls are not drawn (counted as outside), and a declined call that is
   run anyway is ``unsupported`` with the reason — never a failure;

@@ -1,4 +1,4 @@
-"""The open-numerics fields of ``Numerics`` (issue 14): each value pinned by a named case with the
+"""The open-numerics fields of ``Numerics``: each value pinned by a named case with the
 expected bits derived by hand in the comment, the Ascend default first and unchanged, and the
 composition with the kernel-variant policy.
 
