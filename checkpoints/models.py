@@ -19,7 +19,7 @@ DeepSeek-V3 (HF names, ``model.layers.{L}...``)::
                shared_head.head [V, H], embed_tokens [V, H]
 
 DeepSeek-V4 (native names; the layout of public DSV4 weight-conversion code — the exact ``wo_a`` /
-``hc_*`` shapes are not confirmed by the spec, names are)::
+``hc_*`` shapes are not confirmed by the sources read, names are)::
 
     layers.{L}.attn.wq_a [q_lora, H], wq_b [heads*head_dim, q_lora], wkv [head_dim, H],
         wo_a [o_groups*o_lora, heads*head_dim/o_groups], wo_b [H, o_groups*o_lora],

@@ -21,7 +21,7 @@ which only SGLang renames) and in MTP layers: the SGLang rewrite as the descript
 (``is_nextn=False``) keeps ``mtp.{i}.`` and renames inside it; the next-n loader maps the
 ``mtp.{i}.e_proj/h_proj/emb/enorm/hnorm/norm/head/hc_head*`` tensors to ``model.layers.{N}``
 (:func:`sglang_dsv4_remap` with ``is_nextn=True``). How vllm-ascend maps MTP modules is not covered
-by the spec; MTP modules are reported under the SGLang description names.
+by the sources read; MTP modules are reported under the SGLang description names.
 """
 
 from __future__ import annotations

@@ -197,7 +197,7 @@ _MX_ELEMS = {"e2m1": (2, 6.0, _dt.float4_e2m1fn), "e4m3": (8, 448.0, _dt.float8_
 
 
 class MxFloorOnlyBackend(_PlantedBase):
-    """OCP MX v1.0 quantization written from the spec's FLOOR rule — and only that rule."""
+    """OCP MX v1.0 quantization written from the OCP MX v1.0 FLOOR rule — and only that rule."""
 
     name = "planted-mx-floor-only"
     bug = "mx_quantize ignores scale_mode (always FLOOR)"

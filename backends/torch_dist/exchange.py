@@ -1,7 +1,7 @@
 """The expert-parallel exchange on a torch.distributed process group (docs/expert-parallelism.md).
 
 Runs on one rank, inside a rank process (:mod:`.worker`); the same code runs on gloo (CPU tensors) and
-on HCCL (NPU tensors: ``device`` is where the buffers live). Vocabulary of the spec: R ranks, E routed
+on HCCL (NPU tensors: ``device`` is where the buffers live). Vocabulary: R ranks, E routed
 experts, ``E_loc = E / R`` per rank, expert ``e`` on rank ``e // E_loc`` as local expert ``e % E_loc`` (no
 shared-expert ranks: the golden refuses S > 0), K slots per token, a *copy* is
 ``(t, k)`` with flat index ``f = t*K + k``.

@@ -18,7 +18,7 @@ codes of a NaN block are don't-cares (torchao writes garbage; the golden zeros, 
 * **Shared exponent**, from the block's fp32 ``amax`` (``emax`` = 2 for E2M1, 8 for E4M3, 15 for
   E5M2; ``vmax`` = 6, 448, 57344):
 
-  - ``"floor"`` (default; the spec's rule, torchao's default): ``e = floor(log2 amax) - emax``,
+  - ``"floor"`` (default; OCP MX v1.0's rule, torchao's default): ``e = floor(log2 amax) - emax``,
     read from the fp32 exponent field. ``amax / X`` lies in ``[2^emax, 2^(emax+1))``, so for E2M1
     the values in (6, 8) **clip to 6**.
   - ``"ceil"``: ``floor(log2 amax)`` plus 1 when amax is not a power of two, minus emax.
