@@ -12,9 +12,9 @@ MC2 or all-to-all-v by the token count), each with the rule that decided it and 
 Sources (SGLang under ``python/sglang/srt/``; sgl-kernel-npu @ f425bdf1, the Ascend DeepEP):
 
 * SGLang: ``hardware_backend/npu/quantization/moe_methods.py`` @ 527befca and
-  ``layers/moe/token_dispatcher/deepep.py`` @ 003a81bf (where the dtype comes from: the scheme's ``dispatcher_output_dtype``,
-  ``get_deepep_output_dtype``'s priority, ``use_fp8`` meaning INT8 on A2/A3, the older revision
-  ``454e84da``), ``layers/moe/moe_runner/ascend.py`` @ 95c3dd7b (the runner: ``if pertoken_scale is None``
+  ``layers/moe/token_dispatcher/deepep.py`` @ 003a81bf (where the dtype comes from: the scheme's
+  ``dispatcher_output_dtype``, ``get_deepep_output_dtype``'s priority, ``use_fp8`` meaning INT8 on A2/A3, the older
+  revision ``454e84da``), ``layers/moe/moe_runner/ascend.py`` @ 95c3dd7b (the runner: ``if pertoken_scale is None``
   quantize), sgl-kernel-npu ``python/deep_ep/deep_ep/strategies/normal_strategy.py`` and
   ``csrc/deepep/deep_ep.cpp`` (normal mode: ``m + 1e-12``; ``DEEP_NORMAL_MODE_USE_INT8_QUANT`` read only
   without a ``quant_mode`` argument; low-latency strategies ``default`` / ``ops`` / ``alltoall``, the last

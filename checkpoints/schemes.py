@@ -35,7 +35,8 @@ MODELLED_TYPES = ("FLOAT", "W8A8", "W8A8_DYNAMIC")
 """The types whose serving path this suite models (goldens exist; ``--verify`` runs them)."""
 
 KNOWN_TYPES = frozenset(MODEL_QUANT_TYPE_PRIORITY) | {"W4A8_DYNAMIC", "W4A16", "C8", "FAQuant"}
-"""Every type string msModelSlim writes (its ``docs/zh/user_guide/quantization_formats/ascendv1.md``). Anything else is unknown."""
+"""Every type string msModelSlim writes (its ``docs/zh/user_guide/quantization_formats/ascendv1.md``). Anything else
+is unknown."""
 
 
 @dataclass(frozen=True)

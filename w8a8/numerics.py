@@ -21,12 +21,12 @@ round_mode : ``"half_even"`` | ``"half_away"``
     microxcaling default.
 quant_codes : ``"mul_inv"`` | ``"div_scale"`` | ``"mul_rcp"``
     Dynamic per-row quantization. ``"mul_inv"``: ``inv = qmax / amax`` (fp32 division), codes are
-    ``round(x * inv)`` — the Ascend ``npu_dynamic_quant`` kernels (ops-nn ``quant/dynamic_quant/op_kernel/dynamic_quant.h``). ``"div_scale"``: codes
-    are ``round(x / scale)`` with the scale of ``scale_out`` (``npu_dequant_swiglu_quant`` with
-    group_index, the op-plugin goldens). ``"mul_rcp"``: ``round(x * fp32(1 / scale))`` (the legacy
-    ``npu_dequant_swiglu_quant`` kernels, :mod:`w8a8.variants.swiglu`; torchao ``Int8Tensor``), ``scale``
-    being the value after ``scale_dtype`` / ``scale_floor`` (below). ``qmax`` is ``D`` of
-    ``scale_divisor`` throughout.
+    ``round(x * inv)`` — the Ascend ``npu_dynamic_quant`` kernels (ops-nn
+    ``quant/dynamic_quant/op_kernel/dynamic_quant.h``). ``"div_scale"``: codes are ``round(x / scale)`` with the scale
+    of ``scale_out`` (``npu_dequant_swiglu_quant`` with group_index, the op-plugin goldens). ``"mul_rcp"``:
+    ``round(x * fp32(1 / scale))`` (the legacy ``npu_dequant_swiglu_quant`` kernels, :mod:`w8a8.variants.swiglu`;
+    torchao ``Int8Tensor``), ``scale`` being the value after ``scale_dtype`` / ``scale_floor`` (below). ``qmax`` is
+    ``D`` of ``scale_divisor`` throughout.
 scale_out : ``"reciprocal"`` | ``"amax_mul_rcp"`` | ``"amax_div"``
     The per-row scale that dynamic quantization returns: ``1 / inv`` (the basic, large-shape and MoE
     kernels), ``amax * fp32(1/qmax)`` (the single-row, multi-row and double-buffer kernels), or
@@ -53,10 +53,12 @@ fp19_round_mode : 0 | 1
     nearest even (ops-nn ``trans_quant_param_v2.h::CalQuantPreScaleValue``).
 int32_bias : ``"accumulator"`` | ``"after_dequant"``
     Where an int32 bias enters: added to the int32 accumulator before any scaling (the Ascend
-    cube, ``mm.SetBias`` in ops-nn ``quant_batch_matmul_v3_pertoken.h``) or, wrongly, converted to float and added after the dequant multiply.
+    cube, ``mm.SetBias`` in ops-nn ``quant_batch_matmul_v3_pertoken.h``) or, wrongly, converted to float and added
+    after the dequant multiply.
 epilogue_order : ``"scale_then_token"`` | ``"token_then_scale"`` | ``"combined"``
     fp32 order of the per-channel and per-token multiplies: ``(acc * scale[n]) * token[m]``
-    (Ascend, ops-nn ``quant_batch_matmul_v3_pertoken.h``), ``(acc * token[m]) * scale[n]``, or ``acc * (scale[n] * token[m])``.
+    (Ascend, ops-nn ``quant_batch_matmul_v3_pertoken.h``), ``(acc * token[m]) * scale[n]``, or
+    ``acc * (scale[n] * token[m])``.
 requant_clamp9 : bool
     int8 requant output: round-and-clamp to 9 bits after the dequant multiply and after adding the
     offset, then clamp to int8 — the CANN golden's ``s9`` steps (ops-nn
@@ -104,12 +106,13 @@ static_zero_scale : ``"as_one"`` | ``"ieee"``
     group kernel's ``(s == 0) ? 1 : 1/s``) or IEEE ``1/0 = inf`` (the legacy kernels, no guard).
 ep_dispatch_quant : ``"mc2"`` | ``"deepep_normal"`` | ``"init_routing"``
     Expert-parallel INT8 dispatch, the sender's per-row quantization (ops-transformer
-    ``moe_distribute_dispatch_v2_full_mesh.h``, sgl-kernel-npu ``csrc/deepep/``; read by ``moe_distribute_dispatch[_v2]`` with ``quant_mode=2`` and by ``w8a8_moe_ep``):
-    ``"mc2"``: the ``npu_dynamic_quant`` main formula of the MC2 kernels, ``inv = 127 / m``,
-    ``q = rint(x * inv)``, ``s = 1 / inv``; ``"deepep_normal"``: the Ascend DeepEP normal-mode kernel,
-    the same with ``inv = 127 / (m + 1e-12)`` (equal to ``"mc2"`` for ``m >= 2^-15``); ``"init_routing"``:
-    the sgl-kernel-npu ``alltoall`` strategy, which quantizes with ``npu_moe_init_routing_v2(quant_mode=1)``
-    (``s = m / 127``, ``q = x / s``, ``routing_quant_round``: :func:`w8a8.dispatch_quant`).
+    ``moe_distribute_dispatch_v2_full_mesh.h``, sgl-kernel-npu ``csrc/deepep/``; read by
+    ``moe_distribute_dispatch[_v2]`` with ``quant_mode=2`` and by ``w8a8_moe_ep``): ``"mc2"``: the
+    ``npu_dynamic_quant`` main formula of the MC2 kernels, ``inv = 127 / m``, ``q = rint(x * inv)``, ``s = 1 / inv``;
+    ``"deepep_normal"``: the Ascend DeepEP normal-mode kernel, the same with ``inv = 127 / (m + 1e-12)`` (equal to
+    ``"mc2"`` for ``m >= 2^-15``); ``"init_routing"``: the sgl-kernel-npu ``alltoall`` strategy, which quantizes with
+    ``npu_moe_init_routing_v2(quant_mode=1)`` (``s = m / 127``, ``q = x / s``, ``routing_quant_round``:
+    :func:`w8a8.dispatch_quant`).
 ep_combine_weights : ``"float32"`` | ``"bfloat16"``
     Expert-parallel combine (``moe_distribute_combine[_v2]``, ``w8a8_moe_ep``): the routing weights enter
     the fp32 weighted sum as given (every EP combine kernel: ``expert_scales`` fp32) or

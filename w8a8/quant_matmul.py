@@ -239,8 +239,8 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
             y = clip(s9(s9(fp32(acc) * deq[n]) + s9(offset[n])), -128, 127)
 
     ``scale`` where the torch_npu adapter packs it (fp32 scale, no pertoken_scale, fp16 or int8
-    output; op-plugin ``QuantMatmulKernelNpuOpApi.cpp``) is silently reduced to FP19 by truncation — up to 2^-10 relative error —
-    and a packed int64 scale decodes to its FP19 value (and its offset bits when ``offset`` is
+    output; op-plugin ``QuantMatmulKernelNpuOpApi.cpp``) is silently reduced to FP19 by truncation — up to 2^-10
+    relative error — and a packed int64 scale decodes to its FP19 value (and its offset bits when ``offset`` is
     None). The bf16-output and per-token paths use the scale at full precision: for int8 x1 the adapter
     packs only an fp32 scale without pertoken_scale and with an fp16 / int8 output (op-plugin
     ``QuantMatmulKernelNpuOpApi.cpp:261-298`` @ 517f2e7d: ``use_trans_quant_param``). Whether CANN itself

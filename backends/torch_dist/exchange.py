@@ -26,9 +26,9 @@ shared-expert ranks: the golden refuses S > 0), K slots per token, a *copy* is
 **Combine** (:func:`combine`): the expert outputs (canonical order) are put back in arrival order
 (the inverse permutation), ``all_to_all_single`` returns them with the splits swapped, so the sender
 receives its copies in its own send order; they are scattered to their ``(t, k)`` slots and summed
-per token as the ops-transformer combine kernel does: ``acc = +0.0f``; for k ascending ``acc = fp32(acc + fp32(y) * w[t, k])``
-(a multiply, then an add: two fp32 roundings, never a fused multiply-add), then one RNE rounding to
-bf16. Inactive copies contribute nothing.
+per token as the ops-transformer combine kernel does: ``acc = +0.0f``; for k ascending
+``acc = fp32(acc + fp32(y) * w[t, k])`` (a multiply, then an add: two fp32 roundings, never a fused multiply-add),
+then one RNE rounding to bf16. Inactive copies contribute nothing.
 
 Every step is timed into ``clock`` (a dict of seconds per phase) when one is given.
 """
@@ -201,9 +201,10 @@ def return_rows(y: torch.Tensor, handle: Handle, group, clock: dict | None = Non
 
 def weighted_sum(rows: torch.Tensor, weights: torch.Tensor, present: torch.Tensor | None,
                  extra: torch.Tensor | None = None) -> torch.Tensor:
-    """fp32 ``acc [T, H]`` of the combine (ops-transformer ``mc2/moe_distribute_combine_v2/``): from +0, for k ascending, where the copy is
-    ``present`` (bool ``[T, K]``, None: all), ``acc = acc + fp32(row) * w[t, k]`` (a multiply, then an add);
-    then ``acc = acc + fp32(extra[t])`` (unweighted) if given. ``rows``: ``[T*K, H]`` in flat order."""
+    """fp32 ``acc [T, H]`` of the combine (ops-transformer ``mc2/moe_distribute_combine_v2/``): from +0, for k
+    ascending, where the copy is ``present`` (bool ``[T, K]``, None: all), ``acc = acc + fp32(row) * w[t, k]`` (a
+    multiply, then an add); then ``acc = acc + fp32(extra[t])`` (unweighted) if given. ``rows``: ``[T*K, H]`` in flat
+    order."""
     t, k = weights.shape
     h = rows.shape[1]
     r = rows.view(t, k, h)

@@ -29,8 +29,8 @@ w8a8_moe_ep                 load: the rank's experts ``[E_loc, ...]`` transposed
 ==========================  ===========================================================================
 
 The INT8 path hands the received ``dynamic_scales`` to W13 as its ``per_token_scale``: the runner's
-``if pertoken_scale is None: npu_dynamic_quant`` never runs (SGLang ``moe_runner/ascend.py``, vllm-ascend ``moe_mlp.py``), so the plan holds no
-``npu_dynamic_quant`` call; the BF16 fallback quantizes once, on arrival.
+``if pertoken_scale is None: npu_dynamic_quant`` never runs (SGLang ``moe_runner/ascend.py``, vllm-ascend
+``moe_mlp.py``), so the plan holds no ``npu_dynamic_quant`` call; the BF16 fallback quantizes once, on arrival.
 
 Device shapes (the 2.13.0 meta): dispatch returns ``A = global_bs_real * min(E_loc, K)`` rows
 (``global_bs_real = global_bs or BS * R``) of which the first ``A_q`` (the rows rank q receives) are

@@ -29,8 +29,8 @@ i8, f32, bf16 = ARRAYS.i8, ARRAYS.f32, ARRAYS.bf16
 
 # -- quant_matmul: scale packing ---------------------------------------------------------------------
 def test_fp32_scale_fp16_output_is_packed_at_load_with_trans_quant_param():
-    # op-plugin QuantMatmulKernelNpuOpApi.cpp: fp32 scale, fp16 output, no pertoken -> the adapter calls npu_trans_quant_param itself;
-    # the lowering does it once at load and hands the matmul the int64 scale.
+    # op-plugin QuantMatmulKernelNpuOpApi.cpp: fp32 scale, fp16 output, no pertoken -> the adapter calls
+    # npu_trans_quant_param itself; the lowering does it once at load and hands the matmul the int64 scale.
     s = f32(32)
     plan = lower("quant_matmul", i8(4, 64), i8(64, 32), s, output_dtype="float16")
     pack = plan.find("npu_trans_quant_param", "load")
@@ -43,7 +43,8 @@ def test_fp32_scale_fp16_output_is_packed_at_load_with_trans_quant_param():
 
 
 def test_fp32_scale_int8_output_packs_the_offset_into_the_scale():
-    # The requant offset travels in bits 37..45 of the packed scale (ops-nn trans_quant_param_v2.h), so the matmul gets no offset.
+    # The requant offset travels in bits 37..45 of the packed scale (ops-nn trans_quant_param_v2.h), so the matmul
+    # gets no offset.
     s, off = f32(32), np.array([-3.0], np.float32)
     plan = lower("quant_matmul", i8(4, 64), i8(64, 32), s, offset=off, output_dtype="int8")
     pack = plan.find("npu_trans_quant_param", "load")

@@ -1,8 +1,8 @@
 """Scheme resolution (checkpoints/schemes.py), on synthetic checkpoints in both namings.
 
-Every rule of the loaders (SGLang ``modelslim.py``, vllm-ascend ``modelslim_config.py``): ``<prefix>.weight`` decides; FLOAT means unquantized;
-packed shards must agree; MoE from expert 0 with the (gate, up, down) / (w1, w3, w2) leaf names;
-W13 agreement; no static MoE; unknown types reported; DeepSeek-V4 names remapped.
+Every rule of the loaders (SGLang ``modelslim.py``, vllm-ascend ``modelslim_config.py``): ``<prefix>.weight`` decides;
+FLOAT means unquantized; packed shards must agree; MoE from expert 0 with the (gate, up, down) / (w1, w3, w2) leaf
+names; W13 agreement; no static MoE; unknown types reported; DeepSeek-V4 names remapped.
 """
 
 import numpy as np

@@ -1,10 +1,10 @@
 """``quant_matmul`` (npu_quant_matmul; w8a8/quant_matmul.py) — ops-nn ``matmul/quant_batch_matmul_v3/``.
 
 Every dtype combination of the dtype table is checked against an independent recomputation of the
-epilogue formula (``quant_batch_matmul_v3_pertoken.h``, ``qbmmv3_kernel_golden.py``) done here: the accumulator as an int64 ``np.matmul``; the epilogue in float64 with one
-rounding to float32 after every fp32 operation (exactly fp32 arithmetic for +, * of fp32 values:
-products are exact in float64 and the double rounding of a sum is innocuous since 53 >= 2*24 + 2);
-the final cast by an explicit round-to-nearest-even on the bits (bf16) or NumPy's IEEE cast (fp16);
+epilogue formula (``quant_batch_matmul_v3_pertoken.h``, ``qbmmv3_kernel_golden.py``) done here: the accumulator as an
+int64 ``np.matmul``; the epilogue in float64 with one rounding to float32 after every fp32 operation (exactly fp32
+arithmetic for +, * of fp32 values: products are exact in float64 and the double rounding of a sum is innocuous since
+53 >= 2*24 + 2); the final cast by an explicit round-to-nearest-even on the bits (bf16) or NumPy's IEEE cast (fp16);
 FP19 as the mask ``bits & 0xFFFFE000`` (``trans_quant_param_v2.h``); the requant ``s9`` steps with ``np.rint``.
 """
 

@@ -1,8 +1,8 @@
 """MXFP4 / MXFP8 (OCP Microscaling v1.0): block of 32 along K, one E8M0 scale per block.
 
-OCP Microscaling Formats (MX) v1.0; torchao ``prototype/mx_formats/mx_tensor.py::to_mx``. Elements are E2M1 (MXFP4), E4M3 or E5M2 (MXFP8); each block of
-``block_size`` (32) consecutive elements of the **last** (reduction) dimension shares the scale
-``X = 2^(b - 127)`` stored as the biased exponent byte ``b`` (uint8). ``V^_i = X * P_i``.
+OCP Microscaling Formats (MX) v1.0; torchao ``prototype/mx_formats/mx_tensor.py::to_mx``. Elements are E2M1 (MXFP4),
+E4M3 or E5M2 (MXFP8); each block of ``block_size`` (32) consecutive elements of the **last** (reduction) dimension
+shares the scale ``X = 2^(b - 127)`` stored as the biased exponent byte ``b`` (uint8). ``V^_i = X * P_i``.
 
 Conventions chosen (where the sources differ). Scales and elements equal torchao 0.18 ``to_mx`` (eager CPU) in all
 four modes and the three element types **except in the blocks where torchao has a bug** (measured:

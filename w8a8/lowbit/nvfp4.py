@@ -1,7 +1,7 @@
 """NVFP4: E2M1 elements, an E4M3 scale per 16 along K, and an fp32 tensor-level scale.
 
-torchao ``prototype/mx_formats/nvfp4_tensor.py::nvfp4_quantize``. Two-level scaling: ``x^ = q * s_b * S`` with ``q`` E2M1, ``s_b`` an
-(effectively unsigned) E4M3 block scale and ``S`` one fp32 scale per tensor.
+torchao ``prototype/mx_formats/nvfp4_tensor.py::nvfp4_quantize``. Two-level scaling: ``x^ = q * s_b * S`` with ``q``
+E2M1, ``s_b`` an (effectively unsigned) E4M3 block scale and ``S`` one fp32 scale per tensor.
 
 Conventions chosen (where the sources differ)
 

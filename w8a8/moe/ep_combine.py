@@ -1,6 +1,7 @@
 """``npu_moe_distribute_combine`` and ``npu_moe_distribute_combine_v2`` (MC2) on simulated ranks.
 
-Sources: hicann/ops-transformer @ c29bc106 ``mc2/moe_distribute_combine{,_v2}/``, the op-plugin docs. Each expert rank sends its rows back to the ranks that own the
+Sources: hicann/ops-transformer @ c29bc106 ``mc2/moe_distribute_combine{,_v2}/``, the op-plugin docs. Each expert rank
+sends its rows back to the ranks that own the
 tokens (v1: located through the sender-side ``expand_idx`` and ``ep_send_counts``; v2: through the
 receiver-side ``assist_info_for_combine`` triples); each token's K rows are summed in fp32 with the
 fp32 routing weights ``expert_scales`` in ascending k, starting from +0, and rounded once. Per-rank

@@ -14,8 +14,8 @@
       y_r = bf16(fp32(routed) + fp32(shared_r))   with the shared expert run on h_r (the source rank)
 
 The parts (:func:`ep_dispatch`, :func:`ep_experts`, :func:`ep_combine`) are public so that a test can
-swap one for a faulty one (:func:`ep_layer`) and check the invariants of :mod:`conformance.ep_invariants` on what crossed
-the wire (:func:`w8a8_moe_ep_stages`).
+swap one for a faulty one (:func:`ep_layer`) and check the invariants of :mod:`conformance.ep_invariants` on what
+crossed the wire (:func:`w8a8_moe_ep_stages`).
 """
 
 from __future__ import annotations

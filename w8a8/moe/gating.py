@@ -257,7 +257,8 @@ def moe_gating_top_k(x: np.ndarray, k: int, *, bias: np.ndarray | None = None, i
         y   = cast(w * fp32(routed_scaling_factor) -> x.dtype, RINT)
 
     The README formula renormalises softmax too; the kernel and the op-plugin golden do not
-    (ops-transformer ``moe_gating_top_k_generalized.h:529``: ``if (normType == 1)``): the kernel is followed. Sums are float64 rounded once to fp32.
+    (ops-transformer ``moe_gating_top_k_generalized.h:529``: ``if (normType == 1)``): the kernel is followed. Sums are
+    float64 rounded once to fp32.
 
     Errors: TypeError for dtypes; ValueError for shapes and every range above, NaN/Inf under
     ``nan_policy="raise"``.

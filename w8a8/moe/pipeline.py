@@ -13,7 +13,8 @@
       (+ shared expert: W8A8_DYNAMIC gate/up linears, bf16 SwiGLU, down linear; bf16 add)
 
 ``M = T * k``. The weights come in the checkpoint layout and are converted here as the serving code
-converts them at load time (SGLang ``hardware_backend/npu/quantization/moe_methods.py``). The NZ cast changes storage only, so it is not modelled.
+converts them at load time (SGLang ``hardware_backend/npu/quantization/moe_methods.py``). The NZ cast changes storage
+only, so it is not modelled.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ the kernel does: ``A / (1 + exp(-A)) * B`` for fp16 / bf16 x and ``((1 / (1 + ex
 fp32 x (two kernels, ops-nn ``swi_glu_tiling.cpp``). The fused op adds the int32 dequant in front and a per-row
 int8 quantization behind, computed by one of two kernel families (with / without group_index) that
 quantize differently (ops-nn ``dequant_swiglu_quant_tiling.cpp``, :mod:`w8a8.variants.swiglu`). ``swiglu_limit`` is this
-project's addition for DeepSeek-V4's routed experts (docs/deepseek-v4.md): ``gate = min(gate, L)``, ``up = clip(up, -L, L)``
-before ``silu(gate) * up`` — the clamp vllm-ascend's fused ``grouped_matmul_swiglu_quant`` applies
-(its ``swiglu_limit``); it is not an argument of ``npu_dequant_swiglu_quant``, whose own
+project's addition for DeepSeek-V4's routed experts (docs/deepseek-v4.md): ``gate = min(gate, L)``,
+``up = clip(up, -L, L)`` before ``silu(gate) * up`` — the clamp vllm-ascend's fused ``grouped_matmul_swiglu_quant``
+applies (its ``swiglu_limit``); it is not an argument of ``npu_dequant_swiglu_quant``, whose own
 ``swiglu_mode``/``clamp_limit`` is the different GPT-OSS formula.
 """
 

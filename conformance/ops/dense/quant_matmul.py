@@ -1,6 +1,6 @@
 """``quant_matmul`` (npu_quant_matmul): the int8 GEMM with its dequant epilogue, every dtype combination
-of the op-plugin docs table / ops-nn ``aclnnQuantMatmulV4.md`` (bf16 / fp16 / int8 / int32 output; fp32, bf16 or packed int64 scale;
-optional per-token scale, offset, int32 or float bias)."""
+of the op-plugin docs table / ops-nn ``aclnnQuantMatmulV4.md`` (bf16 / fp16 / int8 / int32 output; fp32, bf16 or
+packed int64 scale; optional per-token scale, offset, int32 or float bias)."""
 
 from __future__ import annotations
 

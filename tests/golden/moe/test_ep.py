@@ -312,7 +312,8 @@ def test_ep_numerics_fields_are_named_documented_and_default_to_the_kernels(fiel
 def test_dispatch_matches_the_op_plugin_test_construction(p):
     # op-plugin's test_moe_distribute_dispatch builds the expected expand_x by concatenating every rank's x in
     # rank order, sorting the copies stably by expert (npu_moe_init_routing) and slicing the result per rank
-    # (op-plugin test_moe_distribute_dispatch.py): an independent derivation of the canonical (expert, source rank, f) order
+    # (op-plugin test_moe_distribute_dispatch.py): an independent derivation of the canonical (expert, source rank, f)
+    # order
     p = {**p, "quant": 0, "mask": "none", "perm": False, "ent": 1}   # counts, not prefix sums
     args, kw = mc2_call(p)
     x, ids, _, r, _, e = args
