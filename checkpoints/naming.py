@@ -88,8 +88,8 @@ def parse_expert(module: str) -> tuple[str, int, str] | None:
 # -- packed modules -------------------------------------------------------------------------------
 
 PACKED_MODULES: dict[str, dict[str, tuple[str, ...]]] = {
-    # SGLang: ModelSlimConfig's default packed_modules_mapping plus the DeepSeek-V2/V3 model's
-    # fused q_a / kv_a projection (SGLang ``modelslim.py``).
+    # SGLang: ModelSlimConfig's default packed_modules_mapping (``layers/quantization/modelslim/modelslim.py``)
+    # plus the DeepSeek-V2/V3 model's fused q_a / kv_a projection.
     "sglang": {
         "qkv_proj": ("q_proj", "k_proj", "v_proj"),
         "gate_up_proj": ("gate_proj", "up_proj"),

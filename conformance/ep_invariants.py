@@ -39,7 +39,7 @@ def _same(a, b) -> bool:
 def reference_quant(h: np.ndarray, numerics: w8a8.Numerics) -> tuple[np.ndarray, np.ndarray]:
     """What a rank's tokens must become on the INT8 path: ``npu_dynamic_quant``'s main formula
     (``dynamic_quant`` with ``mul_inv`` / ``reciprocal``, no kernel variant), the MC2 sender's (ops-transformer
-    ``moe_distribute_dispatch_v2_full_mesh.h``)."""
+    ``mc2/moe_distribute_dispatch_v2/`` ``QuantProcess``)."""
     fixed = numerics.replace(variants="fixed", quant_codes="mul_inv", scale_out="reciprocal")
     return w8a8.dynamic_quant(h, numerics=fixed)
 

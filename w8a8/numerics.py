@@ -106,7 +106,7 @@ static_zero_scale : ``"as_one"`` | ``"ieee"``
     group kernel's ``(s == 0) ? 1 : 1/s``) or IEEE ``1/0 = inf`` (the legacy kernels, no guard).
 ep_dispatch_quant : ``"mc2"`` | ``"deepep_normal"`` | ``"init_routing"``
     Expert-parallel INT8 dispatch, the sender's per-row quantization (ops-transformer
-    ``moe_distribute_dispatch_v2_full_mesh.h``, sgl-kernel-npu ``csrc/deepep/``; read by
+    ``mc2/moe_distribute_dispatch_v2/`` ``QuantProcess``, sgl-kernel-npu ``csrc/deepep/``; read by
     ``moe_distribute_dispatch[_v2]`` with ``quant_mode=2`` and by ``w8a8_moe_ep``): ``"mc2"``: the
     ``npu_dynamic_quant`` main formula of the MC2 kernels, ``inv = 127 / m``, ``q = rint(x * inv)``, ``s = 1 / inv``;
     ``"deepep_normal"``: the Ascend DeepEP normal-mode kernel, the same with ``inv = 127 / (m + 1e-12)`` (equal to

@@ -134,7 +134,7 @@ def place(ids: list, valid: list | None, e_loc: int, shared_ranks: int, ranks: i
 def sender_quant(xf: np.ndarray, numerics: Numerics) -> tuple[np.ndarray, np.ndarray]:
     """The EP sender's per-row INT8 quantization of fp32 rows ``[M, H]`` (``numerics.ep_dispatch_quant``):
 
-    ``"mc2"`` / ``"deepep_normal"`` (ops-transformer ``moe_distribute_dispatch_v2_full_mesh.h``;
+    ``"mc2"`` / ``"deepep_normal"`` (ops-transformer ``mc2/moe_distribute_dispatch_v2/`` ``QuantProcess``;
     sgl-kernel-npu ``csrc/deepep/``), fp32 throughout::
 
         m = max_h |xf_h|;  inv = 127 / (m + eps);  q = clamp(rint(xf * inv), -127, 127);  s = 1 / inv

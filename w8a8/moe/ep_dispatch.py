@@ -353,7 +353,7 @@ _DOC_COMMON = """
 
     Formula. Copy (r, t, k) with ``e = expert_ids[r][t, k]`` goes to rank ``q = S + e // E_loc`` as local
     expert ``l = e % E_loc``. quant_mode 2, per copy, fp32 (ops-transformer
-    ``moe_distribute_dispatch_v2_full_mesh.h``)::
+    ``mc2/moe_distribute_dispatch_v2/`` ``QuantProcess``)::
 
         xf = fp32(x[r][t]) [* scales[e + offset]];  m = max_h |xf_h|;  inv = 127 / m
         q8 = clamp(rint(xf * inv), -127, 127) -> int8;   s = 1 / inv         (numerics.ep_dispatch_quant)
