@@ -278,7 +278,8 @@ def lower_w8a8_moe_ep(a, options: Options = DEFAULT) -> EpPlan:
         kwargs.update(global_bs=int(d.global_bs), comm_quant_mode=0, comm_alg="")
         wts = b.input("topk_weights", a.topk_weights[q], source="fp32 (combine expert_scales)")
         out = b.call("torch_npu.npu_moe_distribute_combine_v2", (y, ids, assist, recv, wts), kwargs, out="routed",
-                     why="fp32 weights, ascending k from +0, rounded once (ops-transformer moe_distribute_combine_v2)")
+                     why="fp32 weights, ascending k from +0, rounded once "
+                         "(ops-transformer moe_distribute_combine_v2)")
         b.decide(f"rank {q} receives A_q = {rows[q]} rows in a device buffer of "
                  f"{capacity([h.shape[0] for h in a.hidden], d.global_bs, d.group.e_loc, a.k)}; the grouped matmuls "
                  "and the combine touch only the first A_q (group_list, ep_send_counts)")

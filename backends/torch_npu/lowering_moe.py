@@ -251,7 +251,8 @@ def lower_grouped_matmul(a, options: Options = DEFAULT) -> Plan:
     m, k = a.x.shape
     n, out, s, total = a.weight.shape[2], a.out, a.scale, a.total
     b = Builder(op)
-    nd_only = "the per-channel int8-output combination takes ND weights (ops-transformer CheckQuantParamsDtype)" if out == _dt.int8 else None
+    nd_only = ("the per-channel int8-output combination takes ND weights (ops-transformer CheckQuantParamsDtype)"
+               if out == _dt.int8 else None)
     w = place_weight(b, b.input("weight", a.weight, "weight"), (k, n), _dt.int8, options, op=op, arg="weight",
                      nd_only=nd_only)
     if s is not None and s.dtype == _dt.uint64:
@@ -262,7 +263,8 @@ def lower_grouped_matmul(a, options: Options = DEFAULT) -> Plan:
     y = grouped_call(b, b.input("x", a.x), w, scale=b.optional("scale", s), per_token=ptt,
                      bias=b.optional("bias", a.bias), group_list=gl, group_list_type=a.group_list_type,
                      act_type=a.act_type, out=out, split_item=a.split_item)
-    b.fixup(y, total, m, "rows past the group-list total are not written by the device (op-plugin GroupedMatmulKernelNpuOpApi.cpp allocates y uninitialized)")
+    b.fixup(y, total, m, "rows past the group-list total are not written by the device (op-plugin "
+                         "GroupedMatmulKernelNpuOpApi.cpp allocates y uninitialized)")
     return b.build(y, container="list" if a.as_list else "single")
 
 
