@@ -117,7 +117,8 @@ def _finalize_grid():
 
 def _routing_grid():
     out = []
-    for n, k in [(1, 1), (7, 3), (17, 8), (760, 8), (761, 8), (6080, 1), (6081, 1), (2730, 8), (2731, 8), (2732, 8), (8192, 8), (8193, 8), (384, 8),
+    for n, k in [(1, 1), (7, 3), (17, 8), (760, 8), (761, 8), (6080, 1), (6081, 1), (2730, 8), (2731, 8),
+                 (2732, 8), (8192, 8), (8193, 8), (384, 8),
                  (383, 8)]:
         x = np.full((n, 16), 0.5, BF16)
         idx = (np.arange(n * k, dtype=np.int32) % 256).reshape(n, k)
@@ -153,7 +154,8 @@ def test_every_op_with_variants_is_covered():
     """Each op the golden selects variants for is either asked by torch-cpu or fixed (kernel_variants.FIXED)."""
     assert "dynamic_quant" in OPS and "moe_init_routing_v2" in OPS
     asked_for = set(GRIDS) | {"dequant_swiglu_quant", "weight_quant_batchmatmul"}
-    assert set(OPS) == asked_for | set(kernel_variants.FIXED), sorted(set(OPS) ^ (asked_for | set(kernel_variants.FIXED)))
+    known = asked_for | set(kernel_variants.FIXED)
+    assert set(OPS) == known, sorted(set(OPS) ^ known)
 
 
 @pytest.mark.parametrize("op", [op for op in OPS if op not in kernel_variants.FIXED])
