@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import w8a8
 from w8a8 import ASCEND, Numerics
-from w8a8.dynamic_quant import quantize_rows, scale_floor_of
+from w8a8.dynamic_quant import RowQuant, quantize_rows, scale_floor_of
 from w8a8.lowbit.nvfp4 import nvfp4_quantize
 
 BF16 = ml_dtypes.bfloat16
@@ -160,7 +160,7 @@ def test_quantize_rows_defaults_are_the_ascend_formula():
     # the shared core with no option given computes exactly what it computed before the new options
     rng = np.random.default_rng(5)
     xf = rng.standard_normal((7, 33)).astype(F32)
-    y, s = quantize_rows(xf, 127)
+    y, s = quantize_rows(xf, RowQuant(127))
     inv = F32(127) / np.abs(xf).max(axis=-1, keepdims=True)
     assert np.array_equal(y, np.clip(np.rint(xf * inv), -127, 127).astype(np.int8))
     assert np.array_equal(s, (F32(1) / inv)[:, 0])

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
-from ..dynamic_quant import quantize_rows
+from ..dynamic_quant import RowQuant, quantize_rows
 from ..numerics import Numerics
 from ..rounding import to_float, to_int
 from .routing import dispatch_quant
@@ -151,8 +151,8 @@ def sender_quant(xf: np.ndarray, numerics: Numerics) -> tuple[np.ndarray, np.nda
     if mode == "init_routing":
         return dispatch_quant(to_float(xf, _dt.bfloat16), numerics=numerics)
     if mode == "mc2":
-        return quantize_rows(xf, 127, codes="mul_inv", scale="reciprocal", round_mode=numerics.round_mode,
-                             nan_code=nan_code, saturate=numerics.saturate)
+        return quantize_rows(xf, RowQuant(127, codes="mul_inv", scale="reciprocal", round_mode=numerics.round_mode,
+                                          nan_code=nan_code, saturate=numerics.saturate))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         m = np.max(np.abs(xf), axis=-1, keepdims=True) if xf.shape[-1] else np.zeros(xf.shape[:-1] + (1,), np.float32)
         inv = np.float32(127) / (m.astype(np.float32) + DEEPEP_AMAX_EPS)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
-from ..dynamic_quant import quantize_rows
+from ..dynamic_quant import RowQuant, quantize_rows
 from ..numerics import ASCEND, Numerics
 from ..registry import golden_op
 from ..rounding import to_int
@@ -123,10 +123,10 @@ def _routing_quant(xf: np.ndarray, numerics: Numerics) -> tuple[np.ndarray, np.n
     """
     nan_code = 0 if numerics.zero_row == "zero" else -128
     if numerics.routing_quant_round == "half_even":
-        return quantize_rows(xf, 127, codes="div_scale", scale="amax_div", round_mode="half_even",
-                             nan_code=nan_code, saturate=numerics.saturate)
-    _, scale = quantize_rows(xf, 127, codes="div_scale", scale="amax_div", nan_code=nan_code,
-                             saturate=numerics.saturate)
+        return quantize_rows(xf, RowQuant(127, codes="div_scale", scale="amax_div", round_mode="half_even",
+                                          nan_code=nan_code, saturate=numerics.saturate))
+    _, scale = quantize_rows(xf, RowQuant(127, codes="div_scale", scale="amax_div", nan_code=nan_code,
+                                          saturate=numerics.saturate))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = xf / scale[..., None]
     h = _trunc_to_fp16(t)

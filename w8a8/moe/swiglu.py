@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
-from ..dynamic_quant import quantize_rows
+from ..dynamic_quant import RowQuant, quantize_rows
 from ..intgemm import add_int32
 from ..numerics import ASCEND, Numerics
 from ..registry import golden_op
@@ -325,8 +325,9 @@ def dequant_swiglu_quant(x: np.ndarray, *, weight_scale: np.ndarray | None = Non
             if qs_f is not None:
                 with np.errstate(over="ignore", invalid="ignore"):
                     o = o * qs_f[gsel]
-            y[rows], scale[rows] = quantize_rows(o, 127, codes=n.quant_codes, scale=n.scale_out,
-                                                 round_mode=n.round_mode, nan_code=nan_code, saturate=n.saturate)
+            y[rows], scale[rows] = quantize_rows(o, RowQuant(127, codes=n.quant_codes, scale=n.scale_out,
+                                                             round_mode=n.round_mode, nan_code=nan_code,
+                                                             saturate=n.saturate))
         else:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 if scalar:
