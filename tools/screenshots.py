@@ -10,10 +10,11 @@ Needs Chromium on PATH (Debian: ``apt-get install chromium``) and the test extra
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import runpy
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH, MAX_HEIGHT, SCALE = 1280, 1500, 0.625
@@ -36,14 +37,6 @@ REPORTS = {
 }
 
 
-def _chromium():
-    spec = importlib.util.spec_from_file_location("chromium", ROOT / "tools" / "chromium.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["chromium"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kinds", nargs="*", metavar="KIND", help=f"report kinds (default all: {', '.join(REPORTS)})")
@@ -54,7 +47,7 @@ def main(argv=None) -> int:
         parser.error(f"KIND: expected one of {', '.join(REPORTS)}; got {', '.join(unknown)}")
     from w8a8cli.main import main as w8a8
 
-    chromium = _chromium()
+    chromium = SimpleNamespace(**runpy.run_path(str(ROOT / "tools" / "chromium.py")))
     kinds = args.kinds or list(REPORTS)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

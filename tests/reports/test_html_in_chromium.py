@@ -7,10 +7,9 @@ faults shows the checks fail."""
 from __future__ import annotations
 
 import base64
-import importlib.util
-import re
-import sys
+import runpy
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,17 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
 
-def _tool(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-chromium = _tool("chromium")
+# tools/ is not a package: its module's namespace, run from its file
+chromium = SimpleNamespace(**runpy.run_path(str(ROOT / "tools" / "chromium.py")))
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(chromium.find_binary() is None,
                                  reason="no headless Chromium on this machine (apt-get install chromium)")]
