@@ -113,7 +113,14 @@ def _draw(console, a, b, ops, args) -> dict:
     seed, drawn = args.seed, 0
     executor = executor_args.make(args, args.workers)
     if executor is not None:
-        executor.start(sorted({a.name, b.name}))
+        executor.start(sorted({a.name, b.name}), {x.name: spec for x, spec in ((a, args.backend), (b, args.against))
+                                                  if ":" in spec})
+        if not any(n.runs(a.name) and n.runs(b.name) for n in executor.nodes.values()):
+            why = "; ".join(f"{n.host}: " + ", ".join(f"{x} {'available' if ok else reason}" for x, (ok, reason) in
+                                                     sorted(n.backends.items())) for n in executor.nodes.values())
+            executor.close()
+            raise validate.UsageError("--backend", f"a node of the Ray cluster that offers both {a.name} and {b.name}",
+                                      f"none ({why or 'no node answered'})")
     try:
         while drawn < limit:
             try:
@@ -168,6 +175,8 @@ def run(args) -> int:
         print(f"w8a8 tune: {exc}", file=sys.stderr)
         return 2
     for x in (a, b):
+        if args.executor == "ray":
+            break  # planned from the declarations; the cluster's nodes are asked (_draw)
         ok, reason = x.available()
         if not ok:
             print(f"w8a8 tune: backend {x.name!r} is not available here: {reason}", file=sys.stderr)
