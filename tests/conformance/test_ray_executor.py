@@ -229,6 +229,13 @@ def test_tune_rounds_on_ray_equal_the_local_sweeps_also_for_a_backend_only_the_n
     assert main(["tune", "--executor", "ray", "--ray-address", cluster["address"], "--backend", ON_NODES,
                  "--op", "dynamic_quant", "--samples", "6", "--seed", "1", "--json"]) == 0
     entries = json.loads(capsys.readouterr().out)
+    # a backend no node has: one line naming what the node lacks
+    monkeypatch.delenv(ONLY_HERE_ENV, raising=False)
+    assert main(["tune", "--executor", "ray", "--ray-address", cluster["address"], "--backend", ONLY_HERE,
+                 "--op", "dynamic_quant", "--samples", "6"]) == 2
+    err = capsys.readouterr().err
+    assert "--backend: expected a node of the Ray cluster that offers both planted-only-where-marked and numpy" in err
+    assert f"planted-only-where-marked {ONLY_HERE_ENV} is not set" in err
     monkeypatch.setenv(ON_NODES_ENV, "1")  # the same sweeps here, for reference
     here = merge_stats(sweep(a, b, ["dynamic_quant"], 6, 1), sweep(a, b, ["dynamic_quant"], 6, 2))
     assert set(there) == set(here) and there
