@@ -90,6 +90,8 @@ _VALUE_CHECKS.update({
        for k in ("fit_threshold", "fit_xi", "fit_sigma", "fit_u_target", "fit_u_upper")},
     "fit_supported": ("true or false", lambda v: isinstance(v, bool)),
     "seeds": ("a list of integers >= 0", lambda v: isinstance(v, list) and all(_int_ge0(x) for x in v)),
+    # the command lines that drew the samples (those of merged sample sets first) and wrote the entry
+    "commands": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
 })
 
 

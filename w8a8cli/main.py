@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)  # the command line, as given (provenance)
     if getattr(args, "_missing", None) is not None:
         exc = args._missing
         print(f"w8a8 {args.command}: a dependency is missing ({exc.name}). "

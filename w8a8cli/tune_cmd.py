@@ -96,6 +96,7 @@ def _draw(console, a, b, ops, args) -> dict:
     from conformance.tuning import load_samples, merge_stats
 
     stats: dict = {}
+    args.commands = []   # provenance: the command lines of the merged sample sets, then this one
     for path in args.samples_in or ():
         try:
             more, meta = load_samples(path)
@@ -105,15 +106,24 @@ def _draw(console, a, b, ops, args) -> dict:
         if meta.get("backend") not in (None, a.name) or meta.get("against") not in (None, b.name):
             raise validate.UsageError("--samples-in", f"samples of {a.name} against {b.name}",
                                       f"{meta.get('backend')} against {meta.get('against')} ({path})")
+        args.commands += [c for c in meta.get("commands", []) if isinstance(c, str)]
         try:
             merge_stats(stats, {k: v for k, v in more.items() if k[0] in ops})
         except ValueError as exc:
             raise validate.UsageError.relay("--samples-in", str(exc)) from None
+    args.commands.append(" ".join(["w8a8"] + getattr(args, "_argv", sys.argv[1:])))
     limit = args.max_samples or args.samples
     seed, drawn = args.seed, 0
     executor = executor_args.make(args, args.workers)
     if executor is not None:
-        executor.start(sorted({a.name, b.name}))
+        executor.start(sorted({a.name, b.name}), {x.name: spec for x, spec in ((a, args.backend), (b, args.against))
+                                                  if ":" in spec})
+        if not any(n.runs(a.name) and n.runs(b.name) for n in executor.nodes.values()):
+            why = "; ".join(f"{n.host}: " + ", ".join(f"{x} {'available' if ok else reason}" for x, (ok, reason) in
+                                                     sorted(n.backends.items())) for n in executor.nodes.values())
+            executor.close()
+            raise validate.UsageError("--backend", f"a node of the Ray cluster that offers both {a.name} and {b.name}",
+                                      f"none ({why or 'no node answered'})")
     try:
         while drawn < limit:
             try:
@@ -143,7 +153,8 @@ def _draw(console, a, b, ops, args) -> dict:
     if args.samples_out:
         from conformance.tuning import save_samples
 
-        save_samples(args.samples_out, stats, {"backend": a.name, "against": b.name, "numerics": a.numerics.name})
+        save_samples(args.samples_out, stats, {"backend": a.name, "against": b.name, "numerics": a.numerics.name,
+                                               "commands": args.commands})
     return stats
 
 
@@ -168,6 +179,8 @@ def run(args) -> int:
         print(f"w8a8 tune: {exc}", file=sys.stderr)
         return 2
     for x in (a, b):
+        if args.executor == "ray":
+            break  # planned from the declarations; the cluster's nodes are asked (_draw)
         ok, reason = x.available()
         if not ok:
             print(f"w8a8 tune: backend {x.name!r} is not available here: {reason}", file=sys.stderr)
@@ -182,6 +195,8 @@ def run(args) -> int:
     entries = recommend(stats, target=args.target, backend=a.name, against=b.name,
                         numerics_equal=(a.numerics == b.numerics), numerics=a.numerics.name, versions=_versions(),
                         library_order=a.float_sum_order == "library")
+    for e in entries:
+        e.extra["commands"] = list(args.commands)
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2, default=str))
     table = Table(title=f"recommended tolerances: {esc(a.name)} vs {esc(b.name)} under {esc(b.numerics.name)} (target p = {args.target:g} per test)")

@@ -48,6 +48,7 @@ class KillsRayWorkerBackend(_PlantedBase):
 
 
 ONLY_HERE_ENV = "W8A8_PLANTED_ONLY_HERE"
+ON_NODES_ENV = "W8A8_PLANTED_ON_NODES"
 
 
 class OnlyWhereMarkedBackend(_PlantedBase):
@@ -56,8 +57,18 @@ class OnlyWhereMarkedBackend(_PlantedBase):
 
     name = "planted-only-where-marked"
     bug = "none; available only where W8A8_PLANTED_ONLY_HERE is set"
+    env = ONLY_HERE_ENV
 
     def available(self):
-        if os.environ.get(ONLY_HERE_ENV):
+        if os.environ.get(self.env):
             return True, ""
-        return False, f"{ONLY_HERE_ENV} is not set on this machine"
+        return False, f"{self.env} is not set on this machine"
+
+
+class OnlyOnMarkedNodesBackend(OnlyWhereMarkedBackend):
+    """The same, marked by ``W8A8_PLANTED_ON_NODES``: a stand-in for a backend only the cluster's nodes have (an
+    NPU node's ``torch-npu``), absent on the driver that plans the run."""
+
+    name = "planted-only-on-marked-nodes"
+    bug = "none; available only where W8A8_PLANTED_ON_NODES is set"
+    env = ON_NODES_ENV

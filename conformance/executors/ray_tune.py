@@ -11,10 +11,13 @@ from __future__ import annotations
 MAX_RETRIES = 2
 
 
-def _sweep_task(a_name: str, b_name: str, b_numerics: str | None, op: str, samples: int, seed: int) -> list[dict]:
+def _sweep_task(a_name: str, b_name: str, b_numerics: str | None, op: str, samples: int, seed: int,
+                registrations: dict | None = None) -> list[dict]:
     import backends
     from conformance.tuning import sweep
 
+    for name, target in (registrations or {}).items():  # 'module:Class' backends, by the driver's names
+        backends.register(name, target)
     a, b = backends.get(a_name), backends.get(b_name)
     if b_numerics is not None:  # the golden under A's declared record (what conformance judges A against)
         from backends.numpy_backend import NumpyBackend
@@ -34,7 +37,8 @@ def sweep_rounds(executor, a, b, ops: list[str], samples: int, seeds: list[int])
         raise RuntimeError(f"no node of the Ray cluster offers both {a.name} and {b.name}")
     remote = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(_sweep_task)
     b_numerics = b.numerics.name if b.name == "numpy" else None
-    refs = [remote.remote(a.name, b.name, b_numerics, op, samples, seed) for seed in seeds for op in ops]
+    refs = [remote.remote(a.name, b.name, b_numerics, op, samples, seed, executor.registrations)
+            for seed in seeds for op in ops]
     stats: dict = {}
     for got in ray.get(refs):
         part = {}

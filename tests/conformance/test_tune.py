@@ -138,3 +138,22 @@ def test_library_summation_order_is_measured_not_bitwise_by_construction():
     cap, words = _analytic_cap("weight_quant_batchmatmul", "y", "float16", True, library_order=True)
     assert cap is None and "library's own order" in words
     assert _analytic_cap("weight_quant_batchmatmul", "y", "float16", True)[0] == 0
+
+
+def test_sample_sets_merge_across_runs_and_the_entry_records_the_commands_that_drew_them(tmp_path, capsys):
+    from w8a8cli.main import main
+
+    first, merged, table = tmp_path / "s1.json", tmp_path / "s12.json", tmp_path / "t.toml"
+    common = ["tune", "--backend", "torch-cpu", "--op", "dynamic_quant", "--samples", "6"]
+    assert main([*common, "--seed", "1", "--samples-out", str(first)]) == 0
+    assert main([*common, "--seed", "2", "--samples-in", str(first), "--samples-out", str(merged),
+                 "--write", str(table)]) == 0
+    # the same seed again is no new sample
+    assert main([*common, "--seed", "2", "--samples-in", str(merged)]) == 2
+    assert "the same cases twice" in capsys.readouterr().err
+    entries = ToleranceTable.load(table).entries()
+    assert any(e.extra["seeds"] == [1, 2] for e in entries)  # (an output dtype only one draw made has one seed)
+    for e in entries:
+        assert set(e.extra["seeds"]) <= {1, 2} and e.extra["draws"] == e.samples
+        first_cmd, second_cmd = e.extra["commands"]
+        assert first_cmd.endswith(f"--seed 1 --samples-out {first}") and f"--samples-in {first}" in second_cmd
