@@ -172,6 +172,12 @@ def print_peers(records: list[dict], console) -> None:
     console.print(t)
 
 
+def benchmark_name(r: dict) -> str:
+    from .regression import benchmark_name as name
+
+    return name(r)
+
+
 def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
     """The records in pytest-benchmark's JSON schema (``pytest-benchmark compare`` reads it)."""
     import pytest_benchmark
@@ -183,7 +189,7 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
         st = dict(r["stats"])
         st["data"] = r.get("data", [])
         peers = r.get("group") == "peers"   # the peers run: a name and group of its own (same case, other run)
-        name = f"test_{r['op']}{'_peers' if peers else ''}[{r['backend']}-{r['label']}]"
+        name = benchmark_name(r)
         benches.append({
             "group": r["op"] + (" (peers)" if peers else ""), "name": name, "fullname": f"w8a8-bench::{name}",
             "params": {"backend": r["backend"], "shape": r["label"]}, "param": f"{r['backend']}-{r['label']}",
