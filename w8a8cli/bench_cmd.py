@@ -55,6 +55,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fail-above", type=validate.real(1.0), metavar="RATIO",
                         help="exit 1 when a case's median is more than RATIO times its median in --baseline "
                              "(a finite number >= 1, e.g. 1.25 for 25 %% slower), or when no case is in the baseline")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="every column in the terminal (throughput, roofline, peak memory, transfers): a wide table")
     parser.add_argument("--list", action="store_true",
                         help="list the cases (from the op declarations) with their tags and work, then exit")
 
@@ -167,7 +169,11 @@ def _bench(args, console, names, cases, full, registrations) -> int:
     if not args.no_peak:   # again at the end: a ceiling is the best rate seen (a busy machine only lowers one)
         peaks = peaks.best(measure())
     report.annotate(records, peaks)
-    report.print_table(records, peaks)
+    report.print_table(records, peaks, console=console, verbose=args.verbose)
+    paths = sorted({p for r in records if (p := report.gemm_path(r))})
+    if paths:
+        console.print(f"GEMM: the int8 GEMM path each case took ({', '.join(paths)}); this CPU: {esc(_isa())}",
+                      soft_wrap=True, highlight=False)
     meta = {"command": " ".join(["w8a8"] + sys.argv[1:]), "cpus": os.cpu_count(), "peaks": peaks.as_dict(),
             "versions": _versions(), "max_time": args.max_time, "min_rounds": args.min_rounds,
             "machine": f"{os.uname().machine}, {os.cpu_count()} cores", "isa": _isa()}

@@ -109,12 +109,23 @@ def _meta(args, names: list[str], skipped: dict) -> dict:
         info[b.name] = {"numerics": b.numerics.name,
                         "numerics_differences": {k: list(v) for k, v in
                                                  __import__("w8a8").ASCEND.differences(b.numerics).items()}}
+        gemm = _gemm_info(b)
+        if gemm:
+            info[b.name]["gemm"] = gemm
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["w8a8"] + sys.argv[1:]),
             "profile": args.profile, "seed": args.seed,
             "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
                        f"{platform.system()} {platform.release()}".replace("  ", " "),
             "versions": _versions(), "backends": info, "not_implemented": skipped,
             "tolerances": _tolerance_path(args) or "none (bitwise)"}
+
+
+def _gemm_info(backend) -> dict | None:
+    """The ISA and int8 GEMM path a backend reports (torch-cpu's ``info()["gemm"]``), None where it reports none."""
+    try:
+        return backend.info().get("gemm")
+    except Exception:  # noqa: BLE001 - the run goes on without it
+        return None
 
 
 def _tolerance_path(args) -> str | None:

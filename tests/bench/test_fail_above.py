@@ -42,12 +42,19 @@ def test_a_case_slower_than_the_ratio_fails_the_run_and_is_named(tmp_path, saved
     assert f"  {slow}: " in err
 
 
-def test_no_case_above_the_ratio_passes_and_a_baseline_with_no_case_of_this_run_fails(tmp_path, saved, capsys):
-    capsys.readouterr()
-    assert main(BENCH + ["--baseline", _baseline(tmp_path, saved, {}), "--fail-above", "1"]) == 0
-    assert "none slower than 1x the baseline" in capsys.readouterr().err
-    assert main(BENCH + ["--baseline", _baseline(tmp_path, saved, {}, rename=True), "--fail-above", "2"]) == 1
-    assert "no case of this run is in the baseline" in capsys.readouterr().err
+def test_no_case_above_the_ratio_passes_and_a_baseline_with_no_case_of_this_run_fails():
+    from bench.regression import judge
+
+    records = [{"op": "dynamic_quant", "backend": "numpy", "label": "M16xH4096", "status": "ok",
+                "stats": {"median": 2e-3}}, {"op": "dynamic_quant", "backend": "numpy", "label": "M7", "status": "error"}]
+    ok = judge(records, {"test_dynamic_quant[numpy-M16xH4096]": 1e-3, "test_other[x-y]": 1.0}, 2.0)
+    assert not ok.failed and ok.lines() == [
+        "--fail-above 2: 1 case(s) compared, none slower than 2x the baseline (worst 2.00x, "
+        "test_dynamic_quant[numpy-M16xH4096]) (0 case(s) not in the baseline, 1 baseline case(s) not run)"]
+    just_above = judge(records, {"test_dynamic_quant[numpy-M16xH4096]": 1e-3 - 1e-9}, 2.0)
+    assert just_above.failed and just_above.regressions[0][0] == "test_dynamic_quant[numpy-M16xH4096]"
+    none = judge(records, {"test_other[x-y]": 1.0}, 2.0)
+    assert none.failed and "no case of this run is in the baseline" in none.lines()[0]
 
 
 @pytest.mark.parametrize("content, args, says", [
