@@ -5,7 +5,9 @@ unsupported cases are reported but do not fail the run), 1 when any case fails, 
 times out — and 1 when nothing verified what was asked: no case was judged, or an op named with
 ``--op`` is implemented by none of the backends run (the report says which backends do not implement
 which ops; ops some backends lack in a run of all ops are listed, not failed), 2 for bad usage (unknown op or backend, an unavailable backend asked for by name, a bad
-argument: every one is checked before any work starts, see ``check``).
+argument: every one is checked before any work starts, see ``check``). ``--last-failed`` runs again only
+the cases that failed in the previous run in ``--out`` (exit 0 and a line saying so when none did; exit
+2 when there is no previous run there, or its plan or results cannot be read).
 """
 
 from __future__ import annotations
