@@ -159,7 +159,9 @@ def _torchao(args, kwargs):
     from backends.torch_common import to_torch
 
     try:
-        with warnings.catch_warnings():
+        from backends.torchao.quiet import import_torchao
+
+        with warnings.catch_warnings(), import_torchao():   # its CUDA-kernel notices on a CPU-only torch
             warnings.simplefilter("ignore")
             import torchao
             from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_

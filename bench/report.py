@@ -99,13 +99,59 @@ def fmt_mib(n) -> str:
     return "< 1 MiB" if n < 2**20 else f"{n / 2**20:.0f} MiB"
 
 
-def print_table(records: list[dict], peaks, console=None) -> None:
+def print_table(records: list[dict], peaks, console=None, verbose: bool = False) -> None:
+    """The bench results in the terminal. At 80 columns: each op on a row of its own with its shapes under
+    it, then backend, median time, ratio to the fastest, share of the ceiling and the GEMM path taken; the
+    notes of failed or unverified cases after the table, one line each. ``verbose``: every column (a wide
+    table); the HTML report and ``--json`` always have all of them."""
+    from rich.console import Console
+
+    from conformance.reports.console import esc, heading_row, narrow_table
+
+    console = console or Console()
+    main = [r for r in records if r.get("group") != "peers"]
+    console.print(f"w8a8 bench (median of rounds; {ceilings_line(peaks)})", soft_wrap=True, highlight=False)
+    if verbose:
+        _print_wide(main, peaks, console)
+    else:
+        with_gemm = any(gemm_path(r) for r in main)
+        cols = ["op / shape", "backend", "time", "vs best", "peak"] + (["GEMM"] if with_gemm else [])
+        t = narrow_table(cols)
+        for col in ("time", "vs best", "peak"):
+            t.columns[cols.index(col)].justify = "right"
+        notes, op = [], None
+        for r in sorted(main, key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
+            if r.get("op") != op:
+                op = r.get("op")
+                heading_row(t, op or "?")
+            cells = [f"  {esc(r.get('label', ''))}", esc(r["backend"])]
+            if r.get("status") != "ok" or not r.get("verified"):
+                state = r.get("status") if r.get("status") != "ok" else "unverified"
+                cells += [f"[yellow]{esc(state)}[/]", "", ""]
+                notes.append(f"{r.get('op')}[{r.get('label', '')}] {r['backend']}: {state}: "
+                             f"{r.get('note') or r.get('verify_note') or ''}")
+            else:
+                pct = f"{100 * r['ratio_to_peak']:.0f}%" if r.get("ratio_to_peak") else "\u2013"
+                cells += [_fmt_time(r["stats"]["median"]), f"{r.get('ratio_to_fastest', 0):.2f}x", pct]
+            t.add_row(*cells, *([esc(gemm_path(r) or "-")] if with_gemm else []))
+        console.print(t)
+        console.print("[dim]vs best: the fastest backend's time over this one's (1.00x: the fastest); peak: share of the measured ceiling (int8 or "
+                      "fp64 FMA, \u2013 for element-wise ops); throughput, roofline, memory, transfers: -v, "
+                      "--json, --out[/]")
+        for line in notes:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    peers = [r for r in records if r.get("group") == "peers"]
+    if peers:
+        print_peers(peers, console, verbose=verbose)
+
+
+def _print_wide(records: list[dict], peaks, console) -> None:
+    """Every column (``w8a8 bench -v``): throughput, roofline, peak memory and transfers too."""
     from rich.console import Console
     from rich.table import Table
 
     from conformance.reports.console import esc
 
-    console = console or Console()
     t = Table(title=f"w8a8 bench (median of rounds; {ceilings_line(peaks)})")
     for col in ("op", "shape", "backend", "time", "throughput", "vs fastest", "% of peak", "roofline",
                 "peak mem", "transfers in/out"):
@@ -126,9 +172,6 @@ def print_table(records: list[dict], peaks, console=None) -> None:
                   fmt_mib(r.get("peak_memory_bytes")),
                   f"{_fmt_time(r.get('transfer_in_s', 0))} / {_fmt_time(r.get('transfer_out_s', 0))}")
     console.print(t)
-    peers = [r for r in records if r.get("group") == "peers"]
-    if peers:
-        print_peers(peers, console)
 
 
 def ceilings_line(peaks) -> str:
@@ -152,24 +195,37 @@ def roofline_text(r: dict) -> str:
     return text
 
 
-def print_peers(records: list[dict], console) -> None:
-    """The peers table: every candidate of a case timed round-robin in one process (bench.peers)."""
-    from rich.table import Table
+def print_peers(records: list[dict], console, verbose: bool = False) -> None:
+    """The peers table: every candidate of a case timed round-robin in one process (bench.peers); each
+    case on a row of its own, its candidates under it; numerics and roofline under ``verbose``."""
+    from conformance.reports.console import esc, heading_row, narrow_table
 
-    t = Table(title="w8a8 bench: torch-cpu and its peers, one process, round-robin (median, q1-q3 of rounds)")
-    for col in ("op", "shape", "candidate", "time", "q1-q3", "torch-cpu speedup", "numerics", "roofline"):
-        t.add_column(col, overflow="fold")
+    console.print("torch-cpu and its peers, one process, round-robin (median, q1-q3 of rounds)", highlight=False)
+    cols = ["case / candidate", "time", "q1-q3", "torch-cpu speedup"] + (["numerics", "roofline"] if verbose else [])
+    t = narrow_table(cols, wrap="roofline" if verbose else None)
+    case = None
     for r in sorted(records, key=lambda r: (r.get("op", ""), r.get("label", ""), r.get("order", 0))):
+        if (r.get("op"), r.get("label")) != case:
+            case = (r.get("op"), r.get("label"))
+            heading_row(t, f"{r.get('op', '?')}[{r.get('label', '')}]")
         if r.get("status") != "ok":
-            t.add_row(r.get("op", "?"), r.get("label", ""), r["backend"], f"[dim]{r.get('status')}[/]",
-                      r.get("note", "")[:70], "", "", "")
+            t.add_row(f"  {esc(r['backend'])}", f"[dim]{esc(r.get('status'))}[/]", esc((r.get("note") or "")[:40]),
+                      "", *([""] * (len(cols) - 4)))
             continue
         st = r["stats"]
         speed = r.get("torch_cpu_speedup")
-        t.add_row(r["op"], r["label"], r["backend"], _fmt_time(st["median"]),
-                  f"{_fmt_time(st['q1'])} - {_fmt_time(st['q3'])}", f"{speed:.2f}x" if speed else "-",
-                  r.get("numerics", ""), roofline_text(r))
+        t.add_row(f"  {esc(r['backend'])}", _fmt_time(st["median"]), f"{_fmt_time(st['q1'])} - {_fmt_time(st['q3'])}",
+                  f"{speed:.2f}x" if speed else "-",
+                  *([esc(r.get("numerics", "")), esc(roofline_text(r))] if verbose else []))
     console.print(t)
+    if not verbose:
+        console.print("[dim]torch-cpu speedup: the candidate's median over torch-cpu's; numerics and roofline: -v[/]")
+
+
+def benchmark_name(r: dict) -> str:
+    from .regression import benchmark_name as name
+
+    return name(r)
 
 
 def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
@@ -183,7 +239,7 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
         st = dict(r["stats"])
         st["data"] = r.get("data", [])
         peers = r.get("group") == "peers"   # the peers run: a name and group of its own (same case, other run)
-        name = f"test_{r['op']}{'_peers' if peers else ''}[{r['backend']}-{r['label']}]"
+        name = benchmark_name(r)
         benches.append({
             "group": r["op"] + (" (peers)" if peers else ""), "name": name, "fullname": f"w8a8-bench::{name}",
             "params": {"backend": r["backend"], "shape": r["label"]}, "param": f"{r['backend']}-{r['label']}",

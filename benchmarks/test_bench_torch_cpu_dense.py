@@ -84,7 +84,9 @@ def bf16_run(operands):
 def _torchao_linear(operands):
     """The torchao eager int8-dynamic Linear, or a skip reason."""
     try:
-        with warnings.catch_warnings():
+        from backends.torchao.quiet import import_torchao
+
+        with warnings.catch_warnings(), import_torchao():   # its CUDA-kernel notices on a CPU-only torch
             warnings.simplefilter("ignore")
             import torchao
             from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_

@@ -82,7 +82,26 @@ def _implemented(backend, op: str) -> None:
 
 
 @pytest.mark.conformance
-def test_backend_agrees_with_golden(conformance_backend, conformance_drawn, pytestconfig):
+def _statistics_for(item):
+    """Hypothesis's statistics of the ``@given`` test run inside a suite test, kept on the pytest item where
+    Hypothesis's own plugin looks for them (``--hypothesis-show-statistics`` prints them; it collects them
+    itself only for a test function that is ``@given`` at collection, which the suite's are not: their
+    strategy depends on the op and backend fixtures)."""
+    import contextlib
+
+    try:
+        from hypothesis.statistics import collector, describe_statistics
+    except ImportError:   # a Hypothesis without this module: no statistics, the test runs the same
+        return contextlib.nullcontext()
+
+    def note(stats):
+        stats["nodeid"] = item.nodeid
+        item.hypothesis_statistics = describe_statistics(stats)
+
+    return collector.with_value(note)
+
+
+def test_backend_agrees_with_golden(conformance_backend, conformance_drawn, pytestconfig, request):
     """Drawn inside what the backend takes (:mod:`conformance.drawing`): a draw it declines is rejected
     (Hypothesis draws another); an op it declines every draw of is skipped, saying so. Settings:
     :func:`conformance.pytest_plugin.suite_settings` (no deadline; ``ci`` unless a profile is chosen)."""
@@ -115,7 +134,8 @@ def test_backend_agrees_with_golden(conformance_backend, conformance_drawn, pyte
         check = reproduce_failure(__version__, blob)(check)
 
     try:
-        check()
+        with _statistics_for(request.node):
+            check()
     except Unsatisfiable:
         pytest.skip(f"{backend.name} declines every draw of {op} ({strategy}): "
                     f"{reasons[0] if reasons else 'outside its capabilities'}")

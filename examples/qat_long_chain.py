@@ -60,13 +60,15 @@ class Tiny(torch.nn.Module):
         return torch.nn.functional.linear(h, w2, self.fc2.bias)
 
 
-def train(model: Tiny, ctx, target, steps: int, lr: float, quant: dict | None = None) -> None:
+def train(model: Tiny, ctx, target, steps: int, lr: float, quant: dict | None = None, step_done=None) -> None:
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
         loss = torch.nn.functional.cross_entropy(model(ctx, quant), target)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if step_done is not None:
+            step_done()
 
 
 @torch.no_grad()
@@ -105,19 +107,31 @@ def main(argv=None) -> None:
     ctx = torch.cartesian_prod(torch.arange(V), torch.arange(V))
     target = table[ctx[:, 0], ctx[:, 1]]
 
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     t0 = time.perf_counter()
-    base = Tiny()
-    train(base, ctx, target, args.base_steps, 3e-3)
-    rows = [("fp32", base, None)]
-    for name in args.formats:
-        quant = FORMATS[name] if name != "int4" else {**FORMATS[name], "scheme": args.int4_scheme}
-        qat = Tiny()
-        qat.load_state_dict(base.state_dict())
-        train(qat, ctx, target, args.qat_steps, 1e-3, quant)
-        label = LABELS[name].format(scheme=args.int4_scheme)
-        rows += [(f"{label} PTQ", base, quant), (f"{label} QAT", qat, quant)]
-    for label, model, quant in rows:
-        acc, run, full = evaluate(model, table, ctx, target, quant)
+    results = []
+    # progress on stderr (the results table is stdout): training steps of each model, then the evaluations
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True)) as progress:
+        bar = progress.add_task("fp32 training", total=args.base_steps)
+        base = Tiny()
+        train(base, ctx, target, args.base_steps, 3e-3, step_done=lambda: progress.advance(bar))
+        rows = [("fp32", base, None)]
+        for name in args.formats:
+            quant = FORMATS[name] if name != "int4" else {**FORMATS[name], "scheme": args.int4_scheme}
+            bar = progress.add_task(f"{name} QAT", total=args.qat_steps)
+            qat = Tiny()
+            qat.load_state_dict(base.state_dict())
+            train(qat, ctx, target, args.qat_steps, 1e-3, quant, step_done=lambda b=bar: progress.advance(b))
+            label = LABELS[name].format(scheme=args.int4_scheme)
+            rows += [(f"{label} PTQ", base, quant), (f"{label} QAT", qat, quant)]
+        bar = progress.add_task("256-token chains", total=len(rows))
+        for label, model, quant in rows:
+            results.append((label, *evaluate(model, table, ctx, target, quant)))
+            progress.advance(bar)
+    for label, acc, run, full in results:
         print(f"{label:32s} single-step accuracy {acc:6.1%}   mean correct prefix {run:5.1f} / 256   "
               f"full chain correct {full:4.0%}")
     print(f"({time.perf_counter() - t0:.0f} s on {args.threads} threads)")

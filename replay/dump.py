@@ -554,7 +554,7 @@ class TensorLoader:
         try:
             decoded = read_tensor_file(path, expect_bytes=rec.numel * rec.dtype.itemsize)
         except DumpFormatError as exc:
-            return MissingTensor(rec, f"refused: {exc.reason}")
+            return MissingTensor(rec, f"refused: {rec.data_name}: {exc.reason}")
         except OSError as exc:
             return MissingTensor(rec, f"unreadable: {exc}")
         array = decoded.array

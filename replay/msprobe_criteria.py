@@ -80,9 +80,12 @@ def judge_output(api: str, device: np.ndarray, bench: np.ndarray) -> tuple[str, 
 
 def judge_call(api: str, pairs: dict) -> dict:
     """``pairs``: output name -> (device array, golden array). msprobe's worst verdict and per output."""
+    from .msprobe_compare import columns
+
     per = {}
     for name, (dev, ref) in pairs.items():
         per[name] = dict(zip(("verdict", "rule"), judge_output(api, dev, ref)))
+        per[name]["columns"] = columns(dev, ref)  # msprobe compare's sheet columns (the CSV export)
     verdict = max((p["verdict"] for p in per.values()), key=_RANK.__getitem__, default=PASS)
     return {"verdict": verdict, "outputs": per, "natively": api in BENCH_FUNCTIONS,
             "criterion": "acc_check standards, the golden as bench"}

@@ -457,11 +457,15 @@ def _contiguous_strides(size: tuple[int, ...]) -> tuple[int, ...]:
 def read_npy(path) -> np.ndarray:
     """A ``.npy`` file, memory-mapped, with ``allow_pickle=False`` (object arrays are refused)."""
     try:
-        return np.load(path, allow_pickle=False, mmap_mode="r")
+        loaded = np.load(path, allow_pickle=False, mmap_mode="r")
     except FileNotFoundError:
         raise
     except (ValueError, OSError, EOFError) as exc:
         raise DumpFormatError(path, f"not a readable .npy file ({exc})") from None
+    if not isinstance(loaded, np.ndarray):   # np.load opens a zip (a .npz, or a .pt renamed) as an archive
+        loaded.close()
+        raise DumpFormatError(path, "not a .npy file: a zip archive (an .npz, or a .pt saved under a .npy name)")
+    return loaded
 
 
 def read_tensor_file(path, expect_bytes: int | None = None) -> PtTensor:

@@ -576,7 +576,9 @@ def _note(rec: dict, verdict: str) -> str:
         at = rec.get("attribution") or {}
         fm = rec.get("first_mismatch") or {}
         stage = f"stage {at['first_stage']}; " if at.get("first_stage") else ""
-        return f"output {fm.get('output')} differs first at {fm.get('index')}; {stage}cause: {at.get('cause')}"
+        cause = (f"cause: {at['cause']}" if at.get("cause") else
+                 "cause: not attributed (--no-attribution)" if not at else "cause: not found")
+        return f"output {fm.get('output')} differs first at {fm.get('index')}; {stage}{cause}"
     outs = rec.get("outputs") or {}
     return "; ".join(f"{n}: {o.get('note')}" for n, o in outs.items() if o.get("note")) or verdict
 

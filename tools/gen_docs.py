@@ -142,6 +142,28 @@ def foreign_table(work: Path) -> str:
     return proc.stdout.strip()
 
 
+DSV3 = ("tests/modelrun/data/msmodelslim/dsv3-mix", "tests/modelrun/data/float/dsv3-bf16")
+BIAS_RUN = ["run", "dsv3-bias", "--reference", DSV3[1], "--prompts", "examples/model_run_prompts.txt", "--backend",
+            "numpy", "--backend", "torch-cpu", "--json"]
+
+
+def dsv3_bias_restored(work: Path) -> str:
+    """The DeepSeek-V3 checkpoint with its router correction bias copied back from the float model."""
+    restore = [sys.executable, "examples/restore_router_bias.py", DSV3[0], DSV3[1], str(work / "dsv3-bias")]
+    subprocess.run(restore, cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)
+    args = [a if a != "dsv3-bias" else str(work / "dsv3-bias") for a in BIAS_RUN]
+    d = json.loads(run_w8a8(args, ROOT).stdout)
+    (route,) = d["routing"]
+    causes = {k: v for k, v in route["causes"].items() if v}
+    why = (f"all from {next(iter(causes))}" if len(causes) == 1 else
+           ", ".join(f"{v} from {k}" for k, v in causes.items())) if causes else "none"
+    moe = next(m for m in d["modules"] if m["kind"] == "moe")
+    shown = " ".join(["python examples/restore_router_bias.py", *DSV3, "dsv3-bias"])
+    return (f"With the bias copied back from the float model (`{shown}`, then "
+            f"`w8a8 {shlex.join(BIAS_RUN[:-1])}`): rel-L2 {d['logits']['rel_l2']:.3f}, {route['changed']} "
+            f"tokens changed ({why}), MoE SQNR {moe['sqnr_db']:.1f} dB.")
+
+
 @dataclass(frozen=True)
 class Block:
     id: str
@@ -157,6 +179,7 @@ BLOCKS = [
     Block("planted-run", "docs/conformance.md", "fast", planted_run),
     Block("default-run", "README.md", "slow", default_run, ("torch",)),
     Block("default-run", "docs/conformance.md", "slow", default_run, ("torch",)),
+    Block("dsv3-bias-restored", "docs/model-runs.md", "slow", dsv3_bias_restored, ("torch", "tokenizers")),
     Block("torch-dist-run", "docs/expert-parallelism.md", "long", torch_dist_run, ("torch",)),
     Block("foreign-run", "docs/conformance.md", "long", foreign_run, ("onnxruntime", "torchao")),
     Block("foreign-table", "docs/backends.md", "long", foreign_table, ("onnxruntime", "torchao")),

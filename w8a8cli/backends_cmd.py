@@ -12,6 +12,8 @@ def add_arguments(parser) -> None:
                         help="print a JSON list of {name, spec, available, reason, numerics, numerics_differences, "
                              "device, ops, capabilities, in_default_runs, gemm} (gemm: the ISA and GEMM paths, where a backend "
                              "reports them: torch-cpu)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also each backend's numerics differences, GEMM paths and op list")
 
 
 def run(args) -> int:
@@ -26,8 +28,6 @@ def run(args) -> int:
         return 0
     try:
         from rich.console import Console
-        from rich.markup import escape
-        from rich.table import Table
     except ModuleNotFoundError:  # base install: plain text
         for r in rows:
             state = "available" if r["available"] else f"unavailable: {r['reason']}"
@@ -38,16 +38,48 @@ def run(args) -> int:
                   f"{', '.join(r['numerics_differences']) or 'nothing'}")
             print(f"  ops ({len(r['ops'])}): {', '.join(r['ops'])}")
         return 0
-    table = Table(title="w8a8 backends", show_lines=True)
-    for col in ("backend", "available", "numerics (differences from Ascend A2/A3)", "ops"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        state = "[green]yes[/]" if r["available"] else f"[red]no[/]: {escape(r['reason'])}"
-        if r["available"] and not r["in_default_runs"]:
-            state += " (runs when named)"
-        diffs = r["numerics_differences"]
-        num = (r["numerics"] or {}).get("name", "?") + (
-            "\n" + "\n".join(f"{k}: {v[1]}" for k, v in diffs.items()) if diffs else "\n(identical)")
-        table.add_row(escape(r["name"]), state, escape(num), f"{len(r['ops'])}: " + ", ".join(r["ops"]))
-    Console().print(table)
+    _print_table(Console(), rows, verbose=args.verbose)
     return 0
+
+
+def gemm_cell(gemm: dict | None) -> str:
+    """The GEMM path a backend takes here (torch-cpu: ``amx``, ``vnni``, ``qlinear``, ``int_mm``), ``-``
+    where it does not say."""
+    return (gemm or {}).get("path") or "-"
+
+
+def _print_table(console, rows: list[dict], verbose: bool = False) -> None:
+    """One row per backend at 80 columns (name, numerics record and how many fields differ from Ascend's,
+    op count, GEMM path, available or not; "when named": not in a default run); why a backend is not
+    available on a line of its own under the table; ``verbose``: each backend's
+    numerics differences, GEMM paths with why the others are not taken, and op list, under the table."""
+    from conformance.reports.console import esc, narrow_table
+
+    table = narrow_table(["backend", "numerics", "ops", "GEMM", "available"], wrap="available",
+                         title="w8a8 backends")
+    table.columns[2].justify = "right"
+    for r in rows:
+        state = "[green]yes[/]" if r["available"] else "[red]no[/] (why: below)"
+        if r["available"] and not r["in_default_runs"]:
+            state += ", when named"
+        diffs = r["numerics_differences"]
+        num = (r["numerics"] or {}).get("name", "?") + (f" ({len(diffs)} diff.)" if diffs else "")
+        table.add_row(esc(r["name"]), esc(num), str(len(r["ops"])), esc(gemm_cell(r.get("gemm"))), state)
+    console.print(table)
+    for r in rows:
+        if not r["available"]:
+            console.print(f"{esc(r['name'])} is not available: {esc(r['reason'])}", soft_wrap=True, highlight=False)
+    if not verbose:
+        console.print("[dim]diff.: fields of the numerics record that differ from Ascend A2/A3's; GEMM: the int8 "
+                      "GEMM path taken on this CPU; the differences, GEMM paths and op lists: -v or --json[/]")
+        return
+    for r in rows:
+        console.print(f"\n[bold]{esc(r['name'])}[/]", highlight=False)
+        for k, v in r["numerics_differences"].items():
+            console.print(f"  numerics {esc(k)}: {esc(v[1])}", highlight=False)
+        gemm = r.get("gemm")
+        if gemm:
+            console.print(f"  GEMM: {esc(gemm.get('path'))} on {esc(gemm.get('isa'))}", highlight=False)
+            for path, why in (gemm.get("paths") or {}).items():
+                console.print(f"    {esc(path)}: {esc(why or 'available')}", highlight=False)
+        console.print(f"  ops ({len(r['ops'])}): {esc(', '.join(r['ops']))}", highlight=False)

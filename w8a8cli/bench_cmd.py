@@ -6,7 +6,13 @@ the ops it must run against the measured bandwidth and compute ceilings: "bandwi
 "int8-bound at 71%"). ``--peers`` adds torch-cpu's dynamic Linear timed round-robin, in one process,
 with its CPU peers (onnxruntime, torchao, torch bf16, the bare int8 GEMMs). ``--json`` writes pytest-benchmark's schema
 (``pytest-benchmark compare PATH``); ``--out`` adds plots (throughput vs M, the scaling study) and an
-HTML page."""
+HTML page. ``--fail-above RATIO --baseline PATH`` fails the run when a case is slower than RATIO times
+its median in a saved run (a ``--json`` file or pytest-benchmark's own saved JSON).
+
+Exit status: 0 when every case ran and was verified (and, with ``--fail-above``, none is slower than
+RATIO times the baseline); 1 when a case failed, crashed, timed out or is unverified, or a case is slower
+than RATIO times the baseline, or no case matched the baseline; 2 for bad usage (an unknown backend or
+op, a baseline that cannot be read)."""
 
 from __future__ import annotations
 
@@ -43,6 +49,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--peers", action="store_true",
                         help="also time torch-cpu's w8a8_dynamic_linear round-robin with its CPU peers (onnxruntime, "
                              "torchao, torch bf16 matmul, the int8 GEMMs alone) in one process (extra 'bench')")
+    parser.add_argument("--baseline", metavar="PATH",
+                        help="a saved run to compare with: the JSON 'w8a8 bench --json' wrote, or pytest-benchmark's "
+                             "own saved JSON (with --fail-above)")
+    parser.add_argument("--fail-above", type=validate.real(1.0), metavar="RATIO",
+                        help="exit 1 when a case's median is more than RATIO times its median in --baseline "
+                             "(a finite number >= 1, e.g. 1.25 for 25 %% slower), or when no case is in the baseline")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="every column in the terminal (throughput, roofline, peak memory, transfers): a wide table")
     parser.add_argument("--list", action="store_true",
                         help="list the cases (from the op declarations) with their tags and work, then exit")
 
@@ -54,6 +68,20 @@ def check(args) -> None:
         validate.out_file(args.json, "--json")
     if args.out:
         validate.out_dir(args.out)
+    if (args.fail_above is None) != (args.baseline is None):
+        raise validate.UsageError("--fail-above" if args.baseline else "--baseline",
+                                  "--fail-above RATIO and --baseline PATH together",
+                                  "--baseline alone" if args.baseline else "--fail-above alone")
+    args.baseline_medians = None
+    if args.baseline:
+        from bench.regression import load_baseline
+        from conformance.stateio import StateError
+
+        validate.in_file(args.baseline, "--baseline", "a saved bench run (JSON)")
+        try:
+            args.baseline_medians = load_baseline(args.baseline)
+        except StateError as exc:
+            raise validate.UsageError.relay("--baseline", str(exc)) from None
 
 
 def run(args) -> int:
@@ -141,7 +169,11 @@ def _bench(args, console, names, cases, full, registrations) -> int:
     if not args.no_peak:   # again at the end: a ceiling is the best rate seen (a busy machine only lowers one)
         peaks = peaks.best(measure())
     report.annotate(records, peaks)
-    report.print_table(records, peaks)
+    report.print_table(records, peaks, console=console, verbose=args.verbose)
+    paths = sorted({p for r in records if (p := report.gemm_path(r))})
+    if paths:
+        console.print(f"GEMM: the int8 GEMM path each case took ({', '.join(paths)}); this CPU: {esc(_isa())}",
+                      soft_wrap=True, highlight=False)
     meta = {"command": " ".join(["w8a8"] + sys.argv[1:]), "cpus": os.cpu_count(), "peaks": peaks.as_dict(),
             "versions": _versions(), "max_time": args.max_time, "min_rounds": args.min_rounds,
             "machine": f"{os.uname().machine}, {os.cpu_count()} cores", "isa": _isa()}
@@ -167,7 +199,15 @@ def _bench(args, console, names, cases, full, registrations) -> int:
     bad = [r for r in records if r.get("status") in ("error", "crashed", "timeout") or (r.get("status") == "ok" and not r.get("verified")
                                                                            and not bench_peers.expected_unverified(r))]
     console.print(f"done in {time.perf_counter() - t0:.0f} s; {len(bad)} case(s) failed or unverified")
-    return 1 if bad else 0
+    slower = False
+    if args.baseline_medians is not None:
+        from bench.regression import judge
+
+        verdict = judge(records, args.baseline_medians, args.fail_above)
+        for line in verdict.lines():
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        slower = verdict.failed
+    return 1 if bad or slower else 0
 
 
 def _isa() -> str:

@@ -5,7 +5,9 @@ unsupported cases are reported but do not fail the run), 1 when any case fails, 
 times out — and 1 when nothing verified what was asked: no case was judged, or an op named with
 ``--op`` is implemented by none of the backends run (the report says which backends do not implement
 which ops; ops some backends lack in a run of all ops are listed, not failed), 2 for bad usage (unknown op or backend, an unavailable backend asked for by name, a bad
-argument: every one is checked before any work starts, see ``check``).
+argument: every one is checked before any work starts, see ``check``). ``--last-failed`` runs again only
+the cases that failed in the previous run in ``--out`` (exit 0 and a line saying so when none did; exit
+2 when there is no previous run there, or its plan or results cannot be read).
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out (its saved plan.json): cases already in results.jsonl "
                              "are not run again")
+    parser.add_argument("--last-failed", action="store_true",
+                        help="run again only the cases that failed (fail, error, crashed, timeout, leak) in the "
+                             "previous run in --out, read from its plan.json and results.jsonl; --backend and --op "
+                             "narrow them further; the earlier results are kept as results-<time>.jsonl")
     parser.add_argument("--case", metavar="JSON",
                         help="run one case (the JSON parameters a report's repro line gives) in this process and print "
                              "the full comparison; an object of the op's keys, inputs of at most 1 GiB")
@@ -109,12 +115,23 @@ def _meta(args, names: list[str], skipped: dict) -> dict:
         info[b.name] = {"numerics": b.numerics.name,
                         "numerics_differences": {k: list(v) for k, v in
                                                  __import__("w8a8").ASCEND.differences(b.numerics).items()}}
+        gemm = _gemm_info(b)
+        if gemm:
+            info[b.name]["gemm"] = gemm
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["w8a8"] + sys.argv[1:]),
             "profile": args.profile, "seed": args.seed,
             "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
                        f"{platform.system()} {platform.release()}".replace("  ", " "),
             "versions": _versions(), "backends": info, "not_implemented": skipped,
             "tolerances": _tolerance_path(args) or "none (bitwise)"}
+
+
+def _gemm_info(backend) -> dict | None:
+    """The ISA and int8 GEMM path a backend reports (torch-cpu's ``info()["gemm"]``), None where it reports none."""
+    try:
+        return backend.info().get("gemm")
+    except Exception:  # noqa: BLE001 - the run goes on without it
+        return None
 
 
 def _tolerance_path(args) -> str | None:
@@ -225,6 +242,11 @@ def run(args) -> int:
             print(f"{name:28s} [{spec.family}] {spec.description}")
         return 0
     check(args)
+    rerun = None
+    if args.last_failed:
+        rerun, status = _last_failed(args)
+        if rerun is None:
+            return status
     if args.resume and not args.case:
         problem = _adopt_plan(args)
         if problem:
@@ -260,7 +282,7 @@ def run(args) -> int:
             if problem:
                 print(f"w8a8 conformance: {problem}", file=sys.stderr)
                 return 2
-        return _plan_and_run(args, names, options, pool, executor)
+        return _plan_and_run(args, names, options, pool, executor, rerun)
     finally:
         if pool is not None:
             pool.close()
@@ -341,7 +363,45 @@ def _adopt_plan(args) -> str | None:
     args.tolerances, args.exact = flags["tolerances"], flags["tolerances"] is None
     return None
 
-def _plan_and_run(args, names, options, pool, executor=None) -> int:
+def _last_failed(args):
+    """``--last-failed``: (the previous run's failed cases, narrowed by --backend/--op, 0) with ``args`` set to
+    that run's backends, profile, seed and tolerance table (a --tolerances/--exact given wins); or
+    (None, exit status) after saying why there is nothing to run."""
+    from conformance.last_failed import describe, failed_tasks
+    from conformance.stateio import StateError
+
+    if args.resume or args.case is not None:
+        raise validate.UsageError("--last-failed", "a new run of the previous run's failures, without "
+                                  "--resume or --case", "--resume" if args.resume else "--case")
+    try:
+        found = failed_tasks(args.out)
+    except StateError as exc:
+        print(f"w8a8 conformance: --last-failed: {exc}", file=sys.stderr)
+        return None, 2
+    if args.backend:
+        wanted = {_resolved_name(b) for b in args.backend}
+        found.tasks = [t for t in found.tasks if t.backend in wanted]
+    if args.op:
+        found.tasks = [t for t in found.tasks if t.op in args.op]
+    print(describe(found), file=sys.stderr)
+    if not found.tasks:
+        print("w8a8 conformance: --last-failed: no failed case to run again"
+              + (" with this --backend/--op" if args.backend or args.op else ""), file=sys.stderr)
+        return None, 0
+    flags = found.flags
+    in_tasks = {t.backend for t in found.tasks}
+    specs = [s for s in (flags.get("backend_specs") or flags.get("backends") or [])
+             if _resolved_name(s) in in_tasks]
+    args.backend = specs or sorted(in_tasks)
+    args.op = sorted({t.op for t in found.tasks})
+    args.profile = flags.get("profile", args.profile)
+    args.seed = flags.get("seed", args.seed)
+    if "tolerances" in flags and not (args.tolerances or args.exact):
+        args.tolerances, args.exact = flags["tolerances"], flags["tolerances"] is None
+    return found, 0
+
+
+def _plan_and_run(args, names, options, pool, executor=None, rerun=None) -> int:
     import functools
 
     from rich.console import Console
@@ -364,6 +424,8 @@ def _plan_and_run(args, names, options, pool, executor=None) -> int:
         skipped = saved.get("not_implemented", {})
         outside = saved.get("outside", {})
         console.print(f"[dim]resuming the plan saved in {esc(plan_path)}[/]")
+    elif rerun is not None:
+        tasks, skipped, outside = rerun.tasks, {}, {}
     else:
         try:
             outside: dict = {}  # per backend and op: the draws outside its capabilities (conformance.drawing)

@@ -66,7 +66,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--case-dir", metavar="DIR", help="folder for case files (default OUT/cases; a directory or "
                                                           "creatable, writable)")
     parser.add_argument("--out", default="w8a8-replay", metavar="DIR",
-                        help="folder for results.jsonl, report.md, summary.json, report.html (default ./w8a8-replay; "
+                        help="folder for results.jsonl, report.md, summary.json, report.html and compare.csv (msprobe "
+                             "compare's columns, then the project's) (default ./w8a8-replay; "
                              "a directory or creatable, writable)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out: calls already in "
                                                               "results.jsonl are not judged again")
@@ -206,6 +207,9 @@ def _replay_locked(console, path, out, options, args, numerics, table) -> int:
                         "'variant')" if golden.declared_numerics(args.platform, numerics).variants == "select"
                         else "one fixed kernel's formulas for every call (variants='fixed')"}
     summary, paths = write_all(out, records, meta)
+    from replay import compare_csv
+
+    paths["csv"] = compare_csv.write(out / "compare.csv", records)
     _print(console, summary, verbose=args.verbose)
     console.print(f"{stats['entries']} entries in {stats['dumps']} dump folder(s); {stats['written']} results written"
                   f" ({stats['skipped_done']} already done)")

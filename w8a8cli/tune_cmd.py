@@ -33,6 +33,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", metavar="DIR", help="write plots (PNG) and tune-report.html/.json into DIR "
                                                      "(a directory or creatable, writable)")
     parser.add_argument("--json", action="store_true", help="print the recommendations as JSON")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="add each entry's analytic bound to the table (a wide table; always in tune.json)")
     parser.add_argument("--max-samples", type=validate.integer(1), metavar="N",
                         help="keep drawing rounds of --samples cases per op (each with the next seed) until the tail fit "
                              "of every output supports the target, or N cases per op are drawn (default: one round)")
@@ -158,11 +160,38 @@ def _draw(console, a, b, ops, args) -> dict:
     return stats
 
 
+def _print_table(console, entries, a: str, b: str, numerics: str, target: float, verbose: bool = False) -> None:
+    """The recommendations at 80 columns: each op on a row of its own, its outputs under it; the analytic
+    bound's wording under -v (and in tune.json / the HTML report); the entries whose fit exceeds the bound
+    or was refused are named after the table whatever the width."""
+    from conformance.reports.console import esc, heading_row, narrow_table
+
+    console.print(f"recommended tolerances: {esc(a)} vs {esc(b)} under {esc(numerics)} (target p = {target:g} per "
+                  "test)", soft_wrap=True, highlight=False)
+    cols = ["op / output", "dtype", "cases", "worst", "p99", "recommended"] + (["bound"] if verbose else [])
+    table = narrow_table(cols, wrap="bound" if verbose else "recommended")
+    for col in ("cases", "worst", "p99"):
+        table.columns[cols.index(col)].justify = "right"
+    op = None
+    for e in entries:
+        if e.op != op:
+            heading_row(table, e.op)
+            op = e.op
+        row = [f"  {esc(e.output)}", esc(e.dtype), esc(e.samples), esc(e.max_observed), f"{e.extra['p99']:g}",
+               esc(e.describe())]
+        table.add_row(*row, *([esc(e.bound)] if verbose else []))
+    console.print(table)
+    flagged = [e for e in entries if "EXCEEDS THE ANALYTIC BOUND" in e.notes or "REFUSED" in e.notes]
+    for e in flagged:
+        console.print(f"{esc(e.op)} {esc(e.output)} {esc(e.dtype)}: {esc(e.notes)}", soft_wrap=True, highlight=False)
+    if not verbose:
+        console.print("[dim]each entry's analytic bound: -v, tune.json and tune-report.html (--out)[/]")
+
+
 def run(args) -> int:
     check(args)
     import backends
     from rich.console import Console
-    from rich.table import Table
 
     from conformance import plots
     from conformance.registry import specs
@@ -199,13 +228,8 @@ def run(args) -> int:
         e.extra["commands"] = list(args.commands)
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2, default=str))
-    table = Table(title=f"recommended tolerances: {esc(a.name)} vs {esc(b.name)} under {esc(b.numerics.name)} (target p = {args.target:g} per test)")
-    for col in ("op", "output", "dtype", "cases", "worst", "p99", "recommended", "bound"):
-        table.add_column(col, overflow="fold")
-    for e in entries:
-        table.add_row(*(esc(v) for v in (e.op, e.output, e.dtype, e.samples, e.max_observed, f"{e.extra['p99']:g}",
-                                         e.describe(), e.bound)))
-    (console if args.json else Console()).print(table)   # --json: stdout holds the JSON alone
+    _print_table(console if args.json else Console(), entries, a.name, b.name, b.numerics.name, args.target,
+                 verbose=args.verbose)
     if args.write:
         path = Path(args.write)
         current = ToleranceTable.load(path) if path.exists() else ToleranceTable()

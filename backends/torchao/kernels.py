@@ -16,18 +16,10 @@ arithmetic:
 
 from __future__ import annotations
 
-import logging
-import warnings
 
-# torchao tries to load its CUDA kernels at import and logs a warning for each on a CPU-only torch (they
-# are not used here), and torch logs a deprecation notice for each enum torchao registers with pytree:
-# both are silenced for the import only
-_QUIET = (logging.getLogger("torchao"), logging.getLogger("torch.utils._pytree"))
-_LEVELS = [log.level for log in _QUIET]
-for _log in _QUIET:
-    _log.setLevel(logging.ERROR)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
+from .quiet import import_torchao  # torchao's notices about its CUDA kernels on a CPU-only torch: captured
+
+with import_torchao():
     import torch
     import torchao
     from torchao.prototype.mx_formats.config import ScaleCalculationMode
@@ -39,8 +31,6 @@ with warnings.catch_warnings():
     from torchao.quantization.quant_primitives import MappingType, choose_qparams_affine, quantize_affine
     from torchao.quantization.quantize_.workflows.int8.int8_tensor import QuantizeTensorToInt8Kwargs
     from torchao.quantization.utils import get_block_size
-for _log, _level in zip(_QUIET, _LEVELS):
-    _log.setLevel(_level)
 
 VERSION = torchao.__version__
 ELEMS = {"e2m1": torch.float4_e2m1fn_x2, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}

@@ -31,3 +31,22 @@ def print_command(console, text: str, label: str | None = "repro:", indent: str 
     if label:
         console.print(indent + label, markup=False, highlight=False)
     console.print(text, soft_wrap=True, markup=False, highlight=False, crop=False)
+
+
+def narrow_table(columns: list[str], *, wrap: str | None = None, title: str | None = None):
+    """A rich table that fits 80 columns: no box lines, one space between columns, every column on one line
+    (``no_wrap``) except ``wrap``, which takes what width is left and wraps at spaces. Group rows under a
+    heading row (:func:`heading_row`) rather than repeating a long first cell on every row."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+              padding=(0, 1), collapse_padding=True)
+    for col in columns:
+        t.add_column(col, no_wrap=col != wrap, overflow="fold" if col == wrap else "ellipsis")
+    return t
+
+
+def heading_row(table, text: str) -> None:
+    """A row holding ``text`` (bold) in the first column and nothing else: the group's name, once."""
+    table.add_row(f"[bold]{esc(text)}[/]", *([""] * (len(table.columns) - 1)))

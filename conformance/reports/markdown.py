@@ -113,6 +113,9 @@ def render(summary: dict, meta: dict) -> str:
     rows, backends = meta_rows(meta)
     lines += [f"- {key}: `{value}`" for key, value in rows]
     lines += [f"- backend `{name}`: numerics `{num}` ({diffs})" for name, num, diffs in backends]
+    from .terminal import gemm_lines
+
+    lines += [f"- {line}" for line in gemm_lines(meta)]
     lines += ["", "Totals: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["totals"].items())), ""]
     lines += groups_section(summary)
     lines += matrix_section(summary, meta)

@@ -68,6 +68,17 @@ def _matrix_table(cells: dict, ops: list[str]):
     return t
 
 
+def gemm_lines(meta: dict) -> list[str]:
+    """``GEMM: torch-cpu took vnni (AVX-512 VNNI, ...)``: one line per backend of the run that reports its int8
+    GEMM path (the run's metadata, ``backends.<name>.gemm``)."""
+    lines = []
+    for name, info in (meta.get("backends") or {}).items():
+        gemm = info.get("gemm") if isinstance(info, dict) else None
+        if isinstance(gemm, dict) and gemm.get("path"):
+            lines.append(f"GEMM: {name} took {gemm['path']} ({gemm.get('isa') or 'ISA not reported'})")
+    return lines
+
+
 def print_summary(records: list[dict], meta: dict, console=None, verbose: bool = False) -> dict:
     from . import cell_state
     from .grouping import groups
@@ -79,6 +90,8 @@ def print_summary(records: list[dict], meta: dict, console=None, verbose: bool =
     cells = summary["cells"]
     console.print(_backend_table(cells))
     console.print(f"[dim]{BACKEND_NOTE}[/]")
+    for line in gemm_lines(meta):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     ops = sorted({op for b in cells.values() for op in b})
     shown = ops if verbose else [op for op in ops if any(
         cells[b].get(op) is not None and cell_state(cells[b][op]) in ("bad", "tolerated") for b in cells)]

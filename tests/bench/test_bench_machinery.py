@@ -151,7 +151,7 @@ def test_percent_of_peak_never_exceeds_100_and_elementwise_ops_and_memory_are_sh
     report.annotate([fast, elementwise], peaks)
     assert fast["ratio_to_peak"] == 1.0 and elementwise.get("ratio_to_peak") is None
     buf = io.StringIO()
-    report.print_table([fast, elementwise], peaks, console=Console(file=buf, width=250))
+    report.print_table([fast, elementwise], peaks, console=Console(file=buf, width=250), verbose=True)
     text = buf.getvalue()
     assert "100.0% fp64" in text and "\u2013" in text and "< 1 MiB" in text
     assert "0 MiB" not in text.replace("< 1 MiB", "") and "200.0%" not in text

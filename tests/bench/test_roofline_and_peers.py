@@ -69,7 +69,7 @@ def test_annotate_adds_the_roofline_and_the_table_names_it():
     report.annotate(recs, PEAKS)
     assert recs[0]["roofline"]["limit"] == "int8" and recs[1]["roofline"]["limit"] == "bandwidth (DRAM)"
     console = Console(record=True, width=400)
-    report.print_table(recs, PEAKS, console)
+    report.print_table(recs, PEAKS, console, verbose=True)   # the roofline column is under -v
     text = console.export_text()
     assert "int8-bound (AVX-512 VNNI) at 58% (DRAM bw 50%)" in text and "bandwidth-bound (DRAM) at" in text
     assert "out of cache 34.0" in text and "(int8_vnni_avx512)" in text

@@ -13,8 +13,13 @@ def _suite(*args):
 
 
 def test_the_suite_runs_drawn_named_and_error_cases_through_the_plugin():
-    out = _suite("--w8a8-backend", "numpy", "--w8a8-op", "trans_quant_param", "--w8a8-op", "nz_to_nd", "-v")
+    out = _suite("--w8a8-backend", "numpy", "--w8a8-op", "trans_quant_param", "--w8a8-op", "nz_to_nd", "-v",
+                 "--hypothesis-show-statistics")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    # the drawn tests' Hypothesis statistics, not an empty section
+    stats = out.stdout.split("Hypothesis Statistics", 1)[1]
+    assert re.search(r"test_backend_agrees_with_golden\[numpy-trans_quant_param\]:\n\n  - during generate phase "
+                     r"\([\d.]+ seconds\):\n    - Typical runtimes: .*\n    - \d+ passing examples", stats), stats[:2000]
     passed = re.findall(r"::(\w+)\[([^\]]+)\] PASSED", out.stdout)
     kinds = {(test, param.split("-", 1)[1].split("/")[0].split(":")[0]) for test, param in passed}
     for op in ("trans_quant_param", "nz_to_nd"):
