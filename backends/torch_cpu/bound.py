@@ -9,7 +9,9 @@ Two kinds, by what a call costs next to its load:
   — and keeps the loaded layer for that dtype. Every later call with that dtype checks only what
   depends on the activation (an ``ndarray`` of that dtype, ``x.shape[-1] == K``, finite under
   ``nan_policy="raise"``): the golden's checks on the weights, scale and bias depend on nothing else,
-  so they passed once and pass again. A call failing the light check takes the full path, which
+  so they passed once and pass again. On the fused kernels (``vnni`` / ``amx``) the finiteness check costs
+  no pass of its own: the kernel flags an Inf / NaN element while quantizing the rows, and the call
+  is then rerun on the full path. A call failing the light check takes the full path, which
   raises the golden's own error (or loads a new dtype). Then the device work, as ``Prepared.run``
   does it, and the conversion back.
 * **The MoE layer and the grouped matmul** (``w8a8_moe``, ``w8a8_moe_prequantized``,
@@ -71,6 +73,11 @@ class DenseBound(Bound):
         self._call_kwargs = call_kwargs
         self._golden = registry.get(op)
         self._impl = getattr(backend, backend._implementation(op))
+        from . import linear, packed
+
+        self._nonfinite = packed.NonFinite
+        self._linear = linear.w8a8_dynamic_linear if op == "w8a8_dynamic_linear" else linear.w8a8_static_linear
+        self._checks_finite = linear.fused_checks_finite
         self._layers: dict = {}   # activation dtype -> the loaded layer
         self._scratch: list = [None]   # all_finite's buffer
 
@@ -109,9 +116,15 @@ class DenseBound(Bound):
         layer = self._layers.get(x.dtype) if type(x) is np.ndarray else None
         if layer is None or x.ndim == 0 or x.shape[-1] != layer.weight.shape[0]:
             return self._first(x)
-        if self._numerics.nan_policy == "raise" and not all_finite(x, self._scratch):
+        check = self._numerics.nan_policy == "raise"
+        if check and not self._checks_finite(layer) and not all_finite(x, self._scratch):
             return self._first(x)   # raises the golden's error, naming the first non-finite position
-        return self._run((self.backend.to_device(x), layer))
+        try:
+            with runtime.op_threads():
+                y = self._linear(self.backend.to_device(x), layer, check)
+        except self._nonfinite:   # the fused kernel met an Inf / NaN while quantizing: the golden's error
+            return self._first(x)
+        return self.backend.from_device(y)
 
 
 class MemoBound(Bound):

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from .runtime import cpu_flags
 
-ABI = 5
+ABI = 6
 SOURCE = Path(__file__).with_name("csrc") / "w8a8_cpu.c"
 FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-pthread")
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c")

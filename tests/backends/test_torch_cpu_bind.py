@@ -187,3 +187,41 @@ def test_bind_refuses_what_prepare_refuses_before_the_checks(tcpu):
 
 class _Empty(backends.base.Backend):
     name = "empty"
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float16)])
+def test_the_fused_kernel_flags_a_non_finite_activation_while_quantizing(dtype):
+    """The bound call's finiteness check on the vnni path is the kernel's flag (no NumPy pass): every
+    element is seen, the K % 16 tail lane included; the finite extremes (bf16 0x7F7F, fp16 65504) and
+    subnormals are not flagged; without ``check_finite`` the call returns (the golden's NaN -> 0 codes)."""
+    from backends.torch_cpu import native, packed
+
+    if not native.available()[0]:
+        pytest.skip(native.available()[1])
+    rng = np.random.default_rng(6)
+    k = 17   # one full 16-lane vector and a 1-lane tail
+    w = torch.from_numpy(rng.integers(-128, 128, (5, k), dtype=np.int8))
+    pw = packed.PackedWeight.pack(w, "vnni")
+    tdt = torch.bfloat16 if dtype == BF16 else torch.float16
+    recip, offset = torch.full((k,), 0.5), torch.zeros(k)
+    kinds = {"dynamic": packed.dynamic_kind(tdt, "reciprocal"), "static": packed.IN_STATIC[tdt]}
+    extremes = np.array([ml_dtypes.finfo(dtype).max, -ml_dtypes.finfo(dtype).max,
+                         ml_dtypes.finfo(dtype).smallest_subnormal], dtype)
+
+    def run(x, kind):
+        xt = torch.from_numpy(x.view(np.int16).copy()).view(tdt)
+        return packed.run(kinds[kind], xt, pw, torch.float32, deq=torch.ones(5), recip=recip, offset=offset,
+                          check_finite=True)
+
+    for kind in kinds:
+        x = _x(rng, (3, k), dtype)
+        x[0, :3] = extremes
+        run(x, kind)                               # finite: no flag
+        for row, col in ((0, 0), (2, 16), (1, 9)):   # first lane, the tail lane, a middle one
+            for v in (np.nan, np.inf, -np.inf):
+                y = x.copy()
+                y[row, col] = v
+                with pytest.raises(packed.NonFinite):
+                    run(y, kind)
+                xt = torch.from_numpy(y.view(np.int16).copy()).view(tdt)
+                packed.run(kinds[kind], xt, pw, torch.float32, deq=torch.ones(5), recip=recip, offset=offset)

@@ -36,9 +36,10 @@
  * nothing (the others take its items); a job never waits for a worker that has not started. Each
  * call sets MXCSR to its default (round to nearest, no FTZ/DAZ) for its duration on every thread.
  *
- * Every entry point returns 0 on success, a negative number for bad arguments, and (w8a8_moe_experts)
- * 1 when an intermediate was not finite (the caller then reruns the reference path, which raises
- * the golden's error).
+ * Every entry point returns 0 on success, a negative number for bad arguments, and 1 when a value was
+ * not finite: an intermediate of w8a8_moe_experts, or an input element of the bf16 / fp16 Linears
+ * (w8a8_linear, w8a8_amx_linear: the output is still computed, NaN codes 0, Inf saturated; a caller that
+ * skipped the golden's finiteness check reruns the checked path, which raises the golden's error).
  */
 #define _GNU_SOURCE
 #include <immintrin.h>
@@ -54,7 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define W8A8_ABI 5
+#define W8A8_ABI 6
 #define NR 64
 #define MR 6
 #define MAX_THREADS 64
@@ -292,13 +293,18 @@ static inline void store_u8(uint8_t *dst, __m512i codes, __mmask16 m) {
  *   m = max_k |x_k|;  inv = 127 / m;  q = sat127(rint(x * inv)), NaN -> 0;
  *   scale = 1 / inv ("reciprocal"), or m * fp32(1 / 127) ("amax_mul_rcp", amax_rcp != 0): the formula of
  *   the kernel the tiling picks (w8a8.variants.dynamic_quant; the codes are the same in every kernel) */
-static float quant_row_dynamic(const uint16_t *x, int fp16, int64_t k, int64_t kp, uint8_t *dst, int amax_rcp) {
+static float quant_row_dynamic(const uint16_t *x, int fp16, int64_t k, int64_t kp, uint8_t *dst, int amax_rcp,
+                               int *nonfinite) {
     __m512 mx = _mm512_setzero_ps();
-    const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF);
+    const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    __mmask16 nf = 0;
     for (int64_t i = 0; i < k; i += 16) {
         __m512 v = load_half(x + i, fp16, tail_mask(k - i));
-        mx = _mm512_max_ps(mx, _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absmask)));
+        __m512i abs = _mm512_and_si512(_mm512_castps_si512(v), absmask);
+        nf |= _mm512_cmpge_epi32_mask(abs, inf);
+        mx = _mm512_max_ps(mx, _mm512_castsi512_ps(abs));
     }
+    if (nf) *nonfinite = 1;
     float m = _mm512_reduce_max_ps(mx);
     volatile float q32 = 127.0f;   /* keep the quotients IEEE divisions at run time */
     float inv = q32 / m;
@@ -316,15 +322,19 @@ static float quant_row_dynamic(const uint16_t *x, int fp16, int64_t k, int64_t k
 
 /* static (golden quantize, div_mode=False): q = sat(rint(x * r[k] + o[k])) to [-128, 127], NaN -> 0 */
 static void quant_row_static(const uint16_t *x, int fp16, const float *recip, const float *offset, int64_t k,
-                             int64_t kp, uint8_t *dst) {
+                             int64_t kp, uint8_t *dst, int *nonfinite) {
+    const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    __mmask16 nf = 0;
     for (int64_t i = 0; i < k; i += 16) {
         __mmask16 msk = tail_mask(k - i);
         __m512 v = load_half(x + i, fp16, msk);
+        nf |= _mm512_cmpge_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), absmask), inf);
         __m512 t = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(msk, recip + i));
         t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(msk, offset + i));
         store_u8(dst + i, to_codes(t, -128.0f, 127.0f), msk);
     }
     for (int64_t i = k; i < kp; i++) dst[i] = 128;
+    if (nf) *nonfinite = 1;
 }
 
 /* int8 codes given (quant_matmul): u = q + 128 = q ^ 0x80 */
@@ -622,6 +632,7 @@ typedef struct {
     uint8_t *a;              /* [m][kp] */
     float *pt;               /* [m] per-token scales (dynamic) */
     int64_t rows_per_item;
+    int nonfinite;           /* set (to 1, by any item) when an input element is Inf / NaN */
 } prep_ctx;
 
 static void prep_item(void *vc, int64_t item, int worker) {
@@ -629,21 +640,72 @@ static void prep_item(void *vc, int64_t item, int worker) {
     prep_ctx *c = vc;
     int64_t r0 = item * c->rows_per_item, r1 = r0 + c->rows_per_item;
     if (r1 > c->m) r1 = c->m;
+    int nonfinite = 0;
     for (int64_t r = r0; r < r1; r++) {
         uint8_t *dst = c->a + r * c->kp;
         switch (c->in_kind) {
         case 0: case 1: case 5: case 6:
             c->pt[r] = quant_row_dynamic((const uint16_t *)c->x + r * c->ldx, c->in_kind == 1 || c->in_kind == 6, c->k,
-                                         c->kp, dst, c->in_kind >= 5);
+                                         c->kp, dst, c->in_kind >= 5, &nonfinite);
             break;
         case 2: case 3:
             quant_row_static((const uint16_t *)c->x + r * c->ldx, c->in_kind == 3, c->recip, c->offset, c->k, c->kp,
-                             dst);
+                             dst, &nonfinite);
             break;
         default:
             codes_row((const int8_t *)c->x + r * c->ldx, c->k, c->kp, dst);
         }
     }
+    if (nonfinite) __atomic_store_n(&c->nonfinite, 1, __ATOMIC_RELAXED);
+}
+
+/* The prologue of both Linears (w8a8_linear, w8a8_amx_linear): the arguments checked, MXCSR set to its
+ * default, the arena lock taken, the activation prepared into the shared arena as u8 codes
+ * [mrows][kp] (rows past m untouched) with the per-token scales. Returns 0 with the lock held and
+ * *pr filled (end with linear_end), 1 for m == 0 (nothing to do, nothing held), else a negative error
+ * (nothing held). */
+typedef struct {
+    unsigned csr;
+    uint8_t *a;              /* [mrows][kp] codes */
+    const float *token;      /* the epilogue's per-token scales: the dynamic ones, or `pertoken` */
+    int nonfinite;           /* an input element was Inf / NaN */
+} linear_state;
+
+static int linear_begin(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, const float *recip,
+                        const float *offset, int64_t n, const float *pertoken, int out_kind, int64_t ldy,
+                        float *scale_out, int threads, int64_t kp, int64_t mrows, linear_state *st) {
+    if (m < 0 || k <= 0 || n <= 0 || ldx < k || ldy < n || in_kind < 0 || in_kind > 6 || out_kind < 0 ||
+        out_kind > 3 || k >= (1 << 17))
+        return -1;
+    if ((in_kind == 2 || in_kind == 3) && (recip == NULL || offset == NULL)) return -2;
+    if (m == 0) return 1;
+    st->csr = _mm_getcsr();
+    _mm_setcsr(0x1F80);
+    pthread_mutex_lock(&arena_lock);
+    size_t a_bytes = (size_t)(mrows * kp + 64), pt_bytes = (size_t)m * sizeof(float);
+    uint8_t *a = arena_get(&shared_arena, a_bytes + pt_bytes + 64);
+    if (a == NULL) {
+        pthread_mutex_unlock(&arena_lock);
+        _mm_setcsr(st->csr);
+        return -3;
+    }
+    float *pt = (float *)(a + ((a_bytes + 63) & ~(size_t)63));
+    int dynamic = in_kind <= 1 || in_kind >= 5;
+    prep_ctx pc = {in_kind, x, m, k, ldx, kp, recip, offset, a, pt, 16, 0};
+    pool_run(prep_item, &pc, (m + pc.rows_per_item - 1) / pc.rows_per_item, m * k >= (1 << 18) ? threads : 1);
+    if (dynamic && scale_out) memcpy(scale_out, pt, pt_bytes);
+    st->a = a;
+    st->token = out_kind == 3 ? NULL : dynamic ? pt : pertoken;
+    st->nonfinite = pc.nonfinite;
+    return 0;
+}
+
+/* the lock released, MXCSR restored; the entry point's result (rc < 0 an error, else 1 if an input was
+ * not finite, else 0) */
+static int linear_end(const linear_state *st, int rc) {
+    pthread_mutex_unlock(&arena_lock);
+    _mm_setcsr(st->csr);
+    return rc < 0 ? rc : st->nonfinite;
 }
 
 typedef struct {
@@ -691,50 +753,27 @@ static void small_item(void *vc, int64_t p, int worker) {
 int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, const float *recip, const float *offset,
                 const int8_t *w, const int32_t *comp, int64_t n, const float *deq, const float *pertoken,
                 const float *fbias, int out_kind, void *y, int64_t ldy, float *scale_out, int threads) {
-    if (m < 0 || k <= 0 || n <= 0 || ldx < k || ldy < n || in_kind < 0 || in_kind > 6 || out_kind < 0 ||
-        out_kind > 3 || k >= (1 << 17))
-        return -1;
-    if ((in_kind == 2 || in_kind == 3) && (recip == NULL || offset == NULL)) return -2;
-    if (m == 0) return 0;
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(0x1F80);
     int64_t kp = round4(k);
-    pthread_mutex_lock(&arena_lock);
-    size_t a_bytes = (size_t)(m * kp + 64), pt_bytes = (size_t)m * sizeof(float);
-    uint8_t *a = arena_get(&shared_arena, a_bytes + pt_bytes + 64);
-    if (a == NULL) {
-        pthread_mutex_unlock(&arena_lock);
-        _mm_setcsr(csr);
-        return -3;
-    }
-    float *pt = (float *)(a + ((a_bytes + 63) & ~(size_t)63));
-    int dynamic = in_kind <= 1 || in_kind >= 5;
-    prep_ctx pc = {in_kind, x, m, k, ldx, kp, recip, offset, a, pt, 16};
-    int64_t prep_items = (m + pc.rows_per_item - 1) / pc.rows_per_item;
-    pool_run(prep_item, &pc, prep_items, m * k >= (1 << 18) ? threads : 1);
-    const float *token = dynamic ? pt : pertoken;
-    if (dynamic && scale_out) memcpy(scale_out, pt, pt_bytes);
+    linear_state st;
+    int rc = linear_begin(in_kind, x, m, k, ldx, recip, offset, n, pertoken, out_kind, ldy, scale_out, threads, kp,
+                          m, &st);
+    if (rc != 0) return rc == 1 ? 0 : rc;
+    uint8_t *a = st.a;
     if (small_rows(m)) {   /* decode: every weight line once, for all rows */
         uint8_t *at = arena_get(&worker_arena[0], (size_t)(m * kp) + 64);
-        if (at == NULL) {
-            pthread_mutex_unlock(&arena_lock);
-            _mm_setcsr(csr);
-            return -3;
-        }
+        if (at == NULL) return linear_end(&st, -3);
         to_kgroup_major(a, kp, m, kp, at);
-        small_ctx sc = {at, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, out_kind == 3 ? NULL : token, {NULL}, m};
+        small_ctx sc = {at, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, st.token, {NULL}, m};
         for (int64_t r = 0; r < m; r++) sc.rowbase[r] = (char *)y + (size_t)r * (size_t)ldy * out_size(out_kind);
         pool_run(small_item, &sc, panels_of(n), threads);
-        pthread_mutex_unlock(&arena_lock);
-        _mm_setcsr(csr);
-        return 0;
+        return linear_end(&st, 0);
     }
     gemm_ctx gc;
     gc.a = a;
     gc.kp = kp;
     gc.w = w;
     gc.e = (epi){deq, fbias, comp, n, out_kind, 0, NULL};
-    gc.pt = out_kind == 3 ? NULL : token;
+    gc.pt = st.token;
     gc.y = y;
     gc.ldy = ldy;
     gc.m = m;
@@ -749,9 +788,7 @@ int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, c
     gc.rows_per_chunk = rpc;
     gc.mchunks = (m + rpc - 1) / rpc;
     pool_run(gemm_item, &gc, panels * gc.mchunks, threads);
-    pthread_mutex_unlock(&arena_lock);
-    _mm_setcsr(csr);
-    return 0;
+    return linear_end(&st, 0);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -864,34 +901,14 @@ int w8a8_amx_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ld
                     const float *offset, const int8_t *w, const int32_t *comp, int64_t n, const float *deq,
                     const float *pertoken, const float *fbias, int out_kind, void *y, int64_t ldy, float *scale_out,
                     int threads) {
-    if (m < 0 || k <= 0 || n <= 0 || ldx < k || ldy < n || in_kind < 0 || in_kind > 6 || out_kind < 0 ||
-        out_kind > 3 || k >= (1 << 17))
-        return -1;
-    if ((in_kind == 2 || in_kind == 3) && (recip == NULL || offset == NULL)) return -2;
-    if (m == 0) return 0;
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(0x1F80);
     int64_t kp = round64(k), mp = (m + AMX_MR - 1) / AMX_MR * AMX_MR;
-    pthread_mutex_lock(&arena_lock);
-    size_t a_bytes = (size_t)(mp * kp + 64), pt_bytes = (size_t)m * sizeof(float);
-    uint8_t *a = arena_get(&shared_arena, a_bytes + pt_bytes + 64);
-    if (a == NULL) {
-        pthread_mutex_unlock(&arena_lock);
-        _mm_setcsr(csr);
-        return -3;
-    }
-    float *pt = (float *)(a + ((a_bytes + 63) & ~(size_t)63));
-    int dynamic = in_kind <= 1 || in_kind >= 5;
-    prep_ctx pc = {in_kind, x, m, k, ldx, kp, recip, offset, a, pt, 16};
-    pool_run(prep_item, &pc, (m + pc.rows_per_item - 1) / pc.rows_per_item, m * k >= (1 << 18) ? threads : 1);
-    const float *token = dynamic ? pt : pertoken;
-    if (dynamic && scale_out) memcpy(scale_out, pt, pt_bytes);
-    amx_ctx ac = {a, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, out_kind == 3 ? NULL : token, y, ldy, m,
-                  mp / AMX_MR};
+    linear_state st;
+    int rc = linear_begin(in_kind, x, m, k, ldx, recip, offset, n, pertoken, out_kind, ldy, scale_out, threads, kp,
+                          mp, &st);
+    if (rc != 0) return rc == 1 ? 0 : rc;
+    amx_ctx ac = {st.a, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, st.token, y, ldy, m, mp / AMX_MR};
     pool_run(amx_item, &ac, panels_of(n) * ac.rblocks, threads);
-    pthread_mutex_unlock(&arena_lock);
-    _mm_setcsr(csr);
-    return 0;
+    return linear_end(&st, 0);
 }
 #else
 int w8a8_has_amx(void) { return 0; }
