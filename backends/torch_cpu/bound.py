@@ -15,10 +15,13 @@ Two kinds, by what a call costs next to its load:
   raises the golden's own error (or loads a new dtype). Then the device work, as ``Prepared.run``
   does it, and the conversion back.
 * **The MoE layer and the grouped matmul** (``w8a8_moe``, ``w8a8_moe_prequantized``,
-  ``grouped_matmul``): :class:`MemoBound`. Every call runs the full ``prepare`` (the golden's checks
-  of the routing arguments, which change per call, and the per-call load stages), but the weights'
-  packing and probes are memoised in the bound object: ``ExpertGemm.load`` of each weight stack, the
-  fused chain's probe, the shared expert's Linears.
+  ``grouped_matmul``): :class:`MemoBound`. Every call runs ``prepare`` with the golden's checks of
+  what changes per call (the activations, the routing arguments, the shared expert's input), but what
+  depends on the bound weights only is made once and memoised in the bound object: the weights' own
+  check (after a first call passed it, :func:`w8a8.moe.pipeline.experts_checked`; an activation of
+  another H gets the full check and its error), the loaded scales, ``ExpertGemm.load`` of each weight
+  stack, the fused chain's probe, the shared expert's Linears, and the stage checks on stand-ins per
+  ``(T, k, swiglu_limit)``.
 
 Results are those of the direct call, bit for bit (``tests/backends/test_torch_cpu_bind.py``). The
 bound arrays are read once: do not modify them while bound. Not thread-safe: one bound object per
@@ -134,10 +137,35 @@ class MemoBound(Bound):
     def __init__(self, backend, op, args, kwargs):
         super().__init__(backend, op, args, kwargs)
         self.memo: dict = {}
+        self._weights = _moe_weights(op, self.args, self.kwargs)
 
     def prepare(self, *activations, **per_call):
         with memo_scope(self.backend, self.memo):
-            return super().prepare(*activations, **per_call)
+            experts = self.memo.get("experts_checked")
+            if self._weights is None or experts is None:
+                prepared = super().prepare(*activations, **per_call)
+                if self._weights is not None:   # the call passed the weights' check: later calls take it
+                    from w8a8.moe.pipeline import expert_weights_args
+
+                    h = np.shape(self._weights[0])[-1]   # the H the checked call had (it passed: H of w13)
+                    self.memo["experts_checked"] = expert_weights_args(self.op, h, *self._weights)
+                return prepared
+            from w8a8.moe.pipeline import experts_checked
+
+            with experts_checked(self._weights, experts):
+                return super().prepare(*activations, **per_call)
+
+
+_MOE_WEIGHTS = ("w13", "w13_scale", "w2", "w2_scale")
+
+
+def _moe_weights(op: str, args: tuple, kwargs: dict) -> tuple | None:
+    """The bound ``(w13, w13_scale, w2, w2_scale)`` of a MoE layer (positional after the activations, or by
+    name), else None (the grouped matmul, or weights passed per call: checked every call)."""
+    if op not in ("w8a8_moe", "w8a8_moe_prequantized"):
+        return None
+    found = list(args[:4]) + [kwargs.get(name) for name in _MOE_WEIGHTS[len(args[:4]):]]
+    return tuple(found) if all(v is not None for v in found) else None
 
 
 @contextmanager

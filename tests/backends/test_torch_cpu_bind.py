@@ -225,3 +225,65 @@ def test_the_fused_kernel_flags_a_non_finite_activation_while_quantizing(dtype):
                     run(y, kind)
                 xt = torch.from_numpy(y.view(np.int16).copy()).view(tdt)
                 packed.run(kinds[kind], xt, pw, torch.float32, deq=torch.ones(5), recip=recip, offset=offset)
+
+
+def _moe_weights(rng, e=4, h=96, i=64):
+    return (rng.integers(-128, 128, (e, 2 * i, h), dtype=np.int8), (rng.random((e, 2 * i, 1)) * 1e-3).astype(np.float32),
+            rng.integers(-128, 128, (e, h, i), dtype=np.int8), (rng.random((e, h, 1)) * 1e-3).astype(np.float32))
+
+
+def test_a_bound_moe_checks_its_weights_once_and_the_routing_every_call(tcpu, monkeypatch):
+    """Routing arguments, T and the routing mode change per call: the result is the golden's bit for bit, the
+    weights' check ran once, the stage checks once per (T, k), and what changes is still checked (the
+    golden's error for bad logits, a NaN hidden state, another H)."""
+    from w8a8.moe import pipeline
+
+    calls = []
+    real = pipeline.expert_weights_args
+    monkeypatch.setattr(pipeline, "expert_weights_args", lambda *a: calls.append(a[1]) or real(*a))
+    rng = np.random.default_rng(7)
+    e, h, k = 4, 96, 2
+    w = _moe_weights(rng, e, h)
+    moe = tcpu.bind("w8a8_moe", *w, top_k=k, scoring_func="sigmoid")
+    for t in (1, 7, 17, 7, 0):
+        x = _x(rng, (t, h), BF16)
+        logits = rng.standard_normal((t, e)).astype(np.float32)
+        assert_bits(moe(x, router_logits=logits),
+                    w8a8.w8a8_moe(x, *w, top_k=k, scoring_func="sigmoid", router_logits=logits))
+    golden_calls = 5
+    assert len(calls) == 1 + 1 + golden_calls   # the first call's check, the memo's, the golden's own
+    assert sum(isinstance(key, tuple) and key[0] == "routed_checks" for key in moe.memo) == 4   # T 1, 7, 17, 0
+    ids = rng.integers(0, e, (5, k)).astype(np.int32)
+    wts = rng.random((5, k)).astype(np.float32)
+    x = _x(rng, (5, h), BF16)
+    ids_moe = tcpu.bind("w8a8_moe", *w)
+    for _ in range(2):
+        assert_bits(ids_moe(x, topk_ids=ids, topk_weights=wts), w8a8.w8a8_moe(x, *w, topk_ids=ids, topk_weights=wts))
+    bad_x = x.copy()
+    bad_x[4, 95] = np.nan
+    for bad in (dict(x=x, router_logits=np.zeros((4, e), np.float32)), dict(x=bad_x, router_logits=np.zeros((5, e),
+                np.float32)), dict(x=_x(rng, (5, h + 4), BF16), router_logits=np.zeros((5, e), np.float32))):
+        xb = bad.pop("x")
+        with pytest.raises((ValueError, TypeError)) as golden:
+            w8a8.w8a8_moe(xb, *w, top_k=k, scoring_func="sigmoid", **bad)
+        with pytest.raises(type(golden.value)) as got:
+            moe(xb, **bad)
+        assert str(got.value) == str(golden.value)
+
+
+def test_experts_checked_applies_to_the_same_objects_only():
+    from w8a8.moe import pipeline
+
+    rng = np.random.default_rng(8)
+    w = _moe_weights(rng)
+    experts = pipeline.expert_weights_args("w8a8_moe", 96, *w)
+    x = _x(rng, (3, 96), BF16)
+    logits = rng.standard_normal((3, 4)).astype(np.float32)
+    bad = (w[0][:, :, :90],) + w[1:]            # another object with a wrong H: still checked
+    with pipeline.experts_checked(w, experts):
+        assert_bits(w8a8.w8a8_moe(x, *w, top_k=2, router_logits=logits), w8a8.w8a8_moe(x, *w, top_k=2,
+                                                                                      router_logits=logits))
+        with pytest.raises(ValueError, match="w13"):
+            w8a8.w8a8_moe(x, *bad, top_k=2, router_logits=logits)
+        with pytest.raises(ValueError, match="w13"):      # the same objects, another H: checked, refused
+            w8a8.w8a8_moe(_x(rng, (3, 100), BF16), *w, top_k=2, router_logits=logits)
