@@ -806,21 +806,8 @@ int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, c
  * The kernel needs the process's AMX permission (w8a8_amx_request: arch_prctl(ARCH_REQ_XCOMP_PERM,
  * XFEATURE_XTILEDATA)) before any tile instruction, and each thread's tile configuration, loaded per item.
  * ---------------------------------------------------------------------------------------------- */
-#ifdef W8A8_AMX
-#include <errno.h>
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 #define AMX_MR 32
-
-int w8a8_has_amx(void) { return 1; }
-
-/* 0 when the kernel grants this process the AMX tile state, else -errno (EINVAL / EOPNOTSUPP on a CPU or
- * kernel without AMX: the caller then never runs an AMX kernel) */
-int w8a8_amx_request(void) {
-    long rc = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
-    return rc == 0 ? 0 : -(errno ? errno : 1);
-}
+#define AMX_DECODE_MAX 16    /* rows up to which one A tile holds every row: the decode item */
 
 typedef struct __attribute__((packed)) {
     uint8_t palette_id, start_row, reserved[14];
@@ -828,14 +815,124 @@ typedef struct __attribute__((packed)) {
     uint8_t rows[16];
 } tile_config;
 
-static void amx_configure(void) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
+/* The tile configuration (palette 1) of an item of `m` rows: the decode item (m <= AMX_DECODE_MAX): C tiles
+ * tmm0-3 and the A tile tmm4 of m rows x 64 bytes, B tiles tmm5-7 of 16 rows x 64 bytes; the 32-row item:
+ * tmm0-7 all 16 x 64 bytes. Plain C (both builds): its bytes are tested where AMX is absent. */
+static void amx_fill_config(tile_config *cfg, int64_t m) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->palette_id = 1;
+    int decode = m >= 1 && m <= AMX_DECODE_MAX;
     for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
+        cfg->rows[t] = (uint8_t)(decode && t <= 4 ? m : 16);
+        cfg->colsb[t] = 64;
     }
+}
+
+int w8a8_amx_tile_config(int64_t m, uint8_t *out) {
+    if (m < 1 || out == NULL) return -1;
+    tile_config cfg;
+    amx_fill_config(&cfg, m);
+    memcpy(out, &cfg, sizeof cfg);
+    return 0;
+}
+
+/* How w8a8_amx_linear splits m rows x n columns: out[0] the item kind (0 decode: all rows x one 64-column
+ * panel per item; 1: 32 rows x one panel per item), out[1] the items, out[2] the rows of the code buffer
+ * (m, or m rounded up to 32: the 32-row item's A tiles read whole blocks). Plain C (both builds). */
+int w8a8_amx_plan(int64_t m, int64_t n, int64_t *out) {
+    if (m < 1 || n < 1 || out == NULL) return -1;
+    int decode = m <= AMX_DECODE_MAX;
+    int64_t mrows = decode ? m : (m + AMX_MR - 1) / AMX_MR * AMX_MR;
+    out[0] = decode ? 0 : 1;
+    out[1] = decode ? panels_of(n) : panels_of(n) * (mrows / AMX_MR);
+    out[2] = mrows;
+    return 0;
+}
+
+#ifdef W8A8_AMX
+#include <errno.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+int w8a8_has_amx(void) { return 1; }
+
+#ifdef W8A8_AMX_EMULATE
+/* The AMX intrinsics used below, emulated in C for tests on CPUs without AMX (built with -DW8A8_AMX
+ * -DW8A8_AMX_EMULATE and no -mamx flags): a per-thread file of 8 tiles of 16 rows x 64 bytes and its
+ * configuration, with the semantics of the Intel SDM's pseudo-code: LDTILECFG; TILEZERO; TILELOADD /
+ * TILESTORED (rows x colsb bytes at base + row * stride; rows past the configured ones zeroed);
+ * TDPBUSD (dst.dword[m][n] += sum over k < colsb(src1) / 4, i < 4 of zx(src1.byte[m][4k + i]) *
+ * sx(src2.byte[k][4n + i]), wrapping int32) and its #UD shape rules (src1.colsb / 4 == src2.rows,
+ * dst.rows == src1.rows, dst.colsb == src2.colsb, at most 16 rows and 64 bytes), counted in
+ * w8a8_amx_emulated_faults(); TILERELEASE. Only a test's build has it: the real build uses the CPU's. */
+static _Thread_local struct { tile_config cfg; int on; uint8_t t[8][16][64]; } emu;
+static int emu_faults;
+int w8a8_amx_emulated_faults(void) { return __atomic_load_n(&emu_faults, __ATOMIC_RELAXED); }
+static void emu_fault(void) { __atomic_fetch_add(&emu_faults, 1, __ATOMIC_RELAXED); }
+static void emu_loadconfig(const void *p) {
+    memcpy(&emu.cfg, p, sizeof emu.cfg);
+    memset(emu.t, 0, sizeof emu.t);
+    emu.on = emu.cfg.palette_id == 1;
+    for (int t = 0; t < 8; t++)
+        if (emu.cfg.rows[t] > 16 || emu.cfg.colsb[t] > 64) emu_fault();
+}
+static void emu_zero(int t) {
+    if (!emu.on) emu_fault();
+    memset(emu.t[t], 0, sizeof emu.t[t]);
+}
+static void emu_loadd(int t, const void *base, int64_t stride) {
+    if (!emu.on) emu_fault();
+    memset(emu.t[t], 0, sizeof emu.t[t]);
+    for (int r = 0; r < emu.cfg.rows[t]; r++) memcpy(emu.t[t][r], (const char *)base + r * stride, emu.cfg.colsb[t]);
+}
+static void emu_stored(int t, void *base, int64_t stride) {
+    if (!emu.on) emu_fault();
+    for (int r = 0; r < emu.cfg.rows[t]; r++) memcpy((char *)base + r * stride, emu.t[t][r], emu.cfg.colsb[t]);
+}
+static void emu_dpbusd(int d, int a, int b) {
+    const tile_config *c = &emu.cfg;
+    if (!emu.on || c->colsb[a] / 4 != c->rows[b] || c->rows[d] != c->rows[a] || c->colsb[d] != c->colsb[b]) {
+        emu_fault();
+        return;
+    }
+    for (int m = 0; m < c->rows[d]; m++)
+        for (int n = 0; n < c->colsb[d] / 4; n++) {
+            uint32_t acc;
+            memcpy(&acc, &emu.t[d][m][4 * n], 4);
+            for (int k = 0; k < c->colsb[a] / 4; k++)
+                for (int i = 0; i < 4; i++)
+                    acc += (uint32_t)((int32_t)emu.t[a][m][4 * k + i] * (int32_t)(int8_t)emu.t[b][k][4 * n + i]);
+            memcpy(&emu.t[d][m][4 * n], &acc, 4);
+        }
+}
+#undef _tile_loadconfig
+#undef _tile_zero
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_dpbusd
+#undef _tile_release
+#define _tile_loadconfig(p) emu_loadconfig(p)
+#define _tile_zero(t) emu_zero(t)
+#define _tile_loadd(t, base, stride) emu_loadd(t, base, stride)
+#define _tile_stored(t, base, stride) emu_stored(t, base, stride)
+#define _tile_dpbusd(d, a, b) emu_dpbusd(d, a, b)
+#define _tile_release() (emu.on = 0)
+#endif
+
+/* 0 when the kernel grants this process the AMX tile state, else -errno (EINVAL / EOPNOTSUPP on a CPU or
+ * kernel without AMX: the caller then never runs an AMX kernel) */
+int w8a8_amx_request(void) {
+#ifdef W8A8_AMX_EMULATE
+    return 0;
+#endif
+    long rc = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
+    return rc == 0 ? 0 : -(errno ? errno : 1);
+}
+
+static void amx_configure(int64_t m) {
+    tile_config cfg;
+    amx_fill_config(&cfg, m);
     _tile_loadconfig(&cfg);
 }
 
@@ -883,7 +980,7 @@ static void amx_item(void *vc, int64_t item, int worker) {
     size_t esz = out_size(c->e.out_kind);
     char *rowptr[AMX_MR];
     for (int i = 0; i < rows; i++) rowptr[i] = c->y + ((size_t)(r0 + i) * (size_t)c->ldy + (size_t)(p * NR)) * esz;
-    amx_configure();
+    amx_configure(AMX_MR);
     for (int j = 0; j < 4; j += 2) {
         int64_t n0 = p * NR + j * 16;
         if (n0 >= c->e.n) break;
@@ -895,19 +992,63 @@ static void amx_item(void *vc, int64_t item, int worker) {
     _tile_release();
 }
 
+/* The decode item (m <= AMX_DECODE_MAX rows): every row x one 64-column panel p. Per k-block one A tile
+ * (tmm4, m rows x 64 codes) against the panel's four B tiles, into four m x 16 int32 accumulators
+ * (tmm0-3: each weight byte is loaded once for all the rows, no tile row is wasted); B tiles cycle
+ * through tmm5-7. The accumulators go through an m x 64 int32 scratch into the epilogue. */
+static void amx_decode_item(void *vc, int64_t p, int worker) {
+    (void)worker;
+    const amx_ctx *c = vc;
+    int rows = (int)c->m;
+    int32_t scratch[AMX_DECODE_MAX * 64] __attribute__((aligned(64)));
+    size_t esz = out_size(c->e.out_kind);
+    char *rowptr[AMX_DECODE_MAX];
+    for (int i = 0; i < rows; i++) rowptr[i] = c->y + ((size_t)i * (size_t)c->ldy + (size_t)(p * NR)) * esz;
+    const int8_t *b = c->w + p * c->kp * NR;   /* block j of k-block kb at b + j * kp * 16 + kb * 1024 */
+    int64_t bj = c->kp * 16;
+    amx_configure(rows);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kb = 0; kb < c->kp / 64; kb++) {
+        const int8_t *bk = b + kb * 1024;
+        _tile_loadd(4, c->a + kb * 64, c->kp);
+        _tile_loadd(5, bk, 64);
+        _tile_dpbusd(0, 4, 5);
+        _tile_loadd(6, bk + bj, 64);
+        _tile_dpbusd(1, 4, 6);
+        _tile_loadd(7, bk + 2 * bj, 64);
+        _tile_dpbusd(2, 4, 7);
+        _tile_loadd(5, bk + 3 * bj, 64);
+        _tile_dpbusd(3, 4, 5);
+    }
+    /* scratch [rows][64 int32]: column block j at row * 64 + j * 16 */
+    _tile_stored(0, scratch, 256);
+    _tile_stored(1, scratch + 16, 256);
+    _tile_stored(2, scratch + 32, 256);
+    _tile_stored(3, scratch + 48, 256);
+    _tile_release();
+    for (int j = 0; j < 4 && p * NR + j * 16 < c->e.n; j++)
+        epilogue_block(&c->e, (const __m512i *)(scratch + j * 16), 4, rows, p * NR + j * 16, c->pt, rowptr,
+                       (size_t)(j * 16));
+}
+
 /* w8a8_linear's contract (in_kind, out_kind, deq, pertoken, fbias, scale_out as there) on a weight packed by
  * w8a8_amx_pack; comp as w8a8_amx_pack wrote it (or with an int32 bias folded in). */
 int w8a8_amx_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, const float *recip,
                     const float *offset, const int8_t *w, const int32_t *comp, int64_t n, const float *deq,
                     const float *pertoken, const float *fbias, int out_kind, void *y, int64_t ldy, float *scale_out,
                     int threads) {
-    int64_t kp = round64(k), mp = (m + AMX_MR - 1) / AMX_MR * AMX_MR;
+    int64_t kp = round64(k), plan[3] = {0, 0, m};
+    if (m > 0 && n > 0) w8a8_amx_plan(m, n, plan);
+    int64_t mp = plan[2];
     linear_state st;
     int rc = linear_begin(in_kind, x, m, k, ldx, recip, offset, n, pertoken, out_kind, ldy, scale_out, threads, kp,
                           mp, &st);
     if (rc != 0) return rc == 1 ? 0 : rc;
     amx_ctx ac = {st.a, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, st.token, y, ldy, m, mp / AMX_MR};
-    pool_run(amx_item, &ac, panels_of(n) * ac.rblocks, threads);
+    pool_run(plan[0] == 0 ? amx_decode_item : amx_item, &ac, plan[1], threads);
     return linear_end(&st, 0);
 }
 #else
