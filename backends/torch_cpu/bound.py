@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import ml_dtypes
 import numpy as np
 
 from w8a8 import registry
@@ -43,6 +44,7 @@ DENSE = ("w8a8_dynamic_linear", "w8a8_static_linear")
 MEMO = ("w8a8_moe", "w8a8_moe_prequantized", "grouped_matmul")
 
 
+_HALF: dict = {}   # activation dtype -> its torch dtype (bf16, fp16), filled on first use (torch imported then)
 _EXPONENT = {np.dtype(np.float16): 0x7C00}   # |bits| >= this: Inf / NaN
 
 
@@ -79,6 +81,10 @@ class DenseBound(Bound):
         from . import linear, packed
 
         self._nonfinite = packed.NonFinite
+        self._torch = packed.torch
+        if not _HALF:
+            _HALF.update({np.dtype(ml_dtypes.bfloat16): packed.torch.bfloat16,
+                          np.dtype(np.float16): packed.torch.float16})
         self._linear = linear.w8a8_dynamic_linear if op == "w8a8_dynamic_linear" else linear.w8a8_static_linear
         self._checks_finite = linear.fused_checks_finite
         self._layers: dict = {}   # activation dtype -> the loaded layer
@@ -124,10 +130,25 @@ class DenseBound(Bound):
             return self._first(x)   # raises the golden's error, naming the first non-finite position
         try:
             with runtime.op_threads():
-                y = self._linear(self.backend.to_device(x), layer, check)
+                y = self._linear(self._in(x), layer, check)
         except self._nonfinite:   # the fused kernel met an Inf / NaN while quantizing: the golden's error
             return self._first(x)
-        return self.backend.from_device(y)
+        return self._out(y, x.dtype)
+
+    def _in(self, x: np.ndarray):
+        """``backend.to_device(x)``'s tensor (the same memory, the same bits), the common case in two calls: a
+        C-contiguous writable bf16 / fp16 array seen as int16, then as the torch dtype (to_device's generic
+        path costs a few µs more per call: dtype look-ups, a contiguity copy check)."""
+        view = _HALF.get(x.dtype)
+        if view is None or not (x.flags.c_contiguous and x.flags.writeable):
+            return self.backend.to_device(x)
+        return self._torch.from_numpy(x.view(np.int16)).view(view)
+
+    def _out(self, y, dtype: np.dtype) -> np.ndarray:
+        """``backend.from_device(y)`` for the Linear's output (the activation's dtype), as :meth:`_in`."""
+        if _HALF.get(dtype) is not y.dtype or not y.is_contiguous():
+            return self.backend.from_device(y)
+        return y.view(self._torch.int16).numpy().view(dtype)
 
 
 class MemoBound(Bound):
