@@ -9,14 +9,19 @@ Two kinds, by what a call costs next to its load:
   — and keeps the loaded layer for that dtype. Every later call with that dtype checks only what
   depends on the activation (an ``ndarray`` of that dtype, ``x.shape[-1] == K``, finite under
   ``nan_policy="raise"``): the golden's checks on the weights, scale and bias depend on nothing else,
-  so they passed once and pass again. A call failing the light check takes the full path, which
+  so they passed once and pass again. On the fused kernels (``vnni`` / ``amx``) the finiteness check costs
+  no pass of its own: the kernel flags an Inf / NaN element while quantizing the rows, and the call
+  is then rerun on the full path. A call failing the light check takes the full path, which
   raises the golden's own error (or loads a new dtype). Then the device work, as ``Prepared.run``
   does it, and the conversion back.
 * **The MoE layer and the grouped matmul** (``w8a8_moe``, ``w8a8_moe_prequantized``,
-  ``grouped_matmul``): :class:`MemoBound`. Every call runs the full ``prepare`` (the golden's checks
-  of the routing arguments, which change per call, and the per-call load stages), but the weights'
-  packing and probes are memoised in the bound object: ``ExpertGemm.load`` of each weight stack, the
-  fused chain's probe, the shared expert's Linears.
+  ``grouped_matmul``): :class:`MemoBound`. Every call runs ``prepare`` with the golden's checks of
+  what changes per call (the activations, the routing arguments, the shared expert's input), but what
+  depends on the bound weights only is made once and memoised in the bound object: the weights' own
+  check (after a first call passed it, :func:`w8a8.moe.pipeline.experts_checked`; an activation of
+  another H gets the full check and its error), the loaded scales, ``ExpertGemm.load`` of each weight
+  stack, the fused chain's probe, the shared expert's Linears, and the stage checks on stand-ins per
+  ``(T, k, swiglu_limit)``.
 
 Results are those of the direct call, bit for bit (``tests/backends/test_torch_cpu_bind.py``). The
 bound arrays are read once: do not modify them while bound. Not thread-safe: one bound object per
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import ml_dtypes
 import numpy as np
 
 from w8a8 import registry
@@ -38,6 +44,7 @@ DENSE = ("w8a8_dynamic_linear", "w8a8_static_linear")
 MEMO = ("w8a8_moe", "w8a8_moe_prequantized", "grouped_matmul")
 
 
+_HALF: dict = {}   # activation dtype -> its torch dtype (bf16, fp16), filled on first use (torch imported then)
 _EXPONENT = {np.dtype(np.float16): 0x7C00}   # |bits| >= this: Inf / NaN
 
 
@@ -71,6 +78,15 @@ class DenseBound(Bound):
         self._call_kwargs = call_kwargs
         self._golden = registry.get(op)
         self._impl = getattr(backend, backend._implementation(op))
+        from . import linear, packed
+
+        self._nonfinite = packed.NonFinite
+        self._torch = packed.torch
+        if not _HALF:
+            _HALF.update({np.dtype(ml_dtypes.bfloat16): packed.torch.bfloat16,
+                          np.dtype(np.float16): packed.torch.float16})
+        self._linear = linear.w8a8_dynamic_linear if op == "w8a8_dynamic_linear" else linear.w8a8_static_linear
+        self._checks_finite = linear.fused_checks_finite
         self._layers: dict = {}   # activation dtype -> the loaded layer
         self._scratch: list = [None]   # all_finite's buffer
 
@@ -109,9 +125,30 @@ class DenseBound(Bound):
         layer = self._layers.get(x.dtype) if type(x) is np.ndarray else None
         if layer is None or x.ndim == 0 or x.shape[-1] != layer.weight.shape[0]:
             return self._first(x)
-        if self._numerics.nan_policy == "raise" and not all_finite(x, self._scratch):
+        check = self._numerics.nan_policy == "raise"
+        if check and not self._checks_finite(layer) and not all_finite(x, self._scratch):
             return self._first(x)   # raises the golden's error, naming the first non-finite position
-        return self._run((self.backend.to_device(x), layer))
+        try:
+            with runtime.op_threads():
+                y = self._linear(self._in(x), layer, check)
+        except self._nonfinite:   # the fused kernel met an Inf / NaN while quantizing: the golden's error
+            return self._first(x)
+        return self._out(y, x.dtype)
+
+    def _in(self, x: np.ndarray):
+        """``backend.to_device(x)``'s tensor (the same memory, the same bits), the common case in two calls: a
+        C-contiguous writable bf16 / fp16 array seen as int16, then as the torch dtype (to_device's generic
+        path costs a few µs more per call: dtype look-ups, a contiguity copy check)."""
+        view = _HALF.get(x.dtype)
+        if view is None or not (x.flags.c_contiguous and x.flags.writeable):
+            return self.backend.to_device(x)
+        return self._torch.from_numpy(x.view(np.int16)).view(view)
+
+    def _out(self, y, dtype: np.dtype) -> np.ndarray:
+        """``backend.from_device(y)`` for the Linear's output (the activation's dtype), as :meth:`_in`."""
+        if _HALF.get(dtype) is not y.dtype or not y.is_contiguous():
+            return self.backend.from_device(y)
+        return y.view(self._torch.int16).numpy().view(dtype)
 
 
 class MemoBound(Bound):
@@ -121,10 +158,35 @@ class MemoBound(Bound):
     def __init__(self, backend, op, args, kwargs):
         super().__init__(backend, op, args, kwargs)
         self.memo: dict = {}
+        self._weights = _moe_weights(op, self.args, self.kwargs)
 
     def prepare(self, *activations, **per_call):
         with memo_scope(self.backend, self.memo):
-            return super().prepare(*activations, **per_call)
+            experts = self.memo.get("experts_checked")
+            if self._weights is None or experts is None:
+                prepared = super().prepare(*activations, **per_call)
+                if self._weights is not None:   # the call passed the weights' check: later calls take it
+                    from w8a8.moe.pipeline import expert_weights_args
+
+                    h = np.shape(self._weights[0])[-1]   # the H the checked call had (it passed: H of w13)
+                    self.memo["experts_checked"] = expert_weights_args(self.op, h, *self._weights)
+                return prepared
+            from w8a8.moe.pipeline import experts_checked
+
+            with experts_checked(self._weights, experts):
+                return super().prepare(*activations, **per_call)
+
+
+_MOE_WEIGHTS = ("w13", "w13_scale", "w2", "w2_scale")
+
+
+def _moe_weights(op: str, args: tuple, kwargs: dict) -> tuple | None:
+    """The bound ``(w13, w13_scale, w2, w2_scale)`` of a MoE layer (positional after the activations, or by
+    name), else None (the grouped matmul, or weights passed per call: checked every call)."""
+    if op not in ("w8a8_moe", "w8a8_moe_prequantized"):
+        return None
+    found = list(args[:4]) + [kwargs.get(name) for name in _MOE_WEIGHTS[len(args[:4]):]]
+    return tuple(found) if all(v is not None for v in found) else None
 
 
 @contextmanager

@@ -18,6 +18,7 @@ accumulator could leave the int32 range (static: ``K * 128 * max|w| + max|quant_
 
 from __future__ import annotations
 
+import functools
 import math
 
 from dataclasses import dataclass
@@ -133,16 +134,24 @@ def _blockwise(x: torch.Tensor, layer, bias_absmax: int, forward) -> torch.Tenso
     return y.reshape(*x.shape[:-1], n)
 
 
-def w8a8_dynamic_linear(x: torch.Tensor, layer: DynamicLinear) -> torch.Tensor:
+@functools.lru_cache(maxsize=512)
+def _scale_out(rows: int, k: int, dtype: torch.dtype) -> str:
+    """The per-token scale formula of the dynamic_quant kernel the tiling picks for ``[rows, k]`` of
+    ``dtype`` (the selector is a pure function of these: cached, it costs a dict look-up per call)."""
+    from .kernel_variants import dynamic_quant as variant
+
+    return variant((rows, k), dtype).scale_out
+
+
+def w8a8_dynamic_linear(x: torch.Tensor, layer: DynamicLinear, check_finite: bool = False) -> torch.Tensor:
     """Per-token dynamic int8 ``x``, then ``quant_matmul(x_q, W, s_w, pertoken_scale=s_tok, bias=b)``
     (row block by row block, see :func:`_blocks`; fused in one kernel on the "vnni" path). The scale formula
     is the one of the kernel the tiling picks for the whole activation ``[prod(x.shape[:-1]), K]`` (not
-    for a block)."""
-    from .kernel_variants import dynamic_quant as variant
-
-    scale_out = variant((math.prod(x.shape[:-1]), x.shape[-1]), x.dtype).scale_out
+    for a block). ``check_finite`` (fused paths only, see :func:`fused_checks_finite`): raise
+    :class:`.packed.NonFinite` on an Inf / NaN element of ``x``, found while quantizing."""
+    scale_out = _scale_out(math.prod(x.shape[:-1]), x.shape[-1], x.dtype)
     if layer.fused is not None:
-        return _run_fused(x, layer, scale_out)
+        return _run_fused(x, layer, scale_out, check_finite)
 
     def forward(rows):
         x_q, x_scale = dynamic_quant(rows, scale_out=scale_out)
@@ -209,11 +218,18 @@ def path_taken(layer) -> str:
     return "qlinear" if layer.weight.packed is not None else "int_mm"
 
 
-def w8a8_static_linear(x: torch.Tensor, layer: StaticLinear) -> torch.Tensor:
+def fused_checks_finite(layer) -> bool:
+    """Whether ``layer``'s calls can find an Inf / NaN activation element themselves (``check_finite``): on
+    the fused kernels, which flag it while quantizing; the reference path cannot."""
+    return layer.fused is not None
+
+
+def w8a8_static_linear(x: torch.Tensor, layer: StaticLinear, check_finite: bool = False) -> torch.Tensor:
     """``x_q = quantize(x, r, o, int8, div_mode=False)``, then ``quant_matmul(x_q, W, deq, bias=...)``
-    (row block by row block, see :func:`_blocks`; fused in one kernel on the "vnni" path)."""
+    (row block by row block, see :func:`_blocks`; fused in one kernel on the "vnni" path). ``check_finite``:
+    as :func:`w8a8_dynamic_linear`'s."""
     if layer.fused is not None:
-        return _run_fused(x, layer, None)
+        return _run_fused(x, layer, None, check_finite)
 
     def forward(rows):
         x_q = quantize(rows, layer.recip, layer.offset, dtype="int8", div_mode=False)
@@ -223,7 +239,7 @@ def w8a8_static_linear(x: torch.Tensor, layer: StaticLinear) -> torch.Tensor:
     return _blockwise(x, layer, layer.bias_absmax if int_bias else 0, forward)
 
 
-def _run_fused(x: torch.Tensor, layer, scale_out: str | None) -> torch.Tensor:
+def _run_fused(x: torch.Tensor, layer, scale_out: str | None, check_finite: bool = False) -> torch.Tensor:
     """The fused kernel on ``x.reshape(-1, K)`` (:func:`.packed.run`), into ``[..., N]``: the dynamic path
     with the per-token scale formula ``scale_out`` (the kernel variant's), or the static path (None)."""
     from . import packed
@@ -232,8 +248,9 @@ def _run_fused(x: torch.Tensor, layer, scale_out: str | None) -> torch.Tensor:
     k, n = layer.weight.shape
     x2 = x.reshape(-1, k)
     if scale_out is not None:
-        y = packed.run(packed.dynamic_kind(x.dtype, scale_out), x2, f.weight, layer.dtype, deq=f.deq, fbias=f.fbias)
+        y = packed.run(packed.dynamic_kind(x.dtype, scale_out), x2, f.weight, layer.dtype, deq=f.deq, fbias=f.fbias,
+                       check_finite=check_finite)
     else:
         y = packed.run(packed.IN_STATIC[x.dtype], x2, f.weight, layer.dtype, deq=f.deq, comp=f.comp, fbias=f.fbias,
-                       recip=f.recip, offset=f.offset)
+                       recip=f.recip, offset=f.offset, check_finite=check_finite)
     return y.reshape(*x.shape[:-1], n)

@@ -144,6 +144,14 @@ def _bf16_scale(s: torch.Tensor) -> torch.Tensor:
     return s if s.dtype == _BF16 else to_float(s.to(F32), _BF16)
 
 
+def _scales(kwargs) -> tuple:
+    """The experts' scales as loaded: bf16 ``s13``, ``s2``; their fp32 copies (contiguous, as the fused chain
+    reads them) and absolute maxima."""
+    s13, s2 = _bf16_scale(kwargs["w13_scale"]), _bf16_scale(kwargs["w2_scale"])
+    s13f, s2f = s13.to(F32).contiguous(), s2.to(F32).contiguous()
+    return s13, s2, s13f, s2f, float(absmax(s13f)), float(absmax(s2f))
+
+
 def _standin(shape, dtype, value=0) -> np.ndarray:
     """A read-only array of ``shape`` holding ``value`` (no memory: zero strides)."""
     return np.broadcast_to(np.array(value, dtype=dtype), tuple(shape))
@@ -176,8 +184,7 @@ def load(a, transfer, gemm_path: str, memo: dict | None = None) -> tuple[tuple, 
     m = t * k
     w13, w2 = kwargs["w13"], kwargs["w2"]
     e, i2, h = w13.shape
-    s13, s2 = _bf16_scale(kwargs["w13_scale"]), _bf16_scale(kwargs["w2_scale"])
-    stages = _Stages()
+    s13, s2, s13f, s2f, s13_absmax, s2_absmax = memoised(memo, "scales", lambda: _scales(kwargs))
     w13_view = from_torch(w13).transpose(0, 2, 1)  # [E, H, 2I]: the golden's transposed view (numpy)
     w2_view = from_torch(w2).transpose(0, 2, 1)
     no_groups = np.zeros(e, np.int64)
@@ -189,27 +196,32 @@ def load(a, transfer, gemm_path: str, memo: dict | None = None) -> tuple[tuple, 
                                    numerics=ASCEND)
 
     limit = kwargs["swiglu_limit"]
-    stages.run("gmm1", lambda: gmm_args((m, h), w13_view, s13))
-    stages.run("dsq", lambda: dequant_swiglu_quant_args(_standin((m, i2), _dt.bfloat16), quant_mode=1,
-                                                        activate_left=True, swiglu_limit=limit, numerics=ASCEND))
-    stages.run("gmm2", lambda: gmm_args((m, i2 // 2), w2_view, s2))
-    stages.run("finalize", lambda: moe_finalize_routing_args(
-        _standin((m, h), _dt.bfloat16), None, None, None, _standin((t, k), _dt.bfloat16),
-        np.arange(m, dtype=np.int32), _standin((t, k), np.int32), drop_pad_mode=2, numerics=ASCEND))
+
+    def routed_checks():   # on stand-ins: a function of (T, k, the limit) and the bound weights only
+        routed = _Stages()
+        routed.run("gmm1", lambda: gmm_args((m, h), w13_view, s13))
+        routed.run("dsq", lambda: dequant_swiglu_quant_args(_standin((m, i2), _dt.bfloat16), quant_mode=1,
+                                                            activate_left=True, swiglu_limit=limit, numerics=ASCEND))
+        routed.run("gmm2", lambda: gmm_args((m, i2 // 2), w2_view, s2))
+        routed.run("finalize", lambda: moe_finalize_routing_args(
+            _standin((m, h), _dt.bfloat16), None, None, None, _standin((t, k), _dt.bfloat16),
+            np.arange(m, dtype=np.int32), _standin((t, k), np.int32), drop_pad_mode=2, numerics=ASCEND))
+        return routed.failed
+
+    stages = _Stages()
+    stages.failed = memoised(memo, ("routed_checks", t, k, limit), routed_checks)
     shared = None
     if kwargs["shared"] is not None:
         shared = _load_shared(stages, kwargs["op"], kwargs["shared"], shared_input, h, gemm_path, memo)
-    s13f, s2f = s13.to(F32), s2.to(F32)
     layer = MoeLayer(op=kwargs["op"], w13=memoised(memo, "w13", lambda: ExpertGemm.load(w13, layout="enk")),
                      w2=memoised(memo, "w2", lambda: ExpertGemm.load(w2, layout="enk")),
-                     s13=s13, s2=s2, s13f=s13f, s2f=s2f, s13_absmax=float(absmax(s13f)),
-                     s2_absmax=float(absmax(s2f)), mode=kwargs["mode"], k=k,
+                     s13=s13, s2=s2, s13f=s13f, s2f=s2f, s13_absmax=s13_absmax, s2_absmax=s2_absmax,
+                     mode=kwargs["mode"], k=k,
                      renormalize=kwargs["renormalize"], gating=kwargs["gating"],
                      swiglu_limit=None if limit is None else float(limit), shared=shared, deferred=stages.failed,
                      raw={"w2_view": w2_view, "shared": kwargs["shared"]}, routed_scale=kwargs["routed_scale"],
                      shared_limit=kwargs["shared_limit"])
     if layer.w13.path == "vnni" and layer.w2.path == "vnni":
-        layer.s13f, layer.s2f = layer.s13f.contiguous(), layer.s2f.contiguous()
         layer.note = memoised(memo, "chain_probe", lambda: _probe_chain(layer))
         layer.fused = not layer.note
     return (x, x_scale, shared_input, ids, weights, logits, bias), layer

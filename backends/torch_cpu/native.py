@@ -34,12 +34,14 @@ from pathlib import Path
 
 from .runtime import cpu_flags
 
-ABI = 5
+ABI = 6
 SOURCE = Path(__file__).with_name("csrc") / "w8a8_cpu.c"
 FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-pthread")
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c")
 AMX_FLAGS = ("-DW8A8_AMX", "-mamx-tile", "-mamx-int8")   # the AMX build: the same source, its AMX section on
 AMX_REQUIRED_FLAGS = ("amx_tile", "amx_int8")
+# a test build: the AMX section on, its tile intrinsics emulated in C from the SDM's pseudo-code (no AMX needed)
+AMX_EMULATED_FLAGS = ("-DW8A8_AMX", "-DW8A8_AMX_EMULATE")
 
 
 class NativeUnavailable(RuntimeError):
@@ -124,6 +126,13 @@ def _declare(lib) -> None:
     lib.w8a8_amx_packed_bytes.argtypes = [_I64, _I64]
     lib.w8a8_amx_pack.restype = _I32
     lib.w8a8_amx_pack.argtypes = lib.w8a8_pack.argtypes
+    lib.w8a8_amx_tile_config.restype = _I32
+    lib.w8a8_amx_tile_config.argtypes = [_I64, _P]
+    lib.w8a8_amx_plan.restype = _I32
+    lib.w8a8_amx_plan.argtypes = [_I64, _I64, _P]
+    if hasattr(lib, "w8a8_amx_emulated_faults"):   # the emulated test build (AMX_EMULATED_FLAGS)
+        lib.w8a8_amx_emulated_faults.restype = _I32
+        lib.w8a8_amx_emulated_faults.argtypes = []
     if lib.w8a8_has_amx():
         lib.w8a8_amx_request.restype = _I32
         lib.w8a8_amx_request.argtypes = []

@@ -188,14 +188,16 @@ class PackedExperts:
 def run(kind: int, x2: torch.Tensor, w: PackedWeight, out_dtype: torch.dtype, *, deq: torch.Tensor | None = None,
         comp: torch.Tensor | None = None, pertoken: torch.Tensor | None = None, fbias: torch.Tensor | None = None,
         recip: torch.Tensor | None = None, offset: torch.Tensor | None = None, scale_out: torch.Tensor | None = None,
-        out: torch.Tensor | None = None, n_threads: int | None = None) -> torch.Tensor:
+        out: torch.Tensor | None = None, n_threads: int | None = None, check_finite: bool = False) -> torch.Tensor:
     """The fused Linear on 2-D rows ``x2 [M, K]`` (see the module docstring); ``[M, N]`` of ``out_dtype``.
 
     ``kind``: :func:`dynamic_kind` / :data:`IN_STATIC` of x's dtype, or :data:`IN_CODES` (int8 ``x2``).
     ``deq`` fp32 ``[N]`` (unused for int32 output); ``comp`` defaults to the weight's (no int32 bias);
     ``pertoken`` fp32 ``[M]`` for ``IN_CODES``; ``fbias`` fp32 ``[N]``; ``recip`` / ``offset`` fp32 ``[K]`` for
     the static kinds; ``scale_out`` fp32 ``[M]`` receives the dynamic per-token scales; ``n_threads``: the
-    kernel's threads (default: torch's thread count at first use, :func:`threads`)."""
+    kernel's threads (default: torch's thread count at first use, :func:`threads`). ``check_finite``: raise
+    :class:`NonFinite` when a bf16 / fp16 element of ``x2`` is Inf / NaN (the kernel flags it while quantizing:
+    no extra pass; without it such rows give the codes of the golden's NaN -> 0 / saturation)."""
     kernel = native.amx_library().w8a8_amx_linear if w.layout == "amx" else native.library().w8a8_linear
     m, k = x2.shape
     n_threads = threads() if n_threads is None else n_threads
@@ -213,9 +215,16 @@ def run(kind: int, x2: torch.Tensor, w: PackedWeight, out_dtype: torch.dtype, *,
                              None if pertoken is None else pertoken[r0:r1].data_ptr(), _ptr(fbias),
                              OUT_KIND[out_dtype], y[r0:r1].data_ptr(), w.n,
                              None if scale_out is None else scale_out[r0:r1].data_ptr(), n_threads)
-        if rc != 0:
+        if rc < 0:
             raise RuntimeError(f"{w.layout} linear failed ({rc}): kind {kind}, rows {tuple(rows.shape)}, N {w.n}")
+        if rc == 1 and check_finite:
+            raise NonFinite(f"{w.layout} linear: an input element of rows {r0}..{r1 - 1} is not finite")
     return y
+
+
+class NonFinite(ValueError):
+    """:func:`run` with ``check_finite`` met an Inf / NaN input element (the caller reruns the checked path,
+    which raises the golden's error naming it)."""
 
 
 # -- the reference the probes compare with -------------------------------------------------------------------

@@ -211,3 +211,74 @@ def test_the_roofline_names_the_unit_of_the_calls_gemm_path():
     assert vnni["unit"] == "AVX-512 VNNI" and vnni["pct"] == pytest.approx(case.work / 1.3e12 / 10e-3)
     assert amx["label"].startswith("int8-bound (AMX-INT8) at") and unknown["unit"] == "AMX-INT8"  # the widest
     assert recs[0]["peak_kind"] == "int8 (AMX-INT8)"
+
+
+# -- the decode item's plan and tile configuration (plain C, every build) ----------------------------------------
+
+@needs_vnni
+@pytest.mark.parametrize("m,n,plan", [(1, 1, (0, 1, 1)), (7, 70, (0, 2, 7)), (16, 64, (0, 1, 16)),
+                                      (17, 64, (1, 1, 32)), (32, 130, (1, 3, 32)), (33, 65, (1, 4, 64)),
+                                      (1025, 4096, (1, 64 * 33, 1056))])
+def test_the_amx_plan_takes_the_decode_item_up_to_16_rows(m, n, plan):
+    """(item kind: 0 decode = every row x one 64-column panel, 1 = 32 rows x one panel; items; rows of the code
+    buffer): 1..16 rows are one A tile (no padding), from 17 rows the 32-row item on a buffer rounded to 32."""
+    out = np.zeros(3, np.int64)
+    assert native.library().w8a8_amx_plan(m, n, out.ctypes.data) == 0
+    assert tuple(out) == plan
+    assert native.library().w8a8_amx_plan(0, n, out.ctypes.data) == -1
+
+
+@needs_vnni
+@pytest.mark.parametrize("m", [1, 7, 16, 17, 1025])
+def test_the_amx_tile_configuration(m):
+    """LDTILECFG's 64-byte operand (Intel SDM): palette 1, byte 1 start_row 0, bytes 16..47 colsb of tmm0..15
+    (uint16), bytes 48..63 rows. Decode (m <= 16): tmm0-4 (C, A) m rows, tmm5-7 (B) 16 rows; else all 16;
+    every used tile 64 bytes wide (16 int32 / 64 codes), tiles 8-15 unused (0)."""
+    cfg = np.zeros(64, np.uint8)
+    assert native.library().w8a8_amx_tile_config(m, cfg.ctypes.data) == 0
+    assert cfg[0] == 1 and not cfg[1:16].any()
+    colsb, rows = cfg[16:48].view(np.uint16), cfg[48:64]
+    assert list(colsb) == [64] * 8 + [0] * 8
+    decode = m <= 16
+    assert list(rows) == [m if decode else 16] * 5 + [16] * 3 + [0] * 8
+
+
+# -- the AMX kernels on emulated tile instructions (any x86 CPU with the VNNI kernels) ---------------------------
+
+@pytest.fixture(scope="module")
+def emulated_amx():
+    """The AMX build with its tile intrinsics emulated in C from the SDM's pseudo-code (-DW8A8_AMX_EMULATE):
+    the kernels' own tiling, strides, configurations and epilogue run; only TDPBUSD & co. are software."""
+    if not OK:
+        pytest.skip(WHY)
+    return native.load_path(native.build(extra_flags=native.AMX_EMULATED_FLAGS))
+
+
+@needs_vnni
+def test_the_amx_kernels_pass_their_self_test_on_emulated_tiles(emulated_amx, monkeypatch):
+    monkeypatch.setattr(native, "amx_library", lambda: emulated_amx)
+    assert emulated_amx.w8a8_abi() == native.ABI and emulated_amx.w8a8_amx_request() == 0
+    assert packed.self_test("amx") == ""
+    assert emulated_amx.w8a8_amx_emulated_faults() == 0   # no tile shape rule broken (#UD on hardware)
+
+
+@needs_vnni
+@pytest.mark.parametrize("m", [1, 7, 16, 17, 33])
+def test_the_amx_linear_on_emulated_tiles_is_the_golden(emulated_amx, monkeypatch, m):
+    """Decode (m <= 16, one A tile of m rows) and the 32-row item, through the load (packing + its probe) and
+    the bound call, both activation dtypes, K and N tails (K = 200: four 64-byte k-blocks, the last padded)."""
+    from backends.torch_cpu import linear
+
+    monkeypatch.setattr(native, "amx_library", lambda: emulated_amx)
+    rng = np.random.default_rng(m)
+    w = rng.integers(-128, 128, (70, 200), dtype=np.int8)
+    s = (rng.random(70) * 1e-2).astype(np.float32)
+    for dtype, tdt in ((ml_dtypes.bfloat16, torch.bfloat16), (np.float16, torch.float16)):
+        x = rng.standard_normal((m, 200)).astype(np.float32).astype(dtype)
+        layer = linear.load_dynamic(tdt, torch.from_numpy(w), torch.from_numpy(s).to(tdt if tdt == torch.bfloat16
+                                                                                     else torch.float32), None, "amx")
+        assert linear.path_taken(layer) == "amx", layer.note
+        xt = torch.from_numpy(x.view(np.int16).copy()).view(tdt)
+        got = linear.w8a8_dynamic_linear(xt, layer)
+        assert_bits(got.view(torch.int16).numpy().view(dtype), w8a8.w8a8_dynamic_linear(x, w, s))
+    assert emulated_amx.w8a8_amx_emulated_faults() == 0

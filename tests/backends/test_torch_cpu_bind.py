@@ -187,3 +187,103 @@ def test_bind_refuses_what_prepare_refuses_before_the_checks(tcpu):
 
 class _Empty(backends.base.Backend):
     name = "empty"
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float16)])
+def test_the_fused_kernel_flags_a_non_finite_activation_while_quantizing(dtype):
+    """The bound call's finiteness check on the vnni path is the kernel's flag (no NumPy pass): every
+    element is seen, the K % 16 tail lane included; the finite extremes (bf16 0x7F7F, fp16 65504) and
+    subnormals are not flagged; without ``check_finite`` the call returns (the golden's NaN -> 0 codes)."""
+    from backends.torch_cpu import native, packed
+
+    if not native.available()[0]:
+        pytest.skip(native.available()[1])
+    rng = np.random.default_rng(6)
+    k = 17   # one full 16-lane vector and a 1-lane tail
+    w = torch.from_numpy(rng.integers(-128, 128, (5, k), dtype=np.int8))
+    pw = packed.PackedWeight.pack(w, "vnni")
+    tdt = torch.bfloat16 if dtype == BF16 else torch.float16
+    recip, offset = torch.full((k,), 0.5), torch.zeros(k)
+    kinds = {"dynamic": packed.dynamic_kind(tdt, "reciprocal"), "static": packed.IN_STATIC[tdt]}
+    extremes = np.array([ml_dtypes.finfo(dtype).max, -ml_dtypes.finfo(dtype).max,
+                         ml_dtypes.finfo(dtype).smallest_subnormal], dtype)
+
+    def run(x, kind):
+        xt = torch.from_numpy(x.view(np.int16).copy()).view(tdt)
+        return packed.run(kinds[kind], xt, pw, torch.float32, deq=torch.ones(5), recip=recip, offset=offset,
+                          check_finite=True)
+
+    for kind in kinds:
+        x = _x(rng, (3, k), dtype)
+        x[0, :3] = extremes
+        run(x, kind)                               # finite: no flag
+        for row, col in ((0, 0), (2, 16), (1, 9)):   # first lane, the tail lane, a middle one
+            for v in (np.nan, np.inf, -np.inf):
+                y = x.copy()
+                y[row, col] = v
+                with pytest.raises(packed.NonFinite):
+                    run(y, kind)
+                xt = torch.from_numpy(y.view(np.int16).copy()).view(tdt)
+                packed.run(kinds[kind], xt, pw, torch.float32, deq=torch.ones(5), recip=recip, offset=offset)
+
+
+def _moe_weights(rng, e=4, h=96, i=64):
+    return (rng.integers(-128, 128, (e, 2 * i, h), dtype=np.int8), (rng.random((e, 2 * i, 1)) * 1e-3).astype(np.float32),
+            rng.integers(-128, 128, (e, h, i), dtype=np.int8), (rng.random((e, h, 1)) * 1e-3).astype(np.float32))
+
+
+def test_a_bound_moe_checks_its_weights_once_and_the_routing_every_call(tcpu, monkeypatch):
+    """Routing arguments, T and the routing mode change per call: the result is the golden's bit for bit, the
+    weights' check ran once, the stage checks once per (T, k), and what changes is still checked (the
+    golden's error for bad logits, a NaN hidden state, another H)."""
+    from w8a8.moe import pipeline
+
+    calls = []
+    real = pipeline.expert_weights_args
+    monkeypatch.setattr(pipeline, "expert_weights_args", lambda *a: calls.append(a[1]) or real(*a))
+    rng = np.random.default_rng(7)
+    e, h, k = 4, 96, 2
+    w = _moe_weights(rng, e, h)
+    moe = tcpu.bind("w8a8_moe", *w, top_k=k, scoring_func="sigmoid")
+    for t in (1, 7, 17, 7, 0):
+        x = _x(rng, (t, h), BF16)
+        logits = rng.standard_normal((t, e)).astype(np.float32)
+        assert_bits(moe(x, router_logits=logits),
+                    w8a8.w8a8_moe(x, *w, top_k=k, scoring_func="sigmoid", router_logits=logits))
+    golden_calls = 5
+    assert len(calls) == 1 + 1 + golden_calls   # the first call's check, the memo's, the golden's own
+    assert sum(isinstance(key, tuple) and key[0] == "routed_checks" for key in moe.memo) == 4   # T 1, 7, 17, 0
+    ids = rng.integers(0, e, (5, k)).astype(np.int32)
+    wts = rng.random((5, k)).astype(np.float32)
+    x = _x(rng, (5, h), BF16)
+    ids_moe = tcpu.bind("w8a8_moe", *w)
+    for _ in range(2):
+        assert_bits(ids_moe(x, topk_ids=ids, topk_weights=wts), w8a8.w8a8_moe(x, *w, topk_ids=ids, topk_weights=wts))
+    bad_x = x.copy()
+    bad_x[4, 95] = np.nan
+    for bad in (dict(x=x, router_logits=np.zeros((4, e), np.float32)), dict(x=bad_x, router_logits=np.zeros((5, e),
+                np.float32)), dict(x=_x(rng, (5, h + 4), BF16), router_logits=np.zeros((5, e), np.float32))):
+        xb = bad.pop("x")
+        with pytest.raises((ValueError, TypeError)) as golden:
+            w8a8.w8a8_moe(xb, *w, top_k=k, scoring_func="sigmoid", **bad)
+        with pytest.raises(type(golden.value)) as got:
+            moe(xb, **bad)
+        assert str(got.value) == str(golden.value)
+
+
+def test_experts_checked_applies_to_the_same_objects_only():
+    from w8a8.moe import pipeline
+
+    rng = np.random.default_rng(8)
+    w = _moe_weights(rng)
+    experts = pipeline.expert_weights_args("w8a8_moe", 96, *w)
+    x = _x(rng, (3, 96), BF16)
+    logits = rng.standard_normal((3, 4)).astype(np.float32)
+    bad = (w[0][:, :, :90],) + w[1:]            # another object with a wrong H: still checked
+    with pipeline.experts_checked(w, experts):
+        assert_bits(w8a8.w8a8_moe(x, *w, top_k=2, router_logits=logits), w8a8.w8a8_moe(x, *w, top_k=2,
+                                                                                      router_logits=logits))
+        with pytest.raises(ValueError, match="w13"):
+            w8a8.w8a8_moe(x, *bad, top_k=2, router_logits=logits)
+        with pytest.raises(ValueError, match="w13"):      # the same objects, another H: checked, refused
+            w8a8.w8a8_moe(_x(rng, (3, 100), BF16), *w, top_k=2, router_logits=logits)

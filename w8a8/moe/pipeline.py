@@ -20,6 +20,8 @@ only, so it is not modelled.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +81,33 @@ def expert_weights_args(op: str, h: int, w13, w13_scale, w2, w2_scale) -> Expert
     s13 = _expert_scale(op, "w13_scale", w13_scale, e, i2)
     s2 = _expert_scale(op, "w2_scale", w2_scale, e, h)
     return ExpertWeights(w13=w13, w13_scale=s13, w2=w2, w2_scale=s2, e=e, i=i2 // 2)
+
+
+_CHECKED_EXPERTS: ContextVar[tuple | None] = ContextVar("w8a8_moe_checked_experts", default=None)
+
+
+@contextmanager
+def experts_checked(weights: tuple, experts: ExpertWeights):
+    """Within the block, the MoE layer's argument check takes ``experts`` (the result of
+    :func:`expert_weights_args` on ``weights = (w13, w13_scale, w2, w2_scale)``) as the check of weights passed
+    as these very objects (``is``) with the same hidden size, instead of checking them again; any other
+    weights are checked. For a caller that binds the weights once (a backend's bound MoE) and checks the rest
+    per call: the weights' check depends on nothing but them and H, so it passed once and passes again."""
+    token = _CHECKED_EXPERTS.set((tuple(weights), experts))
+    try:
+        yield
+    finally:
+        _CHECKED_EXPERTS.reset(token)
+
+
+def _experts_of(op: str, h: int, w13, w13_scale, w2, w2_scale) -> ExpertWeights:
+    """:func:`expert_weights_args`, or the one of :func:`experts_checked` for the same objects and H."""
+    known = _CHECKED_EXPERTS.get()
+    if known is not None:
+        weights, experts = known
+        if all(a is b for a, b in zip(weights, (w13, w13_scale, w2, w2_scale))) and experts.w13.shape[2] == h:
+            return experts
+    return expert_weights_args(op, h, w13, w13_scale, w2, w2_scale)
 
 
 def _bf16_scale(value: np.ndarray) -> np.ndarray:
@@ -256,7 +285,7 @@ def _layer_args(op, x, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_
     rsf = float(routed_scaling_factor)
     shared_expert_args(op, shared_expert, shared_input)
     t, h = x.shape
-    experts = expert_weights_args(op, h, w13, w13_scale, w2, w2_scale)
+    experts = _experts_of(op, h, w13, w13_scale, w2, w2_scale)
     routing = moe_routing_args(op, t, experts.e, top_k, router_logits, topk_ids, topk_weights, scoring_func,
                                renormalize, correction_bias, k_group, group_count, group_select_mode,
                                _sv.gating_scaling(sv, rsf), numerics)

@@ -36,9 +36,10 @@
  * nothing (the others take its items); a job never waits for a worker that has not started. Each
  * call sets MXCSR to its default (round to nearest, no FTZ/DAZ) for its duration on every thread.
  *
- * Every entry point returns 0 on success, a negative number for bad arguments, and (w8a8_moe_experts)
- * 1 when an intermediate was not finite (the caller then reruns the reference path, which raises
- * the golden's error).
+ * Every entry point returns 0 on success, a negative number for bad arguments, and 1 when a value was
+ * not finite: an intermediate of w8a8_moe_experts, or an input element of the bf16 / fp16 Linears
+ * (w8a8_linear, w8a8_amx_linear: the output is still computed, NaN codes 0, Inf saturated; a caller that
+ * skipped the golden's finiteness check reruns the checked path, which raises the golden's error).
  */
 #define _GNU_SOURCE
 #include <immintrin.h>
@@ -54,7 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define W8A8_ABI 5
+#define W8A8_ABI 6
 #define NR 64
 #define MR 6
 #define MAX_THREADS 64
@@ -292,13 +293,18 @@ static inline void store_u8(uint8_t *dst, __m512i codes, __mmask16 m) {
  *   m = max_k |x_k|;  inv = 127 / m;  q = sat127(rint(x * inv)), NaN -> 0;
  *   scale = 1 / inv ("reciprocal"), or m * fp32(1 / 127) ("amax_mul_rcp", amax_rcp != 0): the formula of
  *   the kernel the tiling picks (w8a8.variants.dynamic_quant; the codes are the same in every kernel) */
-static float quant_row_dynamic(const uint16_t *x, int fp16, int64_t k, int64_t kp, uint8_t *dst, int amax_rcp) {
+static float quant_row_dynamic(const uint16_t *x, int fp16, int64_t k, int64_t kp, uint8_t *dst, int amax_rcp,
+                               int *nonfinite) {
     __m512 mx = _mm512_setzero_ps();
-    const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF);
+    const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    __mmask16 nf = 0;
     for (int64_t i = 0; i < k; i += 16) {
         __m512 v = load_half(x + i, fp16, tail_mask(k - i));
-        mx = _mm512_max_ps(mx, _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absmask)));
+        __m512i abs = _mm512_and_si512(_mm512_castps_si512(v), absmask);
+        nf |= _mm512_cmpge_epi32_mask(abs, inf);
+        mx = _mm512_max_ps(mx, _mm512_castsi512_ps(abs));
     }
+    if (nf) *nonfinite = 1;
     float m = _mm512_reduce_max_ps(mx);
     volatile float q32 = 127.0f;   /* keep the quotients IEEE divisions at run time */
     float inv = q32 / m;
@@ -316,15 +322,19 @@ static float quant_row_dynamic(const uint16_t *x, int fp16, int64_t k, int64_t k
 
 /* static (golden quantize, div_mode=False): q = sat(rint(x * r[k] + o[k])) to [-128, 127], NaN -> 0 */
 static void quant_row_static(const uint16_t *x, int fp16, const float *recip, const float *offset, int64_t k,
-                             int64_t kp, uint8_t *dst) {
+                             int64_t kp, uint8_t *dst, int *nonfinite) {
+    const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    __mmask16 nf = 0;
     for (int64_t i = 0; i < k; i += 16) {
         __mmask16 msk = tail_mask(k - i);
         __m512 v = load_half(x + i, fp16, msk);
+        nf |= _mm512_cmpge_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), absmask), inf);
         __m512 t = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(msk, recip + i));
         t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(msk, offset + i));
         store_u8(dst + i, to_codes(t, -128.0f, 127.0f), msk);
     }
     for (int64_t i = k; i < kp; i++) dst[i] = 128;
+    if (nf) *nonfinite = 1;
 }
 
 /* int8 codes given (quant_matmul): u = q + 128 = q ^ 0x80 */
@@ -622,6 +632,7 @@ typedef struct {
     uint8_t *a;              /* [m][kp] */
     float *pt;               /* [m] per-token scales (dynamic) */
     int64_t rows_per_item;
+    int nonfinite;           /* set (to 1, by any item) when an input element is Inf / NaN */
 } prep_ctx;
 
 static void prep_item(void *vc, int64_t item, int worker) {
@@ -629,21 +640,72 @@ static void prep_item(void *vc, int64_t item, int worker) {
     prep_ctx *c = vc;
     int64_t r0 = item * c->rows_per_item, r1 = r0 + c->rows_per_item;
     if (r1 > c->m) r1 = c->m;
+    int nonfinite = 0;
     for (int64_t r = r0; r < r1; r++) {
         uint8_t *dst = c->a + r * c->kp;
         switch (c->in_kind) {
         case 0: case 1: case 5: case 6:
             c->pt[r] = quant_row_dynamic((const uint16_t *)c->x + r * c->ldx, c->in_kind == 1 || c->in_kind == 6, c->k,
-                                         c->kp, dst, c->in_kind >= 5);
+                                         c->kp, dst, c->in_kind >= 5, &nonfinite);
             break;
         case 2: case 3:
             quant_row_static((const uint16_t *)c->x + r * c->ldx, c->in_kind == 3, c->recip, c->offset, c->k, c->kp,
-                             dst);
+                             dst, &nonfinite);
             break;
         default:
             codes_row((const int8_t *)c->x + r * c->ldx, c->k, c->kp, dst);
         }
     }
+    if (nonfinite) __atomic_store_n(&c->nonfinite, 1, __ATOMIC_RELAXED);
+}
+
+/* The prologue of both Linears (w8a8_linear, w8a8_amx_linear): the arguments checked, MXCSR set to its
+ * default, the arena lock taken, the activation prepared into the shared arena as u8 codes
+ * [mrows][kp] (rows past m untouched) with the per-token scales. Returns 0 with the lock held and
+ * *pr filled (end with linear_end), 1 for m == 0 (nothing to do, nothing held), else a negative error
+ * (nothing held). */
+typedef struct {
+    unsigned csr;
+    uint8_t *a;              /* [mrows][kp] codes */
+    const float *token;      /* the epilogue's per-token scales: the dynamic ones, or `pertoken` */
+    int nonfinite;           /* an input element was Inf / NaN */
+} linear_state;
+
+static int linear_begin(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, const float *recip,
+                        const float *offset, int64_t n, const float *pertoken, int out_kind, int64_t ldy,
+                        float *scale_out, int threads, int64_t kp, int64_t mrows, linear_state *st) {
+    if (m < 0 || k <= 0 || n <= 0 || ldx < k || ldy < n || in_kind < 0 || in_kind > 6 || out_kind < 0 ||
+        out_kind > 3 || k >= (1 << 17))
+        return -1;
+    if ((in_kind == 2 || in_kind == 3) && (recip == NULL || offset == NULL)) return -2;
+    if (m == 0) return 1;
+    st->csr = _mm_getcsr();
+    _mm_setcsr(0x1F80);
+    pthread_mutex_lock(&arena_lock);
+    size_t a_bytes = (size_t)(mrows * kp + 64), pt_bytes = (size_t)m * sizeof(float);
+    uint8_t *a = arena_get(&shared_arena, a_bytes + pt_bytes + 64);
+    if (a == NULL) {
+        pthread_mutex_unlock(&arena_lock);
+        _mm_setcsr(st->csr);
+        return -3;
+    }
+    float *pt = (float *)(a + ((a_bytes + 63) & ~(size_t)63));
+    int dynamic = in_kind <= 1 || in_kind >= 5;
+    prep_ctx pc = {in_kind, x, m, k, ldx, kp, recip, offset, a, pt, 16, 0};
+    pool_run(prep_item, &pc, (m + pc.rows_per_item - 1) / pc.rows_per_item, m * k >= (1 << 18) ? threads : 1);
+    if (dynamic && scale_out) memcpy(scale_out, pt, pt_bytes);
+    st->a = a;
+    st->token = out_kind == 3 ? NULL : dynamic ? pt : pertoken;
+    st->nonfinite = pc.nonfinite;
+    return 0;
+}
+
+/* the lock released, MXCSR restored; the entry point's result (rc < 0 an error, else 1 if an input was
+ * not finite, else 0) */
+static int linear_end(const linear_state *st, int rc) {
+    pthread_mutex_unlock(&arena_lock);
+    _mm_setcsr(st->csr);
+    return rc < 0 ? rc : st->nonfinite;
 }
 
 typedef struct {
@@ -691,50 +753,27 @@ static void small_item(void *vc, int64_t p, int worker) {
 int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, const float *recip, const float *offset,
                 const int8_t *w, const int32_t *comp, int64_t n, const float *deq, const float *pertoken,
                 const float *fbias, int out_kind, void *y, int64_t ldy, float *scale_out, int threads) {
-    if (m < 0 || k <= 0 || n <= 0 || ldx < k || ldy < n || in_kind < 0 || in_kind > 6 || out_kind < 0 ||
-        out_kind > 3 || k >= (1 << 17))
-        return -1;
-    if ((in_kind == 2 || in_kind == 3) && (recip == NULL || offset == NULL)) return -2;
-    if (m == 0) return 0;
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(0x1F80);
     int64_t kp = round4(k);
-    pthread_mutex_lock(&arena_lock);
-    size_t a_bytes = (size_t)(m * kp + 64), pt_bytes = (size_t)m * sizeof(float);
-    uint8_t *a = arena_get(&shared_arena, a_bytes + pt_bytes + 64);
-    if (a == NULL) {
-        pthread_mutex_unlock(&arena_lock);
-        _mm_setcsr(csr);
-        return -3;
-    }
-    float *pt = (float *)(a + ((a_bytes + 63) & ~(size_t)63));
-    int dynamic = in_kind <= 1 || in_kind >= 5;
-    prep_ctx pc = {in_kind, x, m, k, ldx, kp, recip, offset, a, pt, 16};
-    int64_t prep_items = (m + pc.rows_per_item - 1) / pc.rows_per_item;
-    pool_run(prep_item, &pc, prep_items, m * k >= (1 << 18) ? threads : 1);
-    const float *token = dynamic ? pt : pertoken;
-    if (dynamic && scale_out) memcpy(scale_out, pt, pt_bytes);
+    linear_state st;
+    int rc = linear_begin(in_kind, x, m, k, ldx, recip, offset, n, pertoken, out_kind, ldy, scale_out, threads, kp,
+                          m, &st);
+    if (rc != 0) return rc == 1 ? 0 : rc;
+    uint8_t *a = st.a;
     if (small_rows(m)) {   /* decode: every weight line once, for all rows */
         uint8_t *at = arena_get(&worker_arena[0], (size_t)(m * kp) + 64);
-        if (at == NULL) {
-            pthread_mutex_unlock(&arena_lock);
-            _mm_setcsr(csr);
-            return -3;
-        }
+        if (at == NULL) return linear_end(&st, -3);
         to_kgroup_major(a, kp, m, kp, at);
-        small_ctx sc = {at, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, out_kind == 3 ? NULL : token, {NULL}, m};
+        small_ctx sc = {at, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, st.token, {NULL}, m};
         for (int64_t r = 0; r < m; r++) sc.rowbase[r] = (char *)y + (size_t)r * (size_t)ldy * out_size(out_kind);
         pool_run(small_item, &sc, panels_of(n), threads);
-        pthread_mutex_unlock(&arena_lock);
-        _mm_setcsr(csr);
-        return 0;
+        return linear_end(&st, 0);
     }
     gemm_ctx gc;
     gc.a = a;
     gc.kp = kp;
     gc.w = w;
     gc.e = (epi){deq, fbias, comp, n, out_kind, 0, NULL};
-    gc.pt = out_kind == 3 ? NULL : token;
+    gc.pt = st.token;
     gc.y = y;
     gc.ldy = ldy;
     gc.m = m;
@@ -749,9 +788,7 @@ int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, c
     gc.rows_per_chunk = rpc;
     gc.mchunks = (m + rpc - 1) / rpc;
     pool_run(gemm_item, &gc, panels * gc.mchunks, threads);
-    pthread_mutex_unlock(&arena_lock);
-    _mm_setcsr(csr);
-    return 0;
+    return linear_end(&st, 0);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -769,21 +806,8 @@ int w8a8_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, c
  * The kernel needs the process's AMX permission (w8a8_amx_request: arch_prctl(ARCH_REQ_XCOMP_PERM,
  * XFEATURE_XTILEDATA)) before any tile instruction, and each thread's tile configuration, loaded per item.
  * ---------------------------------------------------------------------------------------------- */
-#ifdef W8A8_AMX
-#include <errno.h>
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 #define AMX_MR 32
-
-int w8a8_has_amx(void) { return 1; }
-
-/* 0 when the kernel grants this process the AMX tile state, else -errno (EINVAL / EOPNOTSUPP on a CPU or
- * kernel without AMX: the caller then never runs an AMX kernel) */
-int w8a8_amx_request(void) {
-    long rc = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
-    return rc == 0 ? 0 : -(errno ? errno : 1);
-}
+#define AMX_DECODE_MAX 16    /* rows up to which one A tile holds every row: the decode item */
 
 typedef struct __attribute__((packed)) {
     uint8_t palette_id, start_row, reserved[14];
@@ -791,14 +815,124 @@ typedef struct __attribute__((packed)) {
     uint8_t rows[16];
 } tile_config;
 
-static void amx_configure(void) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
+/* The tile configuration (palette 1) of an item of `m` rows: the decode item (m <= AMX_DECODE_MAX): C tiles
+ * tmm0-3 and the A tile tmm4 of m rows x 64 bytes, B tiles tmm5-7 of 16 rows x 64 bytes; the 32-row item:
+ * tmm0-7 all 16 x 64 bytes. Plain C (both builds): its bytes are tested where AMX is absent. */
+static void amx_fill_config(tile_config *cfg, int64_t m) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->palette_id = 1;
+    int decode = m >= 1 && m <= AMX_DECODE_MAX;
     for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
+        cfg->rows[t] = (uint8_t)(decode && t <= 4 ? m : 16);
+        cfg->colsb[t] = 64;
     }
+}
+
+int w8a8_amx_tile_config(int64_t m, uint8_t *out) {
+    if (m < 1 || out == NULL) return -1;
+    tile_config cfg;
+    amx_fill_config(&cfg, m);
+    memcpy(out, &cfg, sizeof cfg);
+    return 0;
+}
+
+/* How w8a8_amx_linear splits m rows x n columns: out[0] the item kind (0 decode: all rows x one 64-column
+ * panel per item; 1: 32 rows x one panel per item), out[1] the items, out[2] the rows of the code buffer
+ * (m, or m rounded up to 32: the 32-row item's A tiles read whole blocks). Plain C (both builds). */
+int w8a8_amx_plan(int64_t m, int64_t n, int64_t *out) {
+    if (m < 1 || n < 1 || out == NULL) return -1;
+    int decode = m <= AMX_DECODE_MAX;
+    int64_t mrows = decode ? m : (m + AMX_MR - 1) / AMX_MR * AMX_MR;
+    out[0] = decode ? 0 : 1;
+    out[1] = decode ? panels_of(n) : panels_of(n) * (mrows / AMX_MR);
+    out[2] = mrows;
+    return 0;
+}
+
+#ifdef W8A8_AMX
+#include <errno.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+int w8a8_has_amx(void) { return 1; }
+
+#ifdef W8A8_AMX_EMULATE
+/* The AMX intrinsics used below, emulated in C for tests on CPUs without AMX (built with -DW8A8_AMX
+ * -DW8A8_AMX_EMULATE and no -mamx flags): a per-thread file of 8 tiles of 16 rows x 64 bytes and its
+ * configuration, with the semantics of the Intel SDM's pseudo-code: LDTILECFG; TILEZERO; TILELOADD /
+ * TILESTORED (rows x colsb bytes at base + row * stride; rows past the configured ones zeroed);
+ * TDPBUSD (dst.dword[m][n] += sum over k < colsb(src1) / 4, i < 4 of zx(src1.byte[m][4k + i]) *
+ * sx(src2.byte[k][4n + i]), wrapping int32) and its #UD shape rules (src1.colsb / 4 == src2.rows,
+ * dst.rows == src1.rows, dst.colsb == src2.colsb, at most 16 rows and 64 bytes), counted in
+ * w8a8_amx_emulated_faults(); TILERELEASE. Only a test's build has it: the real build uses the CPU's. */
+static _Thread_local struct { tile_config cfg; int on; uint8_t t[8][16][64]; } emu;
+static int emu_faults;
+int w8a8_amx_emulated_faults(void) { return __atomic_load_n(&emu_faults, __ATOMIC_RELAXED); }
+static void emu_fault(void) { __atomic_fetch_add(&emu_faults, 1, __ATOMIC_RELAXED); }
+static void emu_loadconfig(const void *p) {
+    memcpy(&emu.cfg, p, sizeof emu.cfg);
+    memset(emu.t, 0, sizeof emu.t);
+    emu.on = emu.cfg.palette_id == 1;
+    for (int t = 0; t < 8; t++)
+        if (emu.cfg.rows[t] > 16 || emu.cfg.colsb[t] > 64) emu_fault();
+}
+static void emu_zero(int t) {
+    if (!emu.on) emu_fault();
+    memset(emu.t[t], 0, sizeof emu.t[t]);
+}
+static void emu_loadd(int t, const void *base, int64_t stride) {
+    if (!emu.on) emu_fault();
+    memset(emu.t[t], 0, sizeof emu.t[t]);
+    for (int r = 0; r < emu.cfg.rows[t]; r++) memcpy(emu.t[t][r], (const char *)base + r * stride, emu.cfg.colsb[t]);
+}
+static void emu_stored(int t, void *base, int64_t stride) {
+    if (!emu.on) emu_fault();
+    for (int r = 0; r < emu.cfg.rows[t]; r++) memcpy((char *)base + r * stride, emu.t[t][r], emu.cfg.colsb[t]);
+}
+static void emu_dpbusd(int d, int a, int b) {
+    const tile_config *c = &emu.cfg;
+    if (!emu.on || c->colsb[a] / 4 != c->rows[b] || c->rows[d] != c->rows[a] || c->colsb[d] != c->colsb[b]) {
+        emu_fault();
+        return;
+    }
+    for (int m = 0; m < c->rows[d]; m++)
+        for (int n = 0; n < c->colsb[d] / 4; n++) {
+            uint32_t acc;
+            memcpy(&acc, &emu.t[d][m][4 * n], 4);
+            for (int k = 0; k < c->colsb[a] / 4; k++)
+                for (int i = 0; i < 4; i++)
+                    acc += (uint32_t)((int32_t)emu.t[a][m][4 * k + i] * (int32_t)(int8_t)emu.t[b][k][4 * n + i]);
+            memcpy(&emu.t[d][m][4 * n], &acc, 4);
+        }
+}
+#undef _tile_loadconfig
+#undef _tile_zero
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_dpbusd
+#undef _tile_release
+#define _tile_loadconfig(p) emu_loadconfig(p)
+#define _tile_zero(t) emu_zero(t)
+#define _tile_loadd(t, base, stride) emu_loadd(t, base, stride)
+#define _tile_stored(t, base, stride) emu_stored(t, base, stride)
+#define _tile_dpbusd(d, a, b) emu_dpbusd(d, a, b)
+#define _tile_release() (emu.on = 0)
+#endif
+
+/* 0 when the kernel grants this process the AMX tile state, else -errno (EINVAL / EOPNOTSUPP on a CPU or
+ * kernel without AMX: the caller then never runs an AMX kernel) */
+int w8a8_amx_request(void) {
+#ifdef W8A8_AMX_EMULATE
+    return 0;
+#endif
+    long rc = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
+    return rc == 0 ? 0 : -(errno ? errno : 1);
+}
+
+static void amx_configure(int64_t m) {
+    tile_config cfg;
+    amx_fill_config(&cfg, m);
     _tile_loadconfig(&cfg);
 }
 
@@ -846,7 +980,7 @@ static void amx_item(void *vc, int64_t item, int worker) {
     size_t esz = out_size(c->e.out_kind);
     char *rowptr[AMX_MR];
     for (int i = 0; i < rows; i++) rowptr[i] = c->y + ((size_t)(r0 + i) * (size_t)c->ldy + (size_t)(p * NR)) * esz;
-    amx_configure();
+    amx_configure(AMX_MR);
     for (int j = 0; j < 4; j += 2) {
         int64_t n0 = p * NR + j * 16;
         if (n0 >= c->e.n) break;
@@ -858,40 +992,64 @@ static void amx_item(void *vc, int64_t item, int worker) {
     _tile_release();
 }
 
+/* The decode item (m <= AMX_DECODE_MAX rows): every row x one 64-column panel p. Per k-block one A tile
+ * (tmm4, m rows x 64 codes) against the panel's four B tiles, into four m x 16 int32 accumulators
+ * (tmm0-3: each weight byte is loaded once for all the rows, no tile row is wasted); B tiles cycle
+ * through tmm5-7. The accumulators go through an m x 64 int32 scratch into the epilogue. */
+static void amx_decode_item(void *vc, int64_t p, int worker) {
+    (void)worker;
+    const amx_ctx *c = vc;
+    int rows = (int)c->m;
+    int32_t scratch[AMX_DECODE_MAX * 64] __attribute__((aligned(64)));
+    size_t esz = out_size(c->e.out_kind);
+    char *rowptr[AMX_DECODE_MAX];
+    for (int i = 0; i < rows; i++) rowptr[i] = c->y + ((size_t)i * (size_t)c->ldy + (size_t)(p * NR)) * esz;
+    const int8_t *b = c->w + p * c->kp * NR;   /* block j of k-block kb at b + j * kp * 16 + kb * 1024 */
+    int64_t bj = c->kp * 16;
+    amx_configure(rows);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kb = 0; kb < c->kp / 64; kb++) {
+        const int8_t *bk = b + kb * 1024;
+        _tile_loadd(4, c->a + kb * 64, c->kp);
+        _tile_loadd(5, bk, 64);
+        _tile_dpbusd(0, 4, 5);
+        _tile_loadd(6, bk + bj, 64);
+        _tile_dpbusd(1, 4, 6);
+        _tile_loadd(7, bk + 2 * bj, 64);
+        _tile_dpbusd(2, 4, 7);
+        _tile_loadd(5, bk + 3 * bj, 64);
+        _tile_dpbusd(3, 4, 5);
+    }
+    /* scratch [rows][64 int32]: column block j at row * 64 + j * 16 */
+    _tile_stored(0, scratch, 256);
+    _tile_stored(1, scratch + 16, 256);
+    _tile_stored(2, scratch + 32, 256);
+    _tile_stored(3, scratch + 48, 256);
+    _tile_release();
+    for (int j = 0; j < 4 && p * NR + j * 16 < c->e.n; j++)
+        epilogue_block(&c->e, (const __m512i *)(scratch + j * 16), 4, rows, p * NR + j * 16, c->pt, rowptr,
+                       (size_t)(j * 16));
+}
+
 /* w8a8_linear's contract (in_kind, out_kind, deq, pertoken, fbias, scale_out as there) on a weight packed by
  * w8a8_amx_pack; comp as w8a8_amx_pack wrote it (or with an int32 bias folded in). */
 int w8a8_amx_linear(int in_kind, const void *x, int64_t m, int64_t k, int64_t ldx, const float *recip,
                     const float *offset, const int8_t *w, const int32_t *comp, int64_t n, const float *deq,
                     const float *pertoken, const float *fbias, int out_kind, void *y, int64_t ldy, float *scale_out,
                     int threads) {
-    if (m < 0 || k <= 0 || n <= 0 || ldx < k || ldy < n || in_kind < 0 || in_kind > 6 || out_kind < 0 ||
-        out_kind > 3 || k >= (1 << 17))
-        return -1;
-    if ((in_kind == 2 || in_kind == 3) && (recip == NULL || offset == NULL)) return -2;
-    if (m == 0) return 0;
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(0x1F80);
-    int64_t kp = round64(k), mp = (m + AMX_MR - 1) / AMX_MR * AMX_MR;
-    pthread_mutex_lock(&arena_lock);
-    size_t a_bytes = (size_t)(mp * kp + 64), pt_bytes = (size_t)m * sizeof(float);
-    uint8_t *a = arena_get(&shared_arena, a_bytes + pt_bytes + 64);
-    if (a == NULL) {
-        pthread_mutex_unlock(&arena_lock);
-        _mm_setcsr(csr);
-        return -3;
-    }
-    float *pt = (float *)(a + ((a_bytes + 63) & ~(size_t)63));
-    int dynamic = in_kind <= 1 || in_kind >= 5;
-    prep_ctx pc = {in_kind, x, m, k, ldx, kp, recip, offset, a, pt, 16};
-    pool_run(prep_item, &pc, (m + pc.rows_per_item - 1) / pc.rows_per_item, m * k >= (1 << 18) ? threads : 1);
-    const float *token = dynamic ? pt : pertoken;
-    if (dynamic && scale_out) memcpy(scale_out, pt, pt_bytes);
-    amx_ctx ac = {a, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, out_kind == 3 ? NULL : token, y, ldy, m,
-                  mp / AMX_MR};
-    pool_run(amx_item, &ac, panels_of(n) * ac.rblocks, threads);
-    pthread_mutex_unlock(&arena_lock);
-    _mm_setcsr(csr);
-    return 0;
+    int64_t kp = round64(k), plan[3] = {0, 0, m};
+    if (m > 0 && n > 0) w8a8_amx_plan(m, n, plan);
+    int64_t mp = plan[2];
+    linear_state st;
+    int rc = linear_begin(in_kind, x, m, k, ldx, recip, offset, n, pertoken, out_kind, ldy, scale_out, threads, kp,
+                          mp, &st);
+    if (rc != 0) return rc == 1 ? 0 : rc;
+    amx_ctx ac = {st.a, kp, w, {deq, fbias, comp, n, out_kind, 0, NULL}, st.token, y, ldy, m, mp / AMX_MR};
+    pool_run(plan[0] == 0 ? amx_decode_item : amx_item, &ac, plan[1], threads);
+    return linear_end(&st, 0);
 }
 #else
 int w8a8_has_amx(void) { return 0; }
