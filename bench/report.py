@@ -347,6 +347,7 @@ def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str
     from conformance.reports.html import CSS, _e
 
     rows = []
+    with_gemm = any(gemm_path(r) for r in records if r.get("group") != "peers")
     for r in sorted((r for r in records if r.get("group") != "peers"),
                     key=lambda r: (r.get("op", ""), r.get("case", ""), r.get("backend", ""))):
         if r.get("status") == "ok" and r.get("verified"):
@@ -358,6 +359,8 @@ def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str
             cells = [_e(r.get("status") if r.get("status") != "ok" else "unverified"),
                      _e(r.get("verify_note") or r.get("note") or ""), "", "", "", ""]
             cls = "bad" if r.get("status") in ("error", "crashed", "timeout") or r.get("status") == "ok" else "na"
+        if with_gemm:
+            cells.append(_e(gemm_path(r) or "\u2013"))
         rows.append(f"<tr><td><code>{_e(r.get('op'))}</code></td><td>{_e(r.get('label'))}</td><td>{_e(r['backend'])}</td>"
                     + "".join(f"<td class='{cls}'>{c}</td>" for c in cells) + "</tr>")
     fit_rows = "".join(f"<tr><td>{_e(f['backend'])}</td><td>{_e(f['op'])}</td><td>{_e(f['axis'])}</td>"
@@ -371,7 +374,8 @@ def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str
         f"<p>{_e(meta.get('command', ''))} — {_e(meta.get('machine', ''))}; {_e(ceilings_line(peaks))}; "
         f"{_e(peaks.method)}</p>",
         "<table class='matrix' id='bench'><thead><tr><th>op</th><th>shape</th><th>backend</th><th>time</th>"
-        "<th>throughput</th><th>vs fastest</th><th>% of peak</th><th>roofline</th><th>peak memory</th></tr></thead>"
+        "<th>throughput</th><th>vs fastest</th><th>% of peak</th><th>roofline</th><th>peak memory</th>"
+        + ("<th>GEMM path</th>" if with_gemm else "") + "</tr></thead>"
         "<tbody>", *rows, "</tbody></table>", _peers_html(records),
         "<h2>Throughput against M</h2>" + (f"<img class='plot' alt='throughput vs M' src='data:image/png;base64,{tvm}'>"
                                            if tvm else "<p>no verified case with several M</p>"),

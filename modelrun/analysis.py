@@ -294,7 +294,7 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
         "why": (f"{first.saturated} activation values outside the calibrated range saturate the static quantizer"
                 if first.saturated else "the error exceeds the bound without saturation: the reference weights are not "
                                         "what this module was quantized from, or the serving path is wrong")}
-    out["backend_summary"] = _backend_summary(modules, [b.name for b in bes if b.name != "numpy"])
+    out["backend_summary"] = _backend_summary(modules, bes)
     out["per_layer"] = _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, top_k, select,
                                   serving=serving) \
         if per_layer else []
@@ -450,13 +450,21 @@ def _per_layer(res, cfg, ck_t, ref_t, primary, float_model, sequences, lf_all, t
     return rows
 
 
-def _backend_summary(modules: list[ModuleResult], names: list[str]) -> dict:
+def _backend_summary(modules: list[ModuleResult], backends) -> dict:
+    """Each compared backend (the golden ``numpy`` left out) against the golden over every module, with the int8
+    GEMM path it reports (``info()["gemm"]["path"]``, torch-cpu: ``vnni`` / ``amx`` / ``int_mm`` ...; None when the
+    backend reports none)."""
     out = {}
-    for name in names:
+    for backend in backends:
+        name = backend.name
+        if name == "numpy":
+            continue
         rows = [m.backends.get(name) for m in modules if name in m.backends]
         out[name] = {"modules": len(rows), "bitwise_modules": sum(1 for r in rows if r["bitwise"]),
                      "elements": sum(r["elements"] for r in rows), "equal": sum(r["equal"] for r in rows),
                      "max_ulp": max((r["max_ulp"] for r in rows), default=0),
                      "errors": [r["error"] for r in rows if r["error"]][:3]}
         out[name]["bitwise"] = bool(rows) and out[name]["bitwise_modules"] == len(rows)
+        gemm = backend.info().get("gemm")
+        out[name]["gemm"] = gemm.get("path") if isinstance(gemm, dict) else None
     return out

@@ -100,11 +100,12 @@ def causes_text(routing: dict) -> str:
 
 
 def backend_text(b: dict) -> str:
-    """A backend's agreement with the golden over every module, in words."""
+    """A backend's agreement with the golden over every module, in words, and the GEMM path it took."""
+    gemm = f" (GEMM path {b['gemm']})" if b.get("gemm") else ""
     if b["bitwise"]:
-        return "bit for bit on every module"
+        return "bit for bit on every module" + gemm
     return (f"{b['bitwise_modules']}/{b['modules']} modules bitwise, {b['equal']}/{b['elements']} elements equal, "
-            f"max {b['max_ulp']} ULP" + (f"; {b['errors'][0]}" if b["errors"] else ""))
+            f"max {b['max_ulp']} ULP" + gemm + (f"; {b['errors'][0]}" if b["errors"] else ""))
 
 
 def _figures(out: dict) -> list[tuple[str, str]]:

@@ -252,7 +252,8 @@ def run(args) -> int:
 
         write_atomic(out / "tune-report.html", render_tune(stats, entries, {"backend": a.name, "against": b.name,
                                                                              "samples": args.samples,
-                                                                             "target": args.target}))
+                                                                             "target": args.target,
+                                                                             "backends": {a.name: a.info()}}))
         write_atomic(out / "tune.json", json.dumps([e.as_dict() for e in entries], indent=2, default=str))
         console.print(f"plots and report in {esc(out)}")
     bad = [e for e in entries if "EXCEEDS THE ANALYTIC BOUND" in e.notes or "REFUSED" in e.notes]

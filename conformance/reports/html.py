@@ -176,6 +176,7 @@ def variants_section(summary: dict) -> list[str]:
 
 def render(summary: dict, meta: dict) -> str:
     from . import meta_rows
+    from .terminal import gemm_lines
 
     from . import verdict as _verdict
 
@@ -190,6 +191,7 @@ def render(summary: dict, meta: dict) -> str:
     rows, backends = meta_rows(meta)
     out += [f"<dt>{_e(key)}</dt><dd><code>{_e(value)}</code></dd>" for key, value in rows]
     out += [f"<dt>{_e(name)}</dt><dd>numerics <code>{_e(num)}</code>: {_e(diffs)}</dd>" for name, num, diffs in backends]
+    out += [f"<dt>GEMM</dt><dd class='gemm'>{_e(line.removeprefix('GEMM: '))}</dd>" for line in gemm_lines(meta)]
     out.append("</dl>")
     out.append("<p>Totals: " + ", ".join(f"{_e(k)} {v}" for k, v in sorted(summary["totals"].items())) + "</p>")
     out += scoreboard_section(summary, meta)
@@ -202,7 +204,10 @@ def render(summary: dict, meta: dict) -> str:
 
 
 def render_tune(stats: dict, entries: list, meta: dict) -> str:
-    """The tuning page: the recommendation table with provenance, distance histograms, error vs K."""
+    """The tuning page: the recommendation table with provenance, the tuned backend's GEMM path when it reports one
+    (``meta["backends"]``), distance histograms, error vs K."""
+    from .terminal import gemm_lines
+
     rows = []
     for e in entries:
         rows.append(f"<tr><td><code>{_e(e.op)}</code></td><td>{_e(e.output)}</td><td>{_e(e.dtype)}</td>"
@@ -225,6 +230,7 @@ def render_tune(stats: dict, entries: list, meta: dict) -> str:
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>w8a8 tune</title>",
         f"<style>{CSS}</style></head><body><h1>w8a8 tune: {_e(meta.get('backend'))} vs {_e(meta.get('against'))}</h1>",
         f"<p>{meta.get('samples')} cases per op; target false-failure probability {meta.get('target')} per test.</p>",
+        *[f"<p class='gemm'>{_e(line)}</p>" for line in gemm_lines(meta)],
         "<table class='matrix' id='tolerances'><thead><tr><th>op</th><th>output</th><th>dtype</th><th>cases</th>"
         "<th>worst</th><th>recommended</th><th>analytic bound</th><th>basis</th></tr></thead><tbody>",
         *rows, "</tbody></table>",

@@ -244,7 +244,7 @@ def run(checkpoint, reference, sequences, *, backends=("numpy",), layers: str = 
                "module": first.name, "elements": first.exceed, "worst_ratio": first.worst_ratio, "saturated": 0,
                "why": "the error exceeds the bound: the reference weights are not what this module was quantized "
                       "from, or the serving path is wrong"},
-           "backend_summary": A._backend_summary(modules, [b.name for b in bes if b.name != "numpy"])}
+           "backend_summary": A._backend_summary(modules, bes)}
     rows = []
     if per_layer:
         qlayers = sorted({m.layer for m in modules if m.layer is not None})
