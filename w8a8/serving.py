@@ -35,7 +35,8 @@ D4    static_reciprocal      ``"bf16_tensor_division"``: ``1 / bf16(input_scale)
 Which readings change the golden's arithmetic, and how: M1, M2, M3, M5 in the MoE layer (:func:`routed_limit`,
 :func:`gating_scaling`, :func:`output_scaling`, :func:`shared_limit`; M3: DeepSeek-V4's router,
 :mod:`w8a8.moe.dsv4_routing`), M4 in the model run's router. M6, M7, M9 are numerically what the golden
-computes (pinned by tests); M8, D2, M10 name call paths; D4 equals the
+computes (pinned by tests); M8 is the entry :func:`w8a8.w8a8_moe_deepep` (SGLang's DeepEP path); D2, M10 name
+call paths; D4 equals the
 golden's one-rounding reciprocal if the device's bf16 division rounds once (only a device can say).
 """
 
