@@ -18,6 +18,7 @@ M4). Each op computes in fp32 and rounds once to its output dtype::
                   ids = top-k of sel (torch.topk, sorted=False: golden order descending, ties lower expert first)
     w   = s[ids]                          # gather, dtype d
     w   = d(fp32(w) / d(sum_j fp32(w)))   # renormalise: the sum rounded to d, then the division rounded to d
+                                          # no epsilon: k scores that all underflow to 0 give NaN weights
     weights = fp32(w)                     # exact
 
 ``"moe_gating_top_k_hash"`` (vllm-ascend, ``ops/fused_moe/router/fused_topk_router.py``): one fused op,
