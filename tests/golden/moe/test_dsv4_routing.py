@@ -215,3 +215,12 @@ def test_hash_arguments_refused_with_given_ids():
         w8a8.w8a8_moe(np.zeros((3, H), bfloat16), np.zeros((E, 2 * I, H), np.int8), np.ones((E, 2 * I), np.float32),
                       np.zeros((E, H, I), np.int8), np.ones((E, H), np.float32),
                       topk_ids=np.zeros((3, K), np.int32), topk_weights=np.ones((3, K), np.float32), tid2eid=_TID)
+
+
+def test_sglang_renormalises_without_epsilon():
+    # logits -200: exp(-200) underflows to 0 in fp32, softplus 0, score 0; SGLang's w / w.sum() is 0 / 0 = NaN,
+    # vllm-ascend's op divides by sum + 1e-20: weights 0
+    logits = np.full((1, E), -200, bfloat16)
+    kw = dict(input_ids=np.array([0]), tid2eid=np.array([[0, 1]], np.int32))
+    assert np.isnan(_route(logits, "sglang", **kw)[1]).all()
+    assert _route(logits, "vllm-ascend", **kw)[1].tolist() == [[0.0, 0.0]]
