@@ -32,9 +32,11 @@ D2    dense_prequantized     ``"tuple_or_int8"`` / ``"float_only"``
 D4    static_reciprocal      ``"bf16_tensor_division"``: ``1 / bf16(input_scale)`` on the device
 ====  =====================  =====================================================================
 
-Which readings change the golden's arithmetic, and how: M1, M2, M5 in the MoE layer (:func:`routed_limit`,
-:func:`gating_scaling`, :func:`output_scaling`, :func:`shared_limit`), M4 in the model run's router. M6, M7,
-M9 are numerically what the golden computes (pinned by tests); M3, M8, D2, M10 name call paths; D4 equals the
+Which readings change the golden's arithmetic, and how: M1, M2, M3, M5 in the MoE layer (:func:`routed_limit`,
+:func:`gating_scaling`, :func:`output_scaling`, :func:`shared_limit`; M3: DeepSeek-V4's router,
+:mod:`w8a8.moe.dsv4_routing`), M4 in the model run's router. M6, M7, M9 are numerically what the golden
+computes (pinned by tests); M8 and D2 are the entries :func:`w8a8.w8a8_moe_deepep` (SGLang's DeepEP path) and
+:func:`w8a8.w8a8_dynamic_linear_prequantized` (its ``(x_q, scale)`` tuple input); M10 names a call path; D4 equals the
 golden's one-rounding reciprocal if the device's bf16 division rounds once (only a device can say).
 """
 
@@ -123,8 +125,8 @@ SGLANG = Serving(
     moe_scheme=Reading("sglang", f"{SGL}:{_SRT}/layers/quantization/modelslim/modelslim.py@07ee8929::get_moe_scheme"),
     dense_prequantized=Reading(
         "tuple_or_int8", f"{SGL}:{_NPU}/quantization/linear_method_npu.py@03108f8a::NPUW8A8Int8DynamicLinearMethod."
-        "apply ((x_q, scale) tuples: newer form, a copy whose repository was not named); NPUW8A8Int8LinearMethod."
-        "apply (int8 x skips npu_quantize)"),
+        "apply ((x_q, scale) tuples skip npu_dynamic_quant, output bf16); NPUW8A8Int8LinearMethod."
+        "apply (int8 x skips npu_quantize, then output_dtype=x.dtype: int8)"),
     static_reciprocal=Reading(
         "bf16_tensor_division", f"{SGL}:{_NPU}/quantization/linear_method_npu.py@03108f8a::NPUW8A8Int8LinearMethod."
         "process_weights_after_loading (1 / Parameter(input_scale.repeat(K)))",

@@ -67,7 +67,7 @@ from .linear import load_dynamic, w8a8_dynamic_linear
 from .moe_experts import ExpertGemm
 from .moe_gating import gating_options, gating_top_k, gating_top_k_softmax
 from .moe_gmm import may_nan
-from .moe_math import F32, clamped_swiglu, dsq_quantize_rows, silu, sum_f32
+from .moe_math import F32, clamped_swiglu, dsq_quantize_rows, exp32, log1p32, silu, sqrt32, sum_f32, topk_desc
 from .moe_routing import dynamic_quant_rows
 from .runtime import claim_threads
 
@@ -88,14 +88,19 @@ def _host_inputs(a) -> tuple[tuple, dict]:
     kwargs = {"op": a.op, "w13": ex.w13, "w13_scale": ex.w13_scale, "w2": ex.w2, "w2_scale": ex.w2_scale,
               "mode": r.mode, "k": r.k, "renormalize": r.renormalize, "swiglu_limit": a.swiglu_limit,
               "shared": None if a.shared_expert is None else dict(a.shared_expert), "gating": None,
-              "routed_scale": getattr(a, "routed_scale", None), "shared_limit": getattr(a, "shared_limit", None)}
+              "routed_scale": getattr(a, "routed_scale", None), "shared_limit": getattr(a, "shared_limit", None),
+              "input_ids": None, "tid2eid": None}
     ids = weights = logits = bias = None
     if r.mode == "ids":
         ids, weights = r.ids, r.weights
+    elif r.mode == "dsv4":   # SGLang's DeepSeek-V4 router (serving row M3)
+        logits, bias = r.dsv4.logits, r.dsv4.bias
+        kwargs["input_ids"], kwargs["tid2eid"] = r.dsv4.input_ids, r.dsv4.tid2eid
     else:
         logits = r.gating.x
         if r.mode == "top_k":
             bias, kwargs["gating"] = r.gating.bias, gating_options(r.gating)
+            kwargs["input_ids"], kwargs["tid2eid"] = r.gating.input_ids, r.gating.tid2eid
     return (a.x, a.x_scale, a.shared_input, ids, weights, logits, bias), kwargs
 
 
@@ -114,7 +119,7 @@ class MoeLayer:
     s2f: torch.Tensor
     s13_absmax: float              # max |scale| (the overflow bound of the epilogues)
     s2_absmax: float
-    mode: str                      # routing: "ids", "softmax", "top_k"
+    mode: str                      # routing: "ids", "softmax", "top_k", "dsv4"
     k: int
     renormalize: bool
     gating: dict | None
@@ -125,6 +130,8 @@ class MoeLayer:
     fused: bool = False            # the whole expert chain in the C kernel (probed at load)
     routed_scale: float | None = None   # serving row M2: bf16(fp32(routed) * fp32(factor)) after the finalize
     shared_limit: float | None = None   # serving row M5: the shared expert's bf16 gate / up clamp
+    input_ids: torch.Tensor | None = None   # DeepSeek-V4 hash layers (serving row M3): token ids [T]
+    tid2eid: torch.Tensor | None = None     # and the table [vocab, k]
     note: str = ""                 # why not, where the vnni GEMMs are in use
 
     @property
@@ -220,7 +227,7 @@ def load(a, transfer, gemm_path: str, memo: dict | None = None) -> tuple[tuple, 
                      renormalize=kwargs["renormalize"], gating=kwargs["gating"],
                      swiglu_limit=None if limit is None else float(limit), shared=shared, deferred=stages.failed,
                      raw={"w2_view": w2_view, "shared": kwargs["shared"]}, routed_scale=kwargs["routed_scale"],
-                     shared_limit=kwargs["shared_limit"])
+                     shared_limit=kwargs["shared_limit"], input_ids=kwargs["input_ids"], tid2eid=kwargs["tid2eid"])
     if layer.w13.path == "vnni" and layer.w2.path == "vnni":
         layer.note = memoised(memo, "chain_probe", lambda: _probe_chain(layer))
         layer.fused = not layer.note
@@ -278,8 +285,31 @@ def _route(layer: MoeLayer, ids, weights, logits, bias):
         if layer.renormalize:  # SGLang's l1_norm, in fp32
             w = torch.div(w, sum_f32(w))
         return idx, w
-    y, idx, _ = gating_top_k(logits, bias, None, None, **layer.gating)
-    return idx, y
+    if layer.mode == "dsv4":
+        return _route_dsv4_torch_ops(logits, bias, layer)
+    y, idx, _ = gating_top_k(logits, bias, layer.input_ids, layer.tid2eid, **layer.gating)
+    return idx, y.to(F32)        # vllm-ascend's DeepSeek-V4 router on bf16 logits: .to(float32)
+
+
+def _round_to(v32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return to_float(v32, dtype, may_nan=False).to(F32)
+
+
+def _route_dsv4_torch_ops(logits, bias, layer: MoeLayer):
+    """SGLang's DeepSeek-V4 router (:func:`w8a8.moe.dsv4_routing.route_torch_ops`): each torch op in fp32,
+    rounded to the logits' dtype ``d``; softplus with torch's threshold 20."""
+    d = logits.dtype
+    xf = logits.to(F32)
+    soft = _round_to(torch.where(xf > 20.0, xf, log1p32(exp32(xf))), d)
+    s = _round_to(sqrt32(soft), d)
+    if layer.tid2eid is not None:
+        idx = layer.tid2eid[layer.input_ids.to(torch.int64)].to(torch.int64)
+    else:
+        r = d if d == bias.dtype else F32
+        idx = topk_desc(_round_to(s + bias.to(F32), r), layer.k)
+    w = s.gather(-1, idx)
+    w = _round_to(torch.div(w, _round_to(sum_f32(w), d)), d)
+    return idx.to(torch.int32), w
 
 
 @dataclass

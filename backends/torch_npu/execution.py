@@ -18,6 +18,8 @@ are the named device tensors, :class:`~backends.torch_npu.plan.DType` arguments 
 
 from __future__ import annotations
 
+import functools
+
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,8 +78,8 @@ def function(rt: Runtime, fn: str) -> Callable:
     module, _, name = fn.partition(".")
     if module == "torch_npu":
         return getattr(rt.torch_npu, name)
-    if module == "torch":
-        return getattr(rt.torch, name)
+    if module == "torch":   # dotted names too: torch.nn.functional.softplus, torch.ops._C_ascend.<op>
+        return functools.reduce(getattr, name.split("."), rt.torch)
     if module == "Tensor":
         return lambda first, *args, **kwargs: getattr(first, name)(*args, **kwargs)
     raise ValueError(f"torch-npu execution: unknown function namespace in {fn!r}")

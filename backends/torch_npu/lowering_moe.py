@@ -47,7 +47,9 @@ lowering refuses the argument up front: the device chain cannot stop between cal
 Unsupported (raised before any device call): ``swiglu_limit`` (DeepSeek-V4's clamp is not a torch_npu
 argument of ``npu_dequant_swiglu_quant``; its ``swiglu_mode`` variant computes ``gate * sigmoid(alpha *
 gate) * (up + glu_bias)`` with unconfirmed half order), ``norm_type=2`` / ``renorm=1`` gating
-(``aclnnMoeGatingTopKV2``, not in torch_npu 2.13), routing v2 static quantization and drop/pad mode.
+(``aclnnMoeGatingTopKV2``, not in torch_npu 2.13) — except DeepSeek-V4's router in the MoE layer, emitted
+as the engine calls it (serving row M3: SGLang's torch ops, vllm-ascend's ``_C_ascend.moe_gating_top_k_hash``)
+—, routing v2 static quantization and drop/pad mode.
 """
 
 from __future__ import annotations
@@ -371,6 +373,10 @@ def _route(b: Builder, op: str, r: MoeRouting):
     """(ids T int32 [T, k], weights T fp32 [T, k]): given (host inputs) or from the device gating ops."""
     if r.mode == "ids":
         return b.input("topk_ids", r.ids, source="int32"), b.input("topk_weights", r.weights, source="fp32")
+    if r.mode == "dsv4":
+        return dsv4_torch_ops_into(b, r.dsv4)
+    if r.dsv4 is not None:
+        return dsv4_gating_hash_into(b, r.gating)
     g = r.gating
     if r.mode == "softmax":
         y, ids, _ = gating_softmax_into(b, op, b.input("router_logits", g.x), None, g.k)
@@ -387,6 +393,48 @@ def _route(b: Builder, op: str, r: MoeRouting):
         k_group=g.k_group, group_count=g.group_count, group_select_mode=g.group_select_mode,
         norm_type=g.norm_type, routed_scaling_factor=_attr(g.routed_scaling_factor))
     return ids, y
+
+
+def dsv4_torch_ops_into(b: Builder, d) -> tuple[T, T]:
+    """SGLang's DeepSeek-V4 router (serving row M3, ``deepseek_v4_topk.py``: ``HashTopK._forward_torch`` /
+    ``biased_topk_impl``) as the torch ops it calls, in the router logits' dtype."""
+    x = b.input("router_logits", d.logits, source="the engine's logits dtype (row M4)")
+    sp = b.call("torch.nn.functional.softplus", (x,), out="router_softplus", why="SGLang: softplus(logits).sqrt()")
+    s = b.call("Tensor.sqrt", (sp,), out="router_scores")
+    if d.hashed:
+        table = b.input("tid2eid", d.tid2eid, "param", "int32 [vocab, k]")
+        ids = b.call("torch.index_select", (table, 0, b.input("input_ids", d.input_ids, source="int64 [T]")),
+                     out="topk_ids_hash", why="SGLang HashTopK: tid2eid[input_ids]")
+        idx = b.call("Tensor.to", (ids, DType("int64")), out="topk_ids_i64",
+                     why="gather's index as int64 (SGLang gathers with the int32 ids)")
+    else:
+        sel = b.call("torch.add", (s, b.input("correction_bias", d.bias, "param")), out="router_choice",
+                     why="scores_for_choice = scores + correction_bias (torch promotion)")
+        _, idx = b.call("torch.topk", (sel, d.k), {"dim": -1, "sorted": False}, out=("topk_values", "topk_ids_i64"),
+                        why="SGLang biased_topk_impl: sorted=False (its order is the device's; the golden's is "
+                            "descending, lower expert first on ties)")
+    w = b.call("torch.gather", (s, 1, idx), out="topk_scores")
+    total = b.call("Tensor.sum", (w, -1), {"keepdim": True}, out="topk_score_sum")
+    w = b.call("torch.div", (w, total), out="topk_weights_renorm", why="renormalise in the logits' dtype")
+    w = b.call("Tensor.to", (w, DType("float32")), out="topk_weights")
+    return b.call("Tensor.to", (idx, DType("int32")), out="topk_ids"), w
+
+
+def dsv4_gating_hash_into(b: Builder, g: MoeGatingTopKArgs) -> tuple[T, T]:
+    """vllm-ascend's DeepSeek-V4 router (serving row M3, ``fused_topk_router.py``): its custom op
+    ``torch.ops._C_ascend.moe_gating_top_k_hash`` (vllm-ascend's kernel package, not torch_npu) on the logits
+    as given, hash and score layers alike, every option as vllm-ascend passes it."""
+    hashed = g.tid2eid is not None
+    kwargs = dict(x=b.input("router_logits", g.x, source="the engine's logits dtype (row M4)"), k=g.k,
+                  bias=b.optional("correction_bias", g.bias), k_group=1, group_count=1,
+                  input_ids=b.input("input_ids", g.input_ids.astype(np.int64), source="int64 [T]") if hashed else None,
+                  tid2eid=b.input("tid2eid", g.tid2eid.astype(np.int32), "param", "int32") if hashed else None,
+                  routed_scaling_factor=_attr(g.routed_scaling_factor), eps=1e-20, group_select_mode=1, renorm=0,
+                  norm_type=2, out_flag=False)
+    y, ids, _ = b.call("torch.ops._C_ascend.moe_gating_top_k_hash", (), kwargs, out=("y", "expert_idx", "norm_out"),
+                       why="vllm-ascend AscendFusedTopKRouter, scoring_func sqrtsoftplus")
+    w = b.call("Tensor.to", (y, DType("float32")), out="topk_weights", why="vllm-ascend: topk_weights.to(float32)")
+    return b.call("Tensor.to", (ids, DType("int32")), out="topk_ids"), w
 
 
 def _shared(b: Builder, op: str, se, x: T, h: int, options: Options, limit=None) -> T:

@@ -17,7 +17,7 @@ quantizer saw, since the original model is the same function but not the same we
 * **one layer quantized at a time** (the rest float from the reference);
 * **routing agreement** per MoE layer, split by hash layers (``tid2eid``: the same experts by
   construction, so only the weights can move) and score layers (a changed expert set is attributed to
-  the serving router — ``npu_moe_gating_top_k`` on bf16 logits with a bf16 bias — when the torch fp32
+  the serving router — the engine's DeepSeek-V4 router in ``w8a8_moe`` on its logits (rows M3, M4) — when the torch fp32
   router on the same input chose otherwise, else to the input's drift);
 * **attention variant of each layer** (sliding only / indexed compressed / every compressed entry) and
   the compressed entries it had;
@@ -167,12 +167,12 @@ def _routing(ex, float_log: _Log, quant_log: _Log, quant_model: Model, cfg) -> l
         sets = lambda a: [frozenset(r.tolist()) for r in a]  # noqa: E731
         fs, ts, ss = sets(f), sets(tq), sets(s)
         n = min(len(fs), len(ss))
-        causes = {"serving router (bf16 logits, npu_moe_gating_top_k)": 0, "router input drift": 0}
+        causes = {"serving router (the engine's logits dtype and DeepSeek-V4 router, rows M4, M3)": 0, "router input drift": 0}
         changed = 0
         for t in range(n):
             if fs[t] != ss[t]:
                 changed += 1
-                causes["serving router (bf16 logits, npu_moe_gating_top_k)" if ts[t] != ss[t]
+                causes["serving router (the engine's logits dtype and DeepSeek-V4 router, rows M4, M3)" if ts[t] != ss[t]
                        else "router input drift"] += 1
         rows.append({"module": prefix + ".experts", "kind": "hash" if hashed else "score", "tokens": n,
                      "changed": changed, "agreement": 1.0 - changed / n if n else 1.0, "causes": causes,

@@ -11,15 +11,15 @@ modules of :func:`checkpoints.resolve`, and:
 * the shared expert: ``w1`` and ``w3`` as one merged ``gate_up_proj`` (one per-token quantization, the
   shards' columns side by side), the SwiGLU clamped at ``swiglu_limit`` in bf16 (gate ``max``, up both
   sides) then ``backend.swiglu`` (``npu_swiglu``), ``w2``;
-* the routed experts: the router as ``npu_moe_gating_top_k`` (the golden ``moe_gating_top_k``:
-  ``norm_type=2`` sqrt-softplus, the gate bias for selection, hash mode ``tid2eid[input_ids]`` on the
-  first ``num_hash_layers`` layers, ``routed_scaling_factor`` 1 there) on the router logits (their
-  dtype per the engine's row M4: SGLang bf16, vllm-ascend fp32), then ``backend.w8a8_moe(hidden, W13,
-  W13_scale, W2, W2_scale, topk_ids, topk_weights, swiglu_limit, serving)`` (dispatch, grouped matmuls, the
-  fused SwiGLU-quant — clamped per the engine's row M1: SGLang's ascend_tp path runs it unclamped,
-  vllm-ascend clamps at ``swiglu_limit`` — finalize), then the output times ``routed_scaling_factor`` in
-  bf16 (row M2); the forward adds the shared expert in bf16. The router is vllm-ascend's form (row M3);
-  SGLang composes it from torch ops (sqrt, softplus, gather), not modelled separately.
+* the routed experts: ``backend.w8a8_moe(hidden, W13, W13_scale, W2, W2_scale, top_k, router_logits,
+  scoring_func="sqrtsoftplus", correction_bias | input_ids + tid2eid, swiglu_limit, serving)``. The router
+  logits have the engine's dtype (row M4: SGLang bf16, vllm-ascend fp32); the layer routes as the engine
+  does (row M3: SGLang's torch ops ``sqrt(softplus)``, gather, renormalise in the logits' dtype; vllm-ascend's
+  ``moe_gating_top_k_hash``), hash mode ``tid2eid[input_ids]`` on the first ``num_hash_layers`` layers, the
+  gate bias for selection on the others; then dispatch, grouped matmuls, the fused SwiGLU-quant — clamped per
+  the engine's row M1: SGLang's ascend_tp path runs it unclamped, vllm-ascend clamps at ``swiglu_limit`` —,
+  finalize; then the output times ``routed_scaling_factor`` in bf16 (row M2); the forward adds the shared
+  expert in bf16.
 
 Everything else (embedding, norms, hyper-connections, RoPE, the attention core, compressors, indexer,
 FLOAT Linears — ``wo_a``, ``wo_b``, compressor and indexer projections, ``head``) runs in torch on the
@@ -117,22 +117,34 @@ class DSV4ServingExecutor(ServingExecutor):
         cat = from_torch(torch.cat([gate, up], dim=-1).contiguous())
         return to_torch(np.ascontiguousarray(np.asarray(self.backend.swiglu(cat))))
 
-    def serving_route(self, prefix: str, h: torch.Tensor, ids: torch.Tensor, layer: int):
-        """``(weights [T, k] bf16, ids int32 [T, k], logits)`` as the serving router computes them."""
-        c = self.cfg
+    def router_kwargs(self, prefix: str, h: torch.Tensor, ids: torch.Tensor, layer: int) -> dict:
+        """The router arguments of ``w8a8_moe`` for this layer: the router logits in the engine's dtype (row M4),
+        DeepSeek-V4's sqrt-softplus scoring with the gate bias (score layers) or ``input_ids`` / ``tid2eid``
+        (the first ``num_hash_layers``), which the layer composes as the engine does (row M3)."""
         w = self.t[prefix + ".gate.weight"]
-        if self.serving.router_logits.value == "bfloat16":       # row M4
+        bf16 = self.serving.router_logits.value == "bfloat16"
+        if bf16:
             logits = from_torch(F.linear(h, w.to(torch.bfloat16)).contiguous())
         else:
             logits = from_torch(F.linear(h.float(), w.float()).contiguous())
-        kw = dict(norm_type=2, routed_scaling_factor=1.0, numerics=self.backend.numerics)
-        if layer < c.hash_layers:
-            kw.update(input_ids=ids.numpy().astype(np.int32), tid2eid=self.t[prefix + ".gate.tid2eid"].numpy())
+        kw = dict(top_k=self.cfg.top_k, router_logits=logits, scoring_func="sqrtsoftplus")
+        if layer < self.cfg.hash_layers:
+            kw.update(input_ids=ids.numpy().astype(np.int64), tid2eid=self.t[prefix + ".gate.tid2eid"].numpy())
         else:
-            bias_dtype = torch.bfloat16 if self.serving.router_logits.value == "bfloat16" else torch.float32
-            kw.update(bias=from_torch(self.t[prefix + ".gate.bias"].to(bias_dtype).contiguous()))
-        y, top, _ = w8a8.moe_gating_top_k(logits, c.top_k, **kw)
-        return y, top, logits
+            bias = self.t[prefix + ".gate.bias"].to(torch.bfloat16 if bf16 else torch.float32)
+            kw.update(correction_bias=from_torch(bias.contiguous()))
+        return kw
+
+    def serving_route(self, prefix: str, h: torch.Tensor, ids: torch.Tensor, layer: int):
+        """``(weights fp32 [T, k], ids int32 [T, k], logits)`` as the engine's router inside ``w8a8_moe``
+        computes them (the golden's :func:`w8a8.moe.pipeline.moe_route` of the same arguments)."""
+        kw = self.router_kwargs(prefix, h, ids, layer)
+        a = w8a8.moe.pipeline.moe_routing_args(
+            "w8a8_moe", h.shape[0], self.cfg.n_experts, kw["top_k"], kw["router_logits"], None, None,
+            "sqrtsoftplus", False, kw.get("correction_bias"), 1, 1, 0, 1.0, self.backend.numerics,
+            kw.get("input_ids"), kw.get("tid2eid"), self.serving)
+        top, weights = w8a8.moe.pipeline.moe_route(a, self.backend.numerics)
+        return weights, top, kw["router_logits"]
 
     def moe(self, prefix: str, h: torch.Tensor, ids: torch.Tensor, layer: int):
         m = self.moes.get(prefix)
@@ -141,8 +153,8 @@ class DSV4ServingExecutor(ServingExecutor):
         weights, top, logits = self.serving_route(prefix, h, ids, layer)
         w13, s13, w2, s2 = self._experts(m)
         hn = from_torch(h.contiguous())
-        kw = dict(topk_ids=top, topk_weights=weights, swiglu_limit=self.cfg.swiglu_limit,
-                  serving=self.serving.name)          # row M1: the engine's routed clamp
+        kw = dict(self.router_kwargs(prefix, h, ids, layer), swiglu_limit=self.cfg.swiglu_limit,
+                  serving=self.serving.name)          # rows M3 (the router in the layer), M1 (the routed clamp)
         y, matches = self._run_op("w8a8_moe", hn, (w13, s13, w2, s2), kw)
         if self.record:
             self.calls.append(Call(m.name, "moe", "W8A8_DYNAMIC", layer_index(m.name), hn, y, matches,

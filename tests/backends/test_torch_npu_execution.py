@@ -942,3 +942,12 @@ def test_every_lowering_runs_its_named_cases_through_the_fake(op):
         assert [c[0] for c in e.fake.calls] == called      # what ran is the plan's calls, through the fake
         ran += 1
     assert ran, f"none of {op}'s first named cases reaches the fake"
+
+
+def test_w8a8_moe_dsv4_hash_router_as_sglang_runs_it_end_to_end(env):
+    # serving row M3, SGLang: the router's torch ops (softplus, sqrt, index_select, gather, sum, div) run in torch
+    # on the bf16 logits, the rest on the fake device; equal to the golden bit for bit
+    case = moe_case(t=5, e=4)
+    kw = dict(top_k=2, router_logits=bf16(5, 4), scoring_func="sqrtsoftplus", input_ids=np.array([0, 2, 1, 2, 0]),
+              tid2eid=np.array([[0, 1], [2, 3], [3, 1]], np.int32), serving="sglang")
+    same(env.backend.w8a8_moe(**case, **kw), w8a8.w8a8_moe(**case, **kw))

@@ -384,9 +384,44 @@ def test_w8a8_moe_router_paths():
     assert fns[fns.index("torch_npu.npu_moe_finalize_routing") + 1] == "torch.mul"
     assert sig.find("torch.mul").args[1] == 1.5
     assert sig.inputs["router_logits"].array.dtype == np.float32     # SGLang: logits.float()
-    with pytest.raises(ConstraintError, match="'norm_type'"):
+    with pytest.raises(ConstraintError, match="'norm_type'"):   # grouped sqrt-softplus: the bare op, refused
         lower("w8a8_moe", bf16(5, 64), *moe_weights(e=8), top_k=2, router_logits=bf16(5, 8),
-              scoring_func="sqrtsoftplus")
+              scoring_func="sqrtsoftplus", correction_bias=f32(8), k_group=2, group_count=4)
+
+
+def _dsv4_plans(serving):
+    w = moe_weights(e=8)
+    score = lower("w8a8_moe", bf16(5, 64), *w, top_k=2, router_logits=bf16(5, 8), scoring_func="sqrtsoftplus",
+                  correction_bias=f32(8), serving=serving)
+    hashed = lower("w8a8_moe", bf16(5, 64), *w, top_k=2, router_logits=bf16(5, 8), scoring_func="sqrtsoftplus",
+                   input_ids=np.array([0, 3, 1, 3, 2], np.int64), tid2eid=np.array([[0, 1], [2, 3], [4, 5], [6, 7]],
+                                                                                   np.int32), serving=serving)
+    return score, hashed
+
+
+def test_w8a8_moe_dsv4_router_as_sglang_calls_it():
+    # serving row M3, SGLang (deepseek_v4_topk.py@114c5ba4): torch ops in the logits' dtype, no rsf in the router
+    score, hashed = _dsv4_plans("sglang")
+    fns = score.functions("calls")
+    assert fns[:8] == ["torch.nn.functional.softplus", "Tensor.sqrt", "torch.add", "torch.topk", "torch.gather",
+                       "Tensor.sum", "torch.div", "Tensor.to"]
+    assert score.find("torch.topk").kwargs == {"dim": -1, "sorted": False}
+    assert score.inputs["router_logits"].array.dtype == ml_dtypes.bfloat16          # not cast to fp32 (row M4 keeps bf16)
+    assert "torch.topk" not in hashed.functions("calls")
+    assert hashed.find("torch.index_select").args[1] == 0                 # tid2eid[input_ids]
+    assert not any("gating" in f for f in fns + hashed.functions("calls"))
+
+
+def test_w8a8_moe_dsv4_router_as_vllm_ascend_calls_it():
+    # serving row M3, vllm-ascend (fused_topk_router.py): its moe_gating_top_k_hash op, options as it passes them
+    score, hashed = _dsv4_plans("vllm-ascend")
+    for plan, is_hash in ((score, False), (hashed, True)):
+        gate = plan.find("torch.ops._C_ascend.moe_gating_top_k_hash")
+        assert {k: gate.kwargs[k] for k in ("group_select_mode", "renorm", "norm_type", "out_flag", "eps",
+                                            "routed_scaling_factor")} == dict(group_select_mode=1, renorm=0,
+                                                                              norm_type=2, out_flag=False, eps=1e-20,
+                                                                              routed_scaling_factor=1.0)
+        assert (gate.kwargs["tid2eid"] is not None) == is_hash and (gate.kwargs["bias"] is None) == is_hash
 
 
 @pytest.mark.parametrize("serving", ["sglang", "vllm-ascend"])

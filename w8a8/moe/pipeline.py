@@ -37,6 +37,7 @@ from . import _common as C
 from .finalize import moe_finalize_routing
 from .gating import (MoeGatingTopKArgs, MoeGatingTopKSoftmaxArgs, moe_gating_top_k, moe_gating_top_k_args,
                      moe_gating_top_k_softmax, moe_gating_top_k_softmax_args)
+from .dsv4_routing import Dsv4RoutingArgs, dsv4_routing_args, route_torch_ops
 from .grouped_matmul import grouped_matmul
 from .routing import MoeInitRoutingV2Args, moe_init_routing_v2, moe_init_routing_v2_args
 from .swiglu import dequant_swiglu_quant, swiglu
@@ -127,23 +128,37 @@ class MoeRouting:
 
     ``mode`` ``"ids"``: the given ``ids`` (int32 ``[T, k]``) and ``weights`` (fp32 ``[T, k]``);
     ``"softmax"``: :func:`moe_gating_top_k_softmax` on the logits (``gating``), then the fp32 L1
-    ``renormalize`` if asked; ``"top_k"``: :func:`moe_gating_top_k` on the fp32 logits (``gating``).
+    ``renormalize`` if asked; ``"top_k"``: :func:`moe_gating_top_k` (``gating``: fp32 logits, or vllm-ascend's
+    DeepSeek-V4 ``moe_gating_top_k_hash`` on the logits as given, hash mode included); ``"dsv4"``: SGLang's
+    DeepSeek-V4 router as torch ops (``dsv4``, :func:`w8a8.moe.dsv4_routing.route_torch_ops`).
     """
 
-    mode: str                                  # "ids", "softmax" or "top_k"
+    mode: str                                  # "ids", "softmax", "top_k" or "dsv4"
     k: int                                     # experts per token
     ids: np.ndarray | None = None              # mode "ids": int32 [T, k]
     weights: np.ndarray | None = None          # mode "ids": fp32 [T, k]
     renormalize: bool = False                  # mode "softmax": the fp32 L1 renormalisation
     gating: MoeGatingTopKSoftmaxArgs | MoeGatingTopKArgs | None = None  # the router op's checked arguments
+    dsv4: Dsv4RoutingArgs | None = None        # DeepSeek-V4's router (serving row M3), modes "dsv4" and "top_k"
 
 
 def moe_routing_args(op: str, t: int, e: int, top_k, router_logits, topk_ids, topk_weights, scoring_func,
                      renormalize, correction_bias, k_group, group_count, group_select_mode, routed_scaling_factor,
-                     numerics: Numerics = ASCEND) -> MoeRouting:
+                     numerics: Numerics = ASCEND, input_ids=None, tid2eid=None, serving=None) -> MoeRouting:
     """The routing checks of the MoE layer (``op`` names the entry point; ``t`` tokens, ``e`` experts),
     including the router op's own checks (:func:`moe_gating_top_k_softmax_args` /
-    :func:`moe_gating_top_k_args`) on exactly the arguments the layer passes it."""
+    :func:`moe_gating_top_k_args`) on exactly the arguments the layer passes it.
+
+    DeepSeek-V4's router (serving row M3) is ``scoring_func="sqrtsoftplus"`` without expert groups
+    (``k_group == group_count == 1``): score layers with ``correction_bias``, hash layers with ``input_ids``
+    and ``tid2eid``; it is composed as ``serving`` composes it (:mod:`w8a8.moe.dsv4_routing`). With expert
+    groups, sqrt-softplus runs as :func:`moe_gating_top_k` (``norm_type=2``) on fp32 logits (no engine's
+    DeepSeek-V4 path; the op itself)."""
+    hashed = input_ids is not None or tid2eid is not None
+    if hashed and (topk_ids is not None or topk_weights is not None or scoring_func != "sqrtsoftplus"):
+        arg = "input_ids" if input_ids is not None else "tid2eid"
+        _check.fail(op, arg, "None unless the layer routes DeepSeek-V4's hash layers itself (router_logits with "
+                    "scoring_func='sqrtsoftplus')", "an array")
     if topk_ids is not None or topk_weights is not None:
         if router_logits is not None:
             _check.fail(op, "router_logits", "None when topk_ids / topk_weights are given", _check.describe(router_logits))
@@ -179,6 +194,9 @@ def moe_routing_args(op: str, t: int, e: int, top_k, router_logits, topk_ids, to
     if renormalize:
         _check.fail(op, "renormalize", f"False with scoring_func={scoring_func!r} (moe_gating_top_k renormalises "
                     "sigmoid / sqrt-softplus weights itself)", "True")
+    if scoring_func == "sqrtsoftplus" and (hashed or (k_group == 1 and group_count == 1)):
+        return _dsv4_routing(op, logits, top_k, correction_bias, input_ids, tid2eid, k_group, group_count,
+                             routed_scaling_factor, numerics, _sv.get(serving, op))
     # SGLang: npu_moe_gating_top_k(logits.float(), k, bias=bias.float(), ...), sigmoid or sqrt-softplus.
     bias = None if correction_bias is None else _check.array(
         op, "correction_bias", correction_bias, dtypes=C.FLOATS, ndim=1).astype(np.float32)
@@ -188,10 +206,41 @@ def moe_routing_args(op: str, t: int, e: int, top_k, router_logits, topk_ids, to
     return MoeRouting(mode="top_k", k=g.k, gating=g)
 
 
+def _dsv4_routing(op, logits, top_k, correction_bias, input_ids, tid2eid, k_group, group_count,
+                  routed_scaling_factor, numerics, sv) -> MoeRouting:
+    """DeepSeek-V4's router as the engine ``sv`` composes it (serving row M3; :mod:`w8a8.moe.dsv4_routing`)."""
+    if k_group != 1 or group_count != 1:
+        _check.fail(op, "group_count", "1 (with k_group 1) with input_ids / tid2eid: DeepSeek-V4's router has "
+                    "no expert groups", f"group_count={group_count!r}, k_group={k_group!r}")
+    k = _check.integer(op, "top_k", top_k, minimum=1, maximum=logits.shape[1])
+    form = sv.dsv4_routing.value
+    d = dsv4_routing_args(op, logits, k, correction_bias, input_ids, tid2eid, form=form, numerics=numerics)
+    if form == "torch_ops":
+        if routed_scaling_factor != 1.0:   # SGLang's HashTopK asserts apply_routed_scaling_factor_on_output False
+            _check.fail(op, "routed_scaling_factor", "applied on the output under this engine (row M2)",
+                        repr(routed_scaling_factor))
+        return MoeRouting(mode="dsv4", k=k, dsv4=d)
+    # vllm-ascend: moe_gating_top_k_hash(x=router_logits, bias=bias.to(x.dtype), group_select_mode=1, renorm=0,
+    # norm_type=2, eps=1e-20, out_flag=False): the golden moe_gating_top_k on the logits as given
+    bias = None if d.bias is None else to_float(d.bias.astype(np.float32), logits.dtype)
+    g = moe_gating_top_k_args(logits, k, bias=bias, input_ids=d.input_ids, tid2eid=d.tid2eid, k_group=1,
+                              group_count=1, group_select_mode=1, renorm=0, norm_type=2, out_flag=False,
+                              routed_scaling_factor=routed_scaling_factor, eps=1e-20, numerics=numerics)
+    return MoeRouting(mode="top_k", k=g.k, gating=g, dsv4=d)
+
+
+def moe_route(r: MoeRouting, numerics: Numerics = ASCEND):
+    """``(topk_ids int32 [T, k], topk_weights fp32 [T, k])`` of the layer's checked routing
+    (:func:`moe_routing_args`): given, or from the router the layer runs."""
+    return _route(r, numerics)
+
+
 def _route(r: MoeRouting, numerics: Numerics):
     """``(topk_ids int32 [T, k], topk_weights fp32 [T, k])`` — given, or from the router op."""
     if r.mode == "ids":
         return r.ids, r.weights
+    if r.mode == "dsv4":
+        return route_torch_ops(r.dsv4, numerics)
     g = r.gating
     if r.mode == "softmax":
         y, ids, _ = moe_gating_top_k_softmax(g.x, k=g.k, numerics=numerics)
@@ -200,10 +249,11 @@ def _route(r: MoeRouting, numerics: Numerics):
             with np.errstate(divide="ignore", invalid="ignore"):
                 w = (w / C.sum_f32(w)).astype(np.float32)
         return ids, w
-    y, ids, _ = moe_gating_top_k(g.x, g.k, bias=g.bias, k_group=g.k_group, group_count=g.group_count,
+    y, ids, _ = moe_gating_top_k(g.x, g.k, bias=g.bias, input_ids=g.input_ids, tid2eid=g.tid2eid,
+                                 k_group=g.k_group, group_count=g.group_count,
                                  group_select_mode=g.group_select_mode, norm_type=g.norm_type,
                                  routed_scaling_factor=float(g.routed_scaling_factor), numerics=numerics)
-    return ids, y
+    return ids, y.astype(np.float32)     # vllm-ascend: topk_weights.to(torch.float32) (fp32 logits: y is fp32)
 
 
 def shared_expert_args(op: str, shared_expert, shared_input):
@@ -275,7 +325,8 @@ W8a8MoePrequantizedArgs = W8a8MoeArgs
 
 def _layer_args(op, x, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
                 topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count, group_select_mode,
-                routed_scaling_factor, swiglu_limit, shared_expert, numerics, serving=None) -> W8a8MoeArgs:
+                routed_scaling_factor, swiglu_limit, shared_expert, numerics, serving=None, input_ids=None,
+                tid2eid=None) -> W8a8MoeArgs:
     C.check_numerics(op, numerics)
     sv = _sv.get(serving, op)
     limit = swiglu_limit_arg(op, swiglu_limit)
@@ -288,7 +339,7 @@ def _layer_args(op, x, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_
     experts = _experts_of(op, h, w13, w13_scale, w2, w2_scale)
     routing = moe_routing_args(op, t, experts.e, top_k, router_logits, topk_ids, topk_weights, scoring_func,
                                renormalize, correction_bias, k_group, group_count, group_select_mode,
-                               _sv.gating_scaling(sv, rsf), numerics)
+                               _sv.gating_scaling(sv, rsf), numerics, input_ids, tid2eid, sv)
     plan = moe_init_routing_v2_args(x, np.zeros((t, routing.k), np.int32), scale=x_scale,
                                     quant_mode=1 if x_scale is None else -1,
                                     **_dispatch_options(t, routing.k, experts.e), numerics=numerics)
@@ -380,7 +431,8 @@ def _layer_variants(a: "MoeArgs", k: int, rows: int, numerics: Numerics) -> dict
 def w8a8_moe_args(hidden, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None, topk_ids=None,
                   topk_weights=None, scoring_func="softmax", renormalize=False, correction_bias=None, k_group=1,
                   group_count=1, group_select_mode=0, routed_scaling_factor=1.0, swiglu_limit=None,
-                  shared_expert=None, numerics: Numerics = ASCEND, serving=None) -> W8a8MoeArgs:
+                  shared_expert=None, numerics: Numerics = ASCEND, serving=None, input_ids=None,
+                  tid2eid=None) -> W8a8MoeArgs:
     """The argument checks of :func:`w8a8_moe` made before it computes anything, in its order, with its
     errors: hidden, the shared expert's structure, the experts' weights, the routing (with the router
     op's checks) and the dispatch step's routing options. TypeError for dtypes, ValueError otherwise."""
@@ -390,14 +442,16 @@ def w8a8_moe_args(hidden, w13, w13_scale, w2, w2_scale, *, top_k=None, router_lo
     C.check_finite(op, "hidden", hidden, numerics)
     return _layer_args(op, hidden, None, hidden, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
                        topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
-                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics, serving)
+                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics, serving,
+                       input_ids, tid2eid)
 
 
 def w8a8_moe_prequantized_args(x_q, x_scale, w13, w13_scale, w2, w2_scale, *, top_k=None, router_logits=None,
                                topk_ids=None, topk_weights=None, scoring_func="softmax", renormalize=False,
                                correction_bias=None, k_group=1, group_count=1, group_select_mode=0,
                                routed_scaling_factor=1.0, swiglu_limit=None, shared_expert=None, shared_input=None,
-                               numerics: Numerics = ASCEND, serving=None) -> W8a8MoePrequantizedArgs:
+                               numerics: Numerics = ASCEND, serving=None, input_ids=None,
+                               tid2eid=None) -> W8a8MoePrequantizedArgs:
     """The argument checks of :func:`w8a8_moe_prequantized` made before it computes anything (as
     :func:`w8a8_moe_args`, on ``x_q``, ``x_scale`` and ``shared_input``)."""
     op = "w8a8_moe_prequantized"
@@ -410,7 +464,8 @@ def w8a8_moe_prequantized_args(x_q, x_scale, w13, w13_scale, w2, w2_scale, *, to
         _check.same_shape(op, "shared_input", shared_input, "x_q", x_q)
     return _layer_args(op, x_q, x_scale, shared_input, w13, w13_scale, w2, w2_scale, top_k, router_logits, topk_ids,
                        topk_weights, scoring_func, renormalize, correction_bias, k_group, group_count,
-                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics, serving)
+                       group_select_mode, routed_scaling_factor, swiglu_limit, shared_expert, numerics, serving,
+                       input_ids, tid2eid)
 
 
 def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.ndarray,
@@ -420,7 +475,8 @@ def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, 
                     correction_bias: np.ndarray | None = None, k_group: int = 1, group_count: int = 1,
                     group_select_mode: int = 0, routed_scaling_factor: float = 1.0,
                     swiglu_limit: float | None = None, shared_expert: Mapping | None = None,
-                    numerics: Numerics = ASCEND, serving=None) -> dict:
+                    numerics: Numerics = ASCEND, serving=None, input_ids: np.ndarray | None = None,
+                    tid2eid: np.ndarray | None = None) -> dict:
     """:func:`w8a8_moe` with every intermediate, for attribution: ``topk_ids``, ``topk_weights``
     (fp32), ``expanded_x`` (int8 [M, H]), ``expanded_scale`` (fp32 [M]), ``expanded_row_idx``,
     ``expert_tokens`` (int64 counts [E]), ``w13_scale`` / ``w2_scale`` (as loaded, bf16),
@@ -430,7 +486,8 @@ def w8a8_moe_stages(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, 
                       topk_ids=topk_ids, topk_weights=topk_weights, scoring_func=scoring_func, renormalize=renormalize,
                       correction_bias=correction_bias, k_group=k_group, group_count=group_count,
                       group_select_mode=group_select_mode, routed_scaling_factor=routed_scaling_factor,
-                      swiglu_limit=swiglu_limit, shared_expert=shared_expert, numerics=numerics, serving=serving)
+                      swiglu_limit=swiglu_limit, shared_expert=shared_expert, numerics=numerics, serving=serving,
+                      input_ids=input_ids, tid2eid=tid2eid)
     return _forward(a, numerics)
 
 
@@ -440,7 +497,8 @@ def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.
              topk_weights: np.ndarray | None = None, scoring_func: str = "softmax", renormalize: bool = False,
              correction_bias: np.ndarray | None = None, k_group: int = 1, group_count: int = 1,
              group_select_mode: int = 0, routed_scaling_factor: float = 1.0, swiglu_limit: float | None = None,
-             shared_expert: Mapping | None = None, numerics: Numerics = ASCEND, serving=None) -> np.ndarray:
+             shared_expert: Mapping | None = None, numerics: Numerics = ASCEND, serving=None,
+             input_ids: np.ndarray | None = None, tid2eid: np.ndarray | None = None) -> np.ndarray:
     """The ``W8A8_DYNAMIC`` MoE layer (routed experts + optional shared expert), SGLang ascend_tp path.
 
     Parameters
@@ -455,7 +513,12 @@ def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.
         ``"softmax"`` -> :func:`moe_gating_top_k_softmax` (+ fp32 L1 ``renormalize`` if asked);
         ``"sigmoid"`` / ``"sqrtsoftplus"`` -> :func:`moe_gating_top_k` on fp32 logits with
         ``correction_bias`` (fp32), ``k_group``, ``group_count``, ``group_select_mode``,
-        (renormalised by the op). DeepSeek-V4-Flash: ``"sqrtsoftplus"``, its gate bias.
+        (renormalised by the op).
+        DeepSeek-V4 (``"sqrtsoftplus"``, no expert groups; serving row M3): score layers pass the gate bias as
+        ``correction_bias``, hash layers pass ``input_ids`` int32/int64 ``[T]`` and ``tid2eid`` int32/int64
+        ``[vocab, top_k]`` (experts ``tid2eid[input_ids]``; no bias). SGLang composes the router from torch ops
+        in the logits' dtype, vllm-ascend calls ``moe_gating_top_k_hash`` (:mod:`w8a8.moe.dsv4_routing`).
+    input_ids, tid2eid : DeepSeek-V4's hash layers (both or neither; only with ``scoring_func="sqrtsoftplus"``).
     routed_scaling_factor : the model's factor (DeepSeek-V3 2.5, V4 1.5), applied where ``serving`` applies
         it (row M2): both engines give the gating op 1 (weights normalised without it) and multiply the bf16
         routed output by it after the finalize, before the shared expert is added.
@@ -489,7 +552,8 @@ def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.
                            renormalize=renormalize, correction_bias=correction_bias, k_group=k_group,
                            group_count=group_count, group_select_mode=group_select_mode,
                            routed_scaling_factor=routed_scaling_factor, swiglu_limit=swiglu_limit,
-                           shared_expert=shared_expert, numerics=numerics, serving=serving)["y"]
+                           shared_expert=shared_expert, numerics=numerics, serving=serving, input_ids=input_ids,
+                           tid2eid=tid2eid)["y"]
 
 
 def w8a8_moe_prequantized_stages(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray,
@@ -500,7 +564,8 @@ def w8a8_moe_prequantized_stages(x_q: np.ndarray, x_scale: np.ndarray, w13: np.n
                                  k_group: int = 1, group_count: int = 1, group_select_mode: int = 0,
                                  routed_scaling_factor: float = 1.0, swiglu_limit: float | None = None,
                                  shared_expert: Mapping | None = None, shared_input: np.ndarray | None = None,
-                                 numerics: Numerics = ASCEND, serving=None) -> dict:
+                                 numerics: Numerics = ASCEND, serving=None, input_ids: np.ndarray | None = None,
+                                 tid2eid: np.ndarray | None = None) -> dict:
     """:func:`w8a8_moe_prequantized` with the intermediates of :func:`w8a8_moe_stages`."""
     a = w8a8_moe_prequantized_args(
         x_q, x_scale, w13, w13_scale, w2, w2_scale, top_k=top_k, router_logits=router_logits, topk_ids=topk_ids,
@@ -508,7 +573,7 @@ def w8a8_moe_prequantized_stages(x_q: np.ndarray, x_scale: np.ndarray, w13: np.n
         correction_bias=correction_bias, k_group=k_group, group_count=group_count,
         group_select_mode=group_select_mode, routed_scaling_factor=routed_scaling_factor,
         swiglu_limit=swiglu_limit, shared_expert=shared_expert, shared_input=shared_input, numerics=numerics,
-        serving=serving)
+        serving=serving, input_ids=input_ids, tid2eid=tid2eid)
     return _forward(a, numerics)
 
 
@@ -521,7 +586,8 @@ def w8a8_moe_prequantized(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray,
                           group_count: int = 1, group_select_mode: int = 0, routed_scaling_factor: float = 1.0,
                           swiglu_limit: float | None = None, shared_expert: Mapping | None = None,
                           shared_input: np.ndarray | None = None, numerics: Numerics = ASCEND,
-                          serving=None) -> np.ndarray:
+                          serving=None, input_ids: np.ndarray | None = None,
+                          tid2eid: np.ndarray | None = None) -> np.ndarray:
     """The MoE layer on tokens that arrive already quantized (an INT8 DeepEP dispatch): no second quant.
 
     Parameters
@@ -547,4 +613,4 @@ def w8a8_moe_prequantized(x_q: np.ndarray, x_scale: np.ndarray, w13: np.ndarray,
         correction_bias=correction_bias, k_group=k_group, group_count=group_count,
         group_select_mode=group_select_mode, routed_scaling_factor=routed_scaling_factor,
         swiglu_limit=swiglu_limit, shared_expert=shared_expert, shared_input=shared_input,
-        numerics=numerics, serving=serving)["y"]
+        numerics=numerics, serving=serving, input_ids=input_ids, tid2eid=tid2eid)["y"]

@@ -58,6 +58,22 @@ def _clamp(limit, serving=None):
     return build
 
 
+def _dsv4_router(kind: str, serving: str):
+    """9 tokens, 8 experts, top-2 from bf16 router logits: hash layer (``tid2eid[input_ids]``) or score layer
+    (sqrt-softplus + gate bias), rsf 1.5 on the output, swiglu_limit 10."""
+    rng = np.random.default_rng(31)
+    w = moe_layer(rng, 8, 32, 16)
+    hidden = (rng.standard_normal((9, 32)) * 2).astype(F32).astype(BF16)
+    kw = {"top_k": 2, "router_logits": (rng.standard_normal((9, 8)) * 2).astype(F32).astype(BF16),
+          "scoring_func": "sqrtsoftplus", "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "serving": serving}
+    if kind == "hash":
+        kw.update(input_ids=rng.integers(0, 5, 9), tid2eid=np.stack([rng.permutation(8)[:2] for _ in range(5)])
+                  .astype(np.int32))
+    else:
+        kw["correction_bias"] = (rng.standard_normal(8) * 0.1).astype(F32)
+    return (hidden, *w), kw
+
+
 CASES = [
     Case("hand_derived_two_tokens_three_experts_top2",
          lambda: ((HAND_HIDDEN, HAND_W13, HAND_S13, HAND_W2, HAND_S2),
@@ -79,7 +95,13 @@ CASES = [
      for limit in (None, 10.0, 0.5)] + [
     Case(f"router_{name}", (lambda name=name: router_inputs(name)),
          why=f"The layer's own router ({name}): scores, top-3, the weights it hands to finalize, and a shared expert.")
-    for name in ROUTERS]
+    for name in ROUTERS] + [
+    Case(f"dsv4_router_{kind}_layer_{serving.replace('-', '_')}", (lambda kind=kind, serving=serving:
+                                                                 _dsv4_router(kind, serving)),
+         why=f"DeepSeek-V4's router in the layer (serving row M3), a {kind} layer on bf16 logits, composed as "
+             f"{serving} does ({'torch ops in bf16' if serving == 'sglang' else 'moe_gating_top_k_hash'}): "
+             "the experts it picks and the weights it hands to finalize.")
+    for kind in ("hash", "score") for serving in ("sglang", "vllm-ascend")]
 
 BAD_CALLS = [
     BadCall("hidden_dtype", lambda: ((HID.astype(F32),) + W4, MOE_KW),
