@@ -197,7 +197,7 @@ def _ort_session(model, threads: int):
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # ORT's pool spins after a run by default: round-robin, it would take the cores from the candidate
-    # timed next (spec/cpu-performance.md §9, thread pools clash)
+    # timed next (thread pools clash: NumPy's OpenBLAS and torch's OpenMP)
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 

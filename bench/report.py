@@ -205,6 +205,16 @@ def pytest_benchmark_json(records: list[dict], meta: dict) -> dict:
             "version": pytest_benchmark.__version__}
 
 
+def _m_ticks(ax, values: list) -> None:
+    """Ticks at the measured sizes only, as plain numbers (log-axis minor labels overprint on a short range)."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(values)
+    ax.set_xticklabels([str(v) for v in values], fontsize=7)
+
+
 def throughput_vs_m(records: list[dict]):
     """Per op: verified throughput against M, one line per backend (log-log)."""
     series: dict = defaultdict(lambda: defaultdict(list))
@@ -214,19 +224,21 @@ def throughput_vs_m(records: list[dict]):
             key = (r["op"], tuple((k, v) for k, v in sorted(r["params"].items()) if k not in ("m", "t")))
             series[key][r["backend"]].append((r["params"]["m"], r["throughput"]))
     keys = sorted(series)
-    fig, axes = plots.grid(len(keys), 3, 5, 3.2)
+    if not keys:
+        return None
+    fig, axes = plots.grid(len(keys), 3, 5, 3.2, layout="constrained")
     for ax, key in zip(axes, keys):
         for backend, pts in sorted(series[key].items()):
             pts = sorted(pts)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _m_ticks(ax, sorted({p[0] for pts in series[key].values() for p in pts}))
         ax.set_xlabel("M (tokens)", fontsize=8)
         ax.set_ylabel("useful ops/s (or elem/s)", fontsize=8)
         ax.set_title(f"{key[0]} {dict(key[1])}", fontsize=8)
         ax.legend(fontsize=7)
     fig.suptitle("throughput against M", fontsize=10)
-    fig.tight_layout()
     return fig
 
 
@@ -266,6 +278,7 @@ def scaling_plot(fits: list[dict]):
                     label=f"{f['backend']} {f['op']}: t ~ {axis}^{f['exponent']:.2f}")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _m_ticks(ax, sorted({p[0] for f in fits if f["axis"] == axis for p in f["points"]}))
         ax.set_xlabel(axis, fontsize=8)
         ax.set_ylabel("time (s)", fontsize=8)
         ax.legend(fontsize=6)
@@ -293,7 +306,8 @@ def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str
                     + "".join(f"<td class='{cls}'>{c}</td>" for c in cells) + "</tr>")
     fit_rows = "".join(f"<tr><td>{_e(f['backend'])}</td><td>{_e(f['op'])}</td><td>{_e(f['axis'])}</td>"
                        f"<td>{f['exponent']:.2f}</td><td>{_e(f['fixed'])}</td></tr>" for f in fits)
-    tvm = plots.png_base64(throughput_vs_m(records))
+    tvm_fig = throughput_vs_m(records)
+    tvm = plots.png_base64(tvm_fig) if tvm_fig is not None else None
     sc = plots.png_base64(scaling_plot(fits)) if fits else None
     return "\n".join([
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>w8a8 bench</title>",
@@ -303,7 +317,8 @@ def render_html(records: list[dict], peaks, fits: list[dict], meta: dict) -> str
         "<table class='matrix' id='bench'><thead><tr><th>op</th><th>shape</th><th>backend</th><th>time</th>"
         "<th>throughput</th><th>vs fastest</th><th>% of peak</th><th>roofline</th><th>peak memory</th></tr></thead>"
         "<tbody>", *rows, "</tbody></table>", _peers_html(records),
-        f"<h2>Throughput against M</h2><img class='plot' alt='throughput vs M' src='data:image/png;base64,{tvm}'>",
+        "<h2>Throughput against M</h2>" + (f"<img class='plot' alt='throughput vs M' src='data:image/png;base64,{tvm}'>"
+                                           if tvm else "<p>no verified case with several M</p>"),
         "<h2>Scaling study</h2><table class='matrix'><thead><tr><th>backend</th><th>op</th><th>axis</th>"
         f"<th>fitted exponent</th><th>fixed</th></tr></thead><tbody>{fit_rows}</tbody></table>",
         f"<img class='plot' alt='scaling' src='data:image/png;base64,{sc}'>" if sc else "<p>no scaling data (full run)</p>",

@@ -1,12 +1,12 @@
 """Speed of the golden's hot paths at M = K = N = 2048 (pytest-benchmark; no assertions on time).
 
 Run: ``python -m pytest benchmarks/test_bench_golden.py --benchmark-only`` (well under a minute on
-two idle cores). After the last benchmark the module prints the two ratios the golden is held to
-(issue 2), from the medians of this run:
+two idle cores). After the last benchmark the module prints the two ratios the golden is held to,
+from the medians of this run:
 
 * exact int8 GEMM (:func:`w8a8.int_matmul`, its casts included) >= 1.5x faster than a float64
   ``np.matmul`` of the same shape on pre-cast operands — the BLAS route of
-  spec/cpu-performance.md §3 (float32 chunks of K <= 2^24 / (max|a| * max|b|), exact);
+  :mod:`w8a8.intgemm` (float32 chunks of K <= 2^24 / (max|a| * max|b|), exact);
 * the whole ``w8a8_dynamic_linear`` (bf16 x, int8 [N, K] checkpoint weight: dynamic_quant + GEMM +
   per-token epilogue + bf16 cast) <= 1.3x the time of its GEMM.
 

@@ -3,7 +3,7 @@
 pytest-benchmark, no assertions on time. DeepSeek-V4-Flash proportions: H = 4096, I = 2048, top-6.
 The routed-expert FLOPs are those of one dense int8 GEMM ``[T*k, H] x [H, 3I]`` (W13 is H -> 2I,
 W2 is I -> H), so the reference is :func:`w8a8.int_matmul` at ``M = T*k, K = H, N = 3I`` (casts
-included, as in the MoE). Target (issue 4): MoE time <= 1.5x that GEMM.
+included, as in the MoE). Target: MoE time <= 1.5x that GEMM.
 
 What differs, and why the small-T ratio cannot reach the target: the MoE streams every expert's
 weights (E * 3 * H * I int8: 6.4 GB at E = 256), converting them to float for BLAS, while the dense

@@ -5,7 +5,7 @@ DeepSeek-V4-Flash proportions: H = 4096, I = 2048 (moe_intermediate), top-6, ran
 logits, softmax top-k). The routed experts' useful work is that of one dense int8 GEMM
 ``[T*6, H] x [H, 3I]`` (W13 is H -> 2I, W2 is I -> H), so the anchor is torch-cpu's own dense int8 GEMM of
 that shape (:func:`backends.torch_cpu.gemm.int_matmul`: ``torch._int_mm`` on the weight as its
-``quant_matmul`` loads it). Target (issue 4): MoE >= 0.7x the useful-FLOP rate of that GEMM, i.e.
+``quant_matmul`` loads it). Target: MoE >= 0.7x the useful-FLOP rate of that GEMM, i.e.
 ``dense time / MoE time >= 0.7``.
 
 * ``test_torch_cpu_w8a8_moe``: the whole layer (router, dispatch quantization, the fused per-expert
@@ -18,7 +18,7 @@ that shape (:func:`backends.torch_cpu.gemm.int_matmul`: ``torch._int_mm`` on the
   :mod:`backends.torch_cpu.moe_layer`) buys.
 * the roofline: the layer must stream every touched expert's weights once (``bench.roofline``); the
   summary gives each time as a % of the time that takes at the measured out-of-cache read bandwidth
-  (target issue 18: >= 70 % at 6 rows per expert). The bandwidth of a VM's memory changes from minute
+  (target: >= 70 % at 6 rows per expert). The bandwidth of a VM's memory changes from minute
   to minute with its neighbours, so ``test_interleaved_ratio`` probes it (``bench.peak.dram_bandwidth``)
   in every round, between the layer and the dense GEMM, and reports the median of the per-round ratios.
 * ``test_dense_int8_gemm_equal_flops``: ``[T*6, 4096] x [4096, 6144]`` through torch-cpu's dense GEMM.

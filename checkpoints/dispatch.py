@@ -1,6 +1,6 @@
 """Which dtype crosses the expert-parallel wire, and who quantizes for W13: a pure decision on a launch config.
 
-The founding document's third thing to record for a deployment is the dispatcher dtype: with an INT8
+One thing to record for a deployment is the dispatcher dtype: with an INT8
 dispatch the sender quantizes once and the per-token scale travels with the payload, so W13 takes
 both as they are (``if pertoken_scale is None: quantize`` is skipped); with a BF16 dispatch W13
 quantizes on arrival. Which one happens depends on the serving engine, its launch options and
@@ -9,21 +9,25 @@ under a :class:`LaunchConfig`, as one :class:`DispatchPath` per phase (SGLang ``
 runs normal mode on batches with prefill and low-latency mode on decode batches; vllm-ascend picks
 MC2 or all-to-all-v by the token count), each with the rule that decided it and its source.
 
-Sources (``spec`` = spec/expert-parallel.md):
+Sources (SGLang under ``python/sglang/srt/``; sgl-kernel-npu @ f425bdf1, the Ascend DeepEP):
 
-* SGLang: spec §2.1 (where the dtype comes from: the scheme's ``dispatcher_output_dtype``,
-  ``get_deepep_output_dtype``'s priority, ``use_fp8`` meaning INT8 on A2/A3, the older revision
-  ``454e84da``), §2.2 (the runner: ``if pertoken_scale is None`` quantize), §2.3 (Ascend DeepEP normal:
-  ``m + 1e-12``; ``DEEP_NORMAL_MODE_USE_INT8_QUANT`` read only without a ``quant_mode`` argument), §2.4
-  (low-latency; strategies ``default`` / ``ops`` / ``alltoall``, the last quantizing after the exchange),
-  §2.5 (``DEEP_USE_MODE=alltoall`` normal strategy: BF16 whatever the env says), §2.6 (FuseEP);
+* SGLang: ``hardware_backend/npu/quantization/moe_methods.py`` @ 527befca and
+  ``layers/moe/token_dispatcher/deepep.py`` @ 003a81bf (where the dtype comes from: the scheme's
+  ``dispatcher_output_dtype``, ``get_deepep_output_dtype``'s priority, ``use_fp8`` meaning INT8 on A2/A3, the older
+  revision ``454e84da``), ``layers/moe/moe_runner/ascend.py`` @ 95c3dd7b (the runner: ``if pertoken_scale is None``
+  quantize), sgl-kernel-npu ``python/deep_ep/deep_ep/strategies/normal_strategy.py`` and
+  ``csrc/deepep/deep_ep.cpp`` (normal mode: ``m + 1e-12``; ``DEEP_NORMAL_MODE_USE_INT8_QUANT`` read only
+  without a ``quant_mode`` argument; low-latency strategies ``default`` / ``ops`` / ``alltoall``, the last
+  quantizing after the exchange; the ``DEEP_USE_MODE=alltoall`` normal strategy: BF16 whatever the env
+  says), ``layers/moe/token_dispatcher/fuseep.py`` @ 0cbf0687 (FuseEP);
   ``DeepEPMode.resolve`` (``layers/moe/utils.py``: auto = normal when the batch has an extend, else
   low-latency). Field bugs: sglang PR #22316 (2026-04-14) made low-latency dispatch ignore
   ``SGLANG_DEEPEP_BF16_DISPATCH`` (INT8 into BF16-weight GMMs, which ``npu_grouped_matmul`` refuses),
   fixed by PR #23815 (2026-04-27); PR #38831: ``use_fp8=True`` is "the cross-architecture request:
   DeepEP selects INT8 on A2/A3 and per-token FP8 on A5".
-* vllm-ascend: spec §3.1 (MC2: ``quant_mode`` 2 when ``dispatch_with_quant``, i.e. W8A8/W4A8
-  experts), §3.2 (All2AllV: ``npu_dynamic_quant`` per copy before the exchange), §3.3 (the runner);
+* vllm-ascend @ 182b75ea: ``vllm_ascend/ops/fused_moe/token_dispatcher.py`` (``TokenDispatcherWithMC2``:
+  ``quant_mode`` 2 when ``dispatch_with_quant``, i.e. W8A8/W4A8 experts; ``TokenDispatcherWithAll2AllV``:
+  ``npu_dynamic_quant`` per copy before the exchange), ``moe_mlp.py`` (the runner);
   the choice of method is ``select_moe_comm_method`` (``vllm_ascend/ascend_forward_context.py``,
   read at ``017a3074``: no EP -> ALLGATHER; A3: FUSED_MC2 when ``enable_fused_mc2`` and EP <= 32, else
   MC2 while the tokens fit the MC2 capacity (at most 512 per TP rank), else ALLTOALL; A2: MC2 when
@@ -45,17 +49,17 @@ A2A_BACKENDS = ("none", "deepep", "ascend_fuseep", "mooncake", "nixl", "mori", "
 DEEPEP_MODES = ("auto", "normal", "low_latency")
 """SGLang ``--deepep-mode`` choices (default ``auto``)."""
 DISPATCHER_DTYPES = ("auto", "bf16", "fp8", "int8", "nvfp4")
-"""SGLang ``--deepep-dispatcher-output-dtype`` choices (default ``auto``; spec §2.1)."""
+"""SGLang ``--deepep-dispatcher-output-dtype`` choices (default ``auto``)."""
 SGLANG_REVISIONS = ("current", "pr22316", "454e84da")
-"""Which SGLang DeepEP dtype rules apply: ``current`` (spec §2.1 rows 1, 2, 4 with PR #23815's fix);
-``454e84da`` (spec §2.1 last row: env-only); ``pr22316`` (454e84da's rules with PR #22316's
+"""Which SGLang DeepEP dtype rules apply: ``current`` (the scheme's dtype, ``get_deepep_output_dtype``,
+``use_fp8``, with PR #23815's fix); ``454e84da`` (``deepep.py`` at that commit: env-only); ``pr22316`` (454e84da's rules with PR #22316's
 low-latency change: ``use_fp8=True`` always, the BF16 flag ignored, until PR #23815)."""
 VLLM_COMMS = ("auto", "mc2", "alltoall", "allgather", "fused_mc2")
 """vllm-ascend ``MoECommType`` (``auto``: decided as ``select_moe_comm_method`` does)."""
 ENV_NAMES = ("SGLANG_DEEPEP_BF16_DISPATCH", "DEEP_NORMAL_MODE_USE_INT8_QUANT", "DEEP_USE_MODE")
-"""The environment variables the decision reads (spec §2.1, §2.3-§2.5)."""
+"""The environment variables the decision reads (SGLang ``deepep.py``, sgl-kernel-npu DeepEP)."""
 INT8_SCHEMES = ("W8A8_DYNAMIC", "W4A8_DYNAMIC")
-"""MoE schemes whose method asks the dispatcher for int8 (spec §2.1 row 1; vllm-ascend
+"""MoE schemes whose method asks the dispatcher for int8 (SGLang ``moe_methods.py``; vllm-ascend
 ``dispatch_with_quant``)."""
 
 _MC2_CAPACITY = "tokens <= the MC2 capacity (min(ceil(max tokens / TP), 512) per TP rank)"
@@ -178,7 +182,8 @@ ROUTING_QUANT = "npu_moe_init_routing_v2(quant_mode=1): s = max|x|/127, q = x/s"
 
 def _arrive(phase: str, transport: str, wire: str, experts_int8: bool, formula: str, reasons: list[str],
             warnings: list[str], *, quantized_on_arrival_by_dispatcher: bool = False) -> DispatchPath:
-    """The path once the wire dtype is known: who quantizes for W13 (spec §2.2, §3.3)."""
+    """The path once the wire dtype is known: who quantizes for W13 (SGLang ``moe_runner/ascend.py``,
+    vllm-ascend ``moe_mlp.py``)."""
     if wire == "int8+fp32" or quantized_on_arrival_by_dispatcher:
         if not experts_int8:
             warnings.append("INT8 rows arrive at float (BF16-weight) experts: npu_grouped_matmul refuses INT8 input "
@@ -229,7 +234,7 @@ def _requested_dtype(cfg: LaunchConfig, mode: str, scheme: str | None, reasons: 
                        f"{env.get('DEEP_NORMAL_MODE_USE_INT8_QUANT', 'unset')!s}); the scheme is not consulted "
                        f"(sgl-kernel-npu DeepEP)")
         return "int8" if on else "bf16"
-    # get_deepep_output_dtype, in its priority order (spec §2.1 row 2)
+    # get_deepep_output_dtype, in its priority order (SGLang ``deepep.py``)
     if cfg.dispatcher_output_dtype != "auto":
         reasons.append(f"--deepep-dispatcher-output-dtype {cfg.dispatcher_output_dtype} (priority 0 of "
                        "get_deepep_output_dtype)")

@@ -1,7 +1,7 @@
 """What the serving code does with every module of a checkpoint: the execution path, module by module.
 
-For each module this follows the chain of seed 000 (quant description -> scheme -> method -> op
-family -> ACLNN entry), with the load-time facts that decide it (spec/serving-paths.md §3-§6):
+For each module this follows the chain (quant description -> scheme -> method -> op
+family -> ACLNN entry), with the load-time facts that decide it (SGLang and vllm-ascend loaders; docs/checkpoints.md):
 
 * **scheme -> method**: ``W8A8_DYNAMIC`` -> ``ModelSlimW8A8Int8`` -> ``NPUW8A8Int8DynamicLinearMethod``;
   ``W8A8`` -> ``NPUW8A8Int8LinearMethod``; ``FLOAT`` -> ``UnquantizedLinearMethod``; experts

@@ -19,7 +19,7 @@ DeepSeek-V3 (HF names, ``model.layers.{L}...``)::
                shared_head.head [V, H], embed_tokens [V, H]
 
 DeepSeek-V4 (native names; the layout of public DSV4 weight-conversion code — the exact ``wo_a`` /
-``hc_*`` shapes are not confirmed by the spec, names are)::
+``hc_*`` shapes are not confirmed by the sources read, names are)::
 
     layers.{L}.attn.wq_a [q_lora, H], wq_b [heads*head_dim, q_lora], wkv [head_dim, H],
         wo_a [o_groups*o_lora, heads*head_dim/o_groups], wo_b [H, o_groups*o_lora],
@@ -310,10 +310,11 @@ PRESETS: dict[str, dict] = {
         "num_attention_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280, "num_nextn_predict_layers": 1,
     },
-    # DeepSeek-V4-Flash. hidden / layers / experts / top-k / moe_intermediate as in DESIGN.md; attention
+    # DeepSeek-V4-Flash. hidden / layers / experts / top-k / moe_intermediate as in msModelSlim's ``ModelArgs`` and HF's
+    # ``DeepseekV4Config`` defaults; attention
     # dims (heads 64 x 512, q_lora 1024, indexer 64 x 128, compress ratios 0, 0, then 4 / 128
     # alternating) from public DSV4 configs quoted in serving code; o_lora_rank 1024 and o_groups 8 are
-    # not confirmed by the spec. Published: 284B total, 13B activated — this preset counts 284.3B / 13.3B.
+    # not confirmed. Published: 284B total, 13B activated — this preset counts 284.3B / 13.3B.
     "deepseek-v4-flash": {
         "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "torch_dtype": "bfloat16",
         "hidden_size": 4096, "num_hidden_layers": 43, "num_attention_heads": 64, "head_dim": 512,

@@ -2,7 +2,8 @@
 
 DeepSeek-V4 checkpoints keep DeepSeek's native names (``layers.3.attn.wq_a.weight``,
 ``layers.3.ffn.experts.7.w1.weight``, ``hc_head_fn``...). The serving code maps them onto the
-HF-style module tree before it looks anything up (spec/serving-paths.md §1.6):
+HF-style module tree before it looks anything up (SGLang's DeepSeek-V4 model file,
+``remap_weight_name_to_dpsk_hf_format``):
 
 * SGLang (``ModelSlimConfig.__init__``): when any description key starts with ``hc_head_``, every
   key is *rewritten* through ``DeepseekV4ForCausalLM.remap_weight_name_to_dpsk_hf_format``
@@ -20,7 +21,7 @@ which only SGLang renames) and in MTP layers: the SGLang rewrite as the descript
 (``is_nextn=False``) keeps ``mtp.{i}.`` and renames inside it; the next-n loader maps the
 ``mtp.{i}.e_proj/h_proj/emb/enorm/hnorm/norm/head/hc_head*`` tensors to ``model.layers.{N}``
 (:func:`sglang_dsv4_remap` with ``is_nextn=True``). How vllm-ascend maps MTP modules is not covered
-by the spec; MTP modules are reported under the SGLang description names.
+by the sources read; MTP modules are reported under the SGLang description names.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def parse_expert(module: str) -> tuple[str, int, str] | None:
 # -- packed modules -------------------------------------------------------------------------------
 
 PACKED_MODULES: dict[str, dict[str, tuple[str, ...]]] = {
-    # SGLang: ModelSlimConfig's default packed_modules_mapping plus the DeepSeek-V2/V3 model's
-    # fused q_a / kv_a projection (spec/serving-paths.md §2.1).
+    # SGLang: ModelSlimConfig's default packed_modules_mapping (``layers/quantization/modelslim/modelslim.py``)
+    # plus the DeepSeek-V2/V3 model's fused q_a / kv_a projection.
     "sglang": {
         "qkv_proj": ("q_proj", "k_proj", "v_proj"),
         "gate_up_proj": ("gate_proj", "up_proj"),

@@ -1,4 +1,6 @@
-"""Reading an msModelSlim AscendV1 checkpoint directory (spec/serving-paths.md §1.1, §1.2).
+"""Reading an msModelSlim AscendV1 checkpoint directory (msModelSlim
+``msmodelslim/core/quant_service/modelslim_v1/save/ascendv1.py``,
+``docs/zh/user_guide/quantization_formats/ascendv1.md``).
 
 Layout::
 

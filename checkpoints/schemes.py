@@ -1,7 +1,7 @@
 """Scheme resolution: which quantization method the serving code builds for every module.
 
 The rules are SGLang's ``ModelSlimConfig`` (``get_quant_method`` / ``get_linear_scheme`` /
-``get_moe_scheme``) and vllm-ascend's ``AscendModelSlimConfig`` (spec/serving-paths.md §2):
+``get_moe_scheme``) and vllm-ascend's ``AscendModelSlimConfig`` (``vllm_ascend/quantization/modelslim_config.py``):
 
 * A Linear's scheme is the description entry of ``<prefix>.weight``; nothing else is consulted.
 * ``"FLOAT"`` means skipped: ``UnquantizedLinearMethod``.
@@ -35,7 +35,8 @@ MODELLED_TYPES = ("FLOAT", "W8A8", "W8A8_DYNAMIC")
 """The types whose serving path this suite models (goldens exist; ``--verify`` runs them)."""
 
 KNOWN_TYPES = frozenset(MODEL_QUANT_TYPE_PRIORITY) | {"W4A8_DYNAMIC", "W4A16", "C8", "FAQuant"}
-"""Every type string msModelSlim writes (spec/serving-paths.md §1.2). Anything else is unknown."""
+"""Every type string msModelSlim writes (its ``docs/zh/user_guide/quantization_formats/ascendv1.md``). Anything else
+is unknown."""
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,7 @@ def _linear_scheme(res: Resolution, module: Module, t: str | None) -> None:
                                            "(it warns and returns None, and loading fails)", "no-linear-scheme")
     else:
         module.notes.append(f"{t} is not modelled by this suite; vllm-ascend's scheme registry for it is not "
-                            "covered by the spec")
+                            "checked")
 
 
 def _packed_and_plain(res: Resolution, plain: dict[str, str]) -> list[Module]:

@@ -1,6 +1,6 @@
 """The tensors every checkpoint Linear must carry for its type, and the checks on their values.
 
-What msModelSlim's AscendV1 saver writes per Linear (spec/serving-paths.md §1.3), N = out, K = in:
+What msModelSlim's AscendV1 saver writes per Linear (msModelSlim ``save/ascendv1.py``), N = out, K = in:
 
 =================  ==========================================================================
 FLOAT              ``.weight`` float [N, K]; optional ``.bias`` [N]

@@ -1,8 +1,8 @@
 """Writing small AscendV1 checkpoints from float weights, with msModelSlim's export formulas.
 
 :class:`CheckpointWriter` collects tensors and description entries; :meth:`~CheckpointWriter.add_linear`
-quantizes one float Linear the way msModelSlim's AscendV1 saver stores it (spec/serving-paths.md
-§1.3 / §1.4, formulas from :mod:`w8a8.offline`):
+quantizes one float Linear the way msModelSlim's AscendV1 saver stores it (msModelSlim
+``save/ascendv1.py``, formulas from :mod:`w8a8.offline`):
 
 * ``W8A8_DYNAMIC``: ``weight`` int8, ``weight_scale`` fp32 [N, 1], ``weight_offset`` zeros;
 * ``W8A8`` (static): ``weight``, ``quant_bias`` int32, ``input_scale`` / ``input_offset`` fp32 [1]
@@ -122,7 +122,7 @@ class CheckpointWriter:
         if scheme == "W8A8_MIX" or legacy_scales:
             self._put(prefix + ".weight_scale", scale, scheme)
             self._put(prefix + ".weight_offset", offset, scheme)
-        if b is not None:   # folded into quant_bias above, and saved as well (AscendV1Saver, spec §1.3)
+        if b is not None:   # folded into quant_bias above, and saved as well (msModelSlim AscendV1Saver)
             self._put(prefix + ".bias", b, "FLOAT")
 
     def description(self) -> dict:

@@ -1,6 +1,6 @@
 """Detectors of known library bugs: each names a cause attribution could not otherwise name.
 
-A genuine bug of a library (research/foreign FINDINGS §9) is never declared away: the backend keeps it,
+A genuine bug of a library (docs/backends.md lists them) is never declared away: the backend keeps it,
 conformance fails the case, and attribution names it through the detector here — a test of the bug's
 own pattern on the case, element by element (block by block). A detector *explains* the elements it
 matches; :func:`explain` reports the detectors that matched and whether together they explain every

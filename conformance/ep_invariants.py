@@ -1,4 +1,4 @@
-"""The invariants of expert-parallel MoE (spec/expert-parallel.md §6.6) as named checks.
+"""The invariants of expert-parallel MoE (docs/expert-parallelism.md) as named checks.
 
 Each check takes the **stages** of one EP layer run (the dict :func:`w8a8.w8a8_moe_ep_stages` returns:
 per-rank lists ``payload``, ``payload_scale``, ``src``, ``expert_token_nums``, ``ep_recv_counts``,
@@ -8,7 +8,7 @@ checked arguments (:func:`w8a8.moe.ep_layer.w8a8_moe_ep_args`: the per-rank hidd
 weights) and the :class:`w8a8.Numerics` of the run, and returns a list of violations in words (empty:
 the invariant holds). :data:`INVARIANTS` names them; :func:`violations` runs them all.
 
-The equivalences (Claims A and B, rank-count invariance: §6.4) re-run the golden layer and are
+The equivalences (Claims A and B, rank-count invariance) re-run the golden layer and are
 :func:`claim_a`, :func:`claim_b`, :func:`rank_count_invariance`.
 """
 
@@ -38,7 +38,8 @@ def _same(a, b) -> bool:
 
 def reference_quant(h: np.ndarray, numerics: w8a8.Numerics) -> tuple[np.ndarray, np.ndarray]:
     """What a rank's tokens must become on the INT8 path: ``npu_dynamic_quant``'s main formula
-    (``dynamic_quant`` with ``mul_inv`` / ``reciprocal``, no kernel variant), the MC2 sender's (spec §1.5)."""
+    (``dynamic_quant`` with ``mul_inv`` / ``reciprocal``, no kernel variant), the MC2 sender's (ops-transformer
+    ``mc2/moe_distribute_dispatch_v2/`` ``QuantProcess``)."""
     fixed = numerics.replace(variants="fixed", quant_codes="mul_inv", scale_out="reciprocal")
     return w8a8.dynamic_quant(h, numerics=fixed)
 
@@ -52,7 +53,7 @@ def _token_rows(values: list, src: np.ndarray) -> np.ndarray:
 
 
 def no_second_quantization(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numerics) -> list:
-    """§6.6.1, INT8 path: each source rank quantizes once; the payload is int8 with its fp32 scale; every
+    """INT8 path: each source rank quantizes once; the payload is int8 with its fp32 scale; every
     received row is the reference quantization of its token, bit for bit; the expert rank's quantizer
     runs 0 times and GMM1's input is exactly (payload, scale). Nothing to check on the bf16 path."""
     if stages["dispatch"] != "int8":
@@ -81,7 +82,7 @@ def no_second_quantization(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numeri
 
 
 def bf16_quantizes_once_on_arrival(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numerics) -> list:
-    """§6.6.2, BF16 path: no quantization by the sender; every received row is its token's bf16 row bit
+    """BF16 path: no quantization by the sender; every received row is its token's bf16 row bit
     for bit; the expert rank's quantizer runs once; GMM1's input is the reference quantization of the
     token (so, by Claim B, what the INT8 path delivers). Nothing to check on the int8 path."""
     if stages["dispatch"] != "bf16":
@@ -117,7 +118,7 @@ def _flat(src: np.ndarray, k: int) -> np.ndarray:
 
 
 def every_copy_arrives_once(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numerics) -> list:
-    """§6.6.3: the src triples over all ranks are exactly {(r, t, k)}; each on rank ``ids // E_loc`` in the
+    """The src triples over all ranks are exactly {(r, t, k)}; each on rank ``ids // E_loc`` in the
     block of local expert ``ids % E_loc``; ``sum expert_token_nums = sum T_r K``; ``ep_recv_counts`` is the
     (l, source) row-major cumulative count of the rows received, ending at A_q."""
     out = []
@@ -150,7 +151,7 @@ def every_copy_arrives_once(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numer
 
 
 def canonical_order(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numerics) -> list:
-    """§6.6.4: each rank's rows are strictly ascending in (local expert, source rank, t K + k)."""
+    """Each rank's rows are strictly ascending in (local expert, source rank, t K + k)."""
     out = []
     for q, (src, etn) in enumerate(zip(stages["src"], stages["expert_token_nums"])):
         src = np.asarray(src, np.int64).reshape(-1, 3)
@@ -166,7 +167,7 @@ def canonical_order(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numerics) -> 
 
 
 def combine_formula(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numerics) -> list:
-    """§6.6.5 (and §6.3 step 5): each token's routed output is ``bf16(sum_k fp32(row) * w)`` with the fp32
+    """Each token's routed output is ``bf16(sum_k fp32(row) * w)`` with the fp32
     weights as given, from +0 in ascending k, recomputed here from the expert rows (``gmm2``) and their
     src triples; a combine that rounds the weights to bf16 or sums in another order fails."""
     out = []
@@ -190,7 +191,7 @@ def combine_formula(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numerics) -> 
 
 
 def combine_restores_token_order(a: W8a8MoeEpArgs, dispatcher=None, combiner=None) -> list:
-    """§6.6.5: with identity experts (each expert returns its bf16 row), bf16 dispatch and one-hot weights,
+    """With identity experts (each expert returns its bf16 row), bf16 dispatch and one-hot weights,
     ``combine(dispatch(h)) == h`` bit for bit on every rank."""
     from w8a8.moe import ep_layer as L
 
@@ -210,7 +211,7 @@ INVARIANTS: dict[str, Check] = {
     "canonical_order": canonical_order,
     "combine_formula": combine_formula,
 }
-"""The invariants checked on one run's stages, by name (spec §6.6 items 1-5)."""
+"""The invariants checked on one run's stages, by name."""
 
 
 def violations(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numerics = w8a8.ASCEND) -> dict[str, list]:
@@ -219,10 +220,10 @@ def violations(stages: dict, a: W8a8MoeEpArgs, numerics: w8a8.Numerics = w8a8.AS
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the equivalences (spec §6.4): each re-runs the golden layer
+# the equivalences: each re-runs the golden layer
 
 def _concat_equal(a: list, b: np.ndarray) -> bool:
-    """Bitwise, except that +0 and -0 are equal (spec §6.4 condition 6)."""
+    """Bitwise, except that +0 and -0 are equal."""
     x = np.concatenate(a).astype(np.float32) if a else np.zeros((0,) + b.shape[1:], np.float32)
     y = b.astype(np.float32)
     return x.shape == y.shape and np.array_equal(np.where(x == 0, 0, x).view(np.uint32),
@@ -231,7 +232,7 @@ def _concat_equal(a: list, b: np.ndarray) -> bool:
 
 def claim_a(a: W8a8MoeEpArgs, numerics: w8a8.Numerics, *, layer: Callable = w8a8.w8a8_moe_ep) -> list:
     """Claim A: ``concat(w8a8_moe_ep(..., dispatch="int8"))`` equals ``w8a8_moe_prequantized(*dynamic_quant(
-    concat h), ...)`` (the reference quantization) bit for bit, zeros sign-blind. Holds under the §6.4
+    concat h), ...)`` (the reference quantization) bit for bit, zeros sign-blind. Holds under these
     conditions: ``ep_dispatch_quant="mc2"``, bf16-grid weights, no smooth scales, ``variants="fixed"``."""
     h = np.concatenate(a.hidden)
     y = layer(a.hidden, a.experts.w13, a.experts.w13_scale, a.experts.w2, a.experts.w2_scale, topk_ids=a.topk_ids,

@@ -1,5 +1,5 @@
 """Planted expert-parallel bugs: proof that the invariants of :mod:`conformance.ep_invariants` catch the
-mistakes real EP deployments make (spec/expert-parallel.md §2, §6.6).
+mistakes real EP deployments make (docs/expert-parallelism.md).
 
 Each plant replaces one or two parts of the golden layer (:func:`w8a8.moe.ep_layer.ep_layer`: the
 dispatcher, the expert runner, the combiner) by a faulty one, written here:

@@ -15,7 +15,7 @@ its own code is the arithmetic only.
 * ``BiasAfterDequantBackend`` — adds an int32 bias after the dequant multiply instead of to the
   int32 accumulator.
 
-Foreign-style kernels (the mistakes of kernels written for other libraries' numerics, issue 14):
+Foreign-style kernels (the mistakes of kernels written for other libraries' numerics):
 
 * ``HalfRangeBf16ScaleBackend`` — the torchao / compressed-tensors int8 quantizer in a backend that
   declares the Ascend record: ``s = bf16(amax / 127.5)``, codes ``rint(x * fp32(1 / s))`` in [-128, 127];
@@ -197,7 +197,7 @@ _MX_ELEMS = {"e2m1": (2, 6.0, _dt.float4_e2m1fn), "e4m3": (8, 448.0, _dt.float8_
 
 
 class MxFloorOnlyBackend(_PlantedBase):
-    """OCP MX v1.0 quantization written from the spec's FLOOR rule — and only that rule."""
+    """OCP MX v1.0 quantization written from the OCP MX v1.0 FLOOR rule — and only that rule."""
 
     name = "planted-mx-floor-only"
     bug = "mx_quantize ignores scale_mode (always FLOOR)"
@@ -230,7 +230,7 @@ class MxFloorOnlyBackend(_PlantedBase):
 
 
 class MxByte0HalfBackend(MxFloorOnlyBackend):
-    """FLOOR MX with torchao 0.18's byte-0 bug (FINDINGS §5 BUG 1): the scale is clamped to 2^-126 while
+    """FLOOR MX with torchao 0.18's byte-0 bug (docs/backends.md): the scale is clamped to 2^-126 while
     byte 0 (2^-127) is written, so such a block decodes at half its value. Judge it on FLOOR cases."""
 
     name = "planted-mx-byte0-half"

@@ -1,6 +1,6 @@
 """Deployment calculator: weight bytes per format, devices and nodes needed, decode lower bound.
 
-The calculation of seed 004 ("超大 MoE 的低比特推理"), generalised::
+The calculation of the note "超大 MoE 的低比特推理" (low-bit inference of very large MoE), generalised::
 
     weight_bytes = sum over weights of the format's bytes (data + scales)
                  = total_params * bytes_per_param               (from --total / --active)
@@ -26,7 +26,7 @@ the hidden size of DeepSeek-V4-Flash). With ``--config`` every weight is counted
 shape: block and group counts are rounded up per matrix (``ceil(N/128) * ceil(K/128)`` FP8 scales,
 ``N * ceil(K/G)`` group scales, ``N`` per-channel scales; a 1-D tensor is one row), and NVFP4 adds
 its one fp32 per-tensor scale. Index buffers (DeepSeek-V4's ``tid2eid``) are not parameters and are
-left out. Every parameter is stored in the format (norms and embeddings included), as in the seed.
+left out. Every parameter is stored in the format (norms and embeddings included), as in the note.
 
 Parameter counts from a config (DeepSeek-V3/V4-style MoE; the tensor list of
 :mod:`checkpoints.models`, shapes listed there)::
@@ -60,7 +60,7 @@ class Format:
     tensor_scale_bytes: float = 0.0   # one extra scale per tensor (NVFP4's fp32 global scale)
 
     def bytes_per_param(self, row_length: int = 4096) -> float:
-        """Nominal bytes per parameter (what the seed's table uses)."""
+        """Nominal bytes per parameter (what the note's table uses)."""
         if self.block is None:
             return self.data_bytes
         rows, cols = self.block
@@ -105,7 +105,7 @@ class Device:
 
 DEVICES: dict[str, Device] = {
     # NVIDIA H200 (SXM): 141 GB HBM3e, 4.8 TB/s — NVIDIA H200 Tensor Core GPU product page / datasheet;
-    # the seed uses the same two numbers.
+    # the note uses the same two numbers.
     "h200": Device("H200", 141e9, 4.8e12, "NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s"),
     # NVIDIA H100 SXM5: 80 GB HBM3, 3.35 TB/s — NVIDIA H100 Tensor Core GPU datasheet (SXM column).
     "h100": Device("H100", 80e9, 3.35e12, "NVIDIA H100 datasheet (SXM): 80 GB HBM3, 3.35 TB/s"),

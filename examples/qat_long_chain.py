@@ -1,4 +1,4 @@
-"""PTQ vs QAT on a long greedy chain: the seed's experiment, rerun on the project's QAT grid.
+"""PTQ vs QAT on a long greedy chain: an earlier prototype's experiment, rerun on the project's QAT grid.
 
 A tiny "language model" learns a next-token table (the next token is a fixed random function of the
 previous two; V = 64 tokens) with a 2-layer MLP (embedding 32 -> hidden H = 224 -> V). Then:
@@ -43,7 +43,7 @@ LABELS = {"int4": "INT4 (G=32, {scheme})", "mxfp4": "MXFP4 (E2M1, E8M0/32)", "nv
 
 class Tiny(torch.nn.Module):
     """Embedding of the two context tokens -> ReLU MLP -> logits; ``quant`` fake-quantizes both Linear
-    weights (biases and the embedding stay fp32, as in the seed)."""
+    weights (biases and the embedding stay fp32, as in the prototype)."""
 
     def __init__(self):
         super().__init__()

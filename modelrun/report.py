@@ -80,14 +80,11 @@ def print_report(out: dict, console=None) -> None:
                        f"{r['rel_l2']:.4g}", f"{r['top1']:.1%}", f"{r['topk']:.1%}")
         console.print(lt)
     for r in out["routing"]:
-        causes = ", ".join(f"{k} {v}" for k, v in r["causes"].items() if v) or "-"
         console.print(escape(f"routing {r['module']}: {r['changed']} of {r['tokens']} tokens changed expert set "
-                             f"(agreement {r['agreement']:.1%}); causes: {causes}" + (f"; {r['note']}" if r["note"] else "")))
+                             f"(agreement {r['agreement']:.1%}); causes: {causes_text(r)}"
+                             + (f"; {r['note']}" if r["note"] else "")))
     for name, b in out["backend_summary"].items():
-        console.print(escape(f"backend {name} vs golden on the real activations: "
-                             + ("bit for bit on every module" if b["bitwise"] else
-                                f"{b['bitwise_modules']}/{b['modules']} modules bitwise, {b['equal']}/{b['elements']} "
-                                f"elements equal, max {b['max_ulp']} ULP" + (f"; {b['errors'][0]}" if b["errors"] else ""))))
+        console.print(escape(f"backend {name} vs golden on the real activations: {backend_text(b)}"))
     for name, why in out["unavailable_backends"].items():
         console.print(escape(f"backend {name}: not available here ({why})"))
     for f in out["findings"]:
@@ -95,6 +92,19 @@ def print_report(out: dict, console=None) -> None:
     if "dsv4" in out:
         from .deepseek_v4.run import print_dsv4
         print_dsv4(out, console)
+
+
+def causes_text(routing: dict) -> str:
+    """A routing row's causes in words: ``"tie 2, score 1"`` (the causes counted non-zero), or "-"."""
+    return ", ".join(f"{k} {v}" for k, v in routing["causes"].items() if v) or "-"
+
+
+def backend_text(b: dict) -> str:
+    """A backend's agreement with the golden over every module, in words."""
+    if b["bitwise"]:
+        return "bit for bit on every module"
+    return (f"{b['bitwise_modules']}/{b['modules']} modules bitwise, {b['equal']}/{b['elements']} elements equal, "
+            f"max {b['max_ulp']} ULP" + (f"; {b['errors'][0]}" if b["errors"] else ""))
 
 
 def _figures(out: dict) -> list[tuple[str, str]]:
@@ -153,12 +163,17 @@ def render_html(out: dict) -> str:
     if out["routing"]:
         parts.append("<h2>MoE routing</h2><ul>")
         for r in out["routing"]:
-            parts.append(f"<li>{e(r['module'])}: {r['changed']} of {r['tokens']} tokens changed expert set; causes "
-                         f"{e(json.dumps(r['causes']))}{(' — ' + e(r['note'])) if r['note'] else ''}</li>")
+            parts.append(f"<li>{e(r['module'])}: {r['changed']} of {r['tokens']} tokens changed expert set "
+                         f"(agreement {r['agreement']:.1%}); causes: {e(causes_text(r))}"
+                         f"{(' — ' + e(r['note'])) if r['note'] else ''}</li>")
         parts.append("</ul>")
     parts.append("<h2>Backends against the golden (real activations)</h2><ul>")
     for name, b in out["backend_summary"].items():
-        parts.append(f"<li>{e(name)}: {'bit for bit' if b['bitwise'] else e(json.dumps(b))}</li>")
+        parts.append(f"<li>{e(name)}: {e(backend_text(b))}</li>")
+    for name, why in out.get("unavailable_backends", {}).items():
+        parts.append(f"<li>{e(name)}: not available here ({e(why)})</li>")
+    if not out["backend_summary"] and not out.get("unavailable_backends"):
+        parts.append("<li>only the golden ran (add <code>--backend torch-cpu</code> to compare a backend)</li>")
     parts.append("</ul><h2>Plots</h2>")
     for title, b64 in _figures(out):
         parts.append(f"<figure><img class='plot' alt='{e(title)}' src='data:image/png;base64,{b64}'>"

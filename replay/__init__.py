@@ -1,6 +1,6 @@
 """replay — judge a real Ascend run from its msprobe dump, call by call, against the golden.
 
-A sibling of :mod:`conformance` (spec ``device-dumps.md`` §5). Modules, in the order data flows:
+A sibling of :mod:`conformance` (docs/replay.md). Modules, in the order data flows:
 
 * :mod:`.pt_reader` — ``.pt`` / ``.npy`` tensor files without torch and without unpickling;
 * :mod:`.dump` — dump discovery, ``dump.json`` / ``stack.json`` / ``construct.json``, tensor records and

@@ -1,4 +1,4 @@
-"""A single-op case exported from a dump (spec device-dumps.md §5.6): one ``.npz``, no pickle.
+"""A single-op case exported from a dump: one ``.npz``, no pickle.
 
 The archive holds ``meta`` (UTF-8 JSON as a uint8 array: the golden op, the source entry and dump,
 the platform and numerics, the argument tree) and one uint8 array per tensor (its raw little-endian

@@ -1,4 +1,5 @@
-"""An msprobe PyTorch dump, read without torch (spec device-dumps.md §1, §5.2 steps 1-3).
+"""An msprobe PyTorch dump, read without torch (msprobe: Ascend/msprobe @ 8ff00da3,
+``python/msprobe/core/dump/``, ``json_writer.py``).
 
 * :func:`discover` finds every ``step*/rank*|proc*/dump.json`` under a dump path, a step folder, a
   rank folder or a ``dump.json`` itself, sorted numerically by step, then rank.
@@ -207,7 +208,7 @@ def load_json(path, *, partial_key: str | None = None) -> JsonResult:
 
 @dataclass(frozen=True)
 class EntryName:
-    """A parsed msprobe entry name (spec §1.4)."""
+    """A parsed msprobe entry name (msprobe ``core/dump/hook_manager.py``)."""
 
     full: str
     kind: str              # "api" | "module" | "parameters_grad" | "other"
@@ -240,7 +241,8 @@ class EntryName:
 
 @dataclass
 class TensorRecord:
-    """One tensor record of dump.json, every field msprobe writes (spec §1.3)."""
+    """One tensor record of dump.json, every field msprobe writes (msprobe
+    ``pytorch_processor.py::_analyze_tensor``, ``json_writer.py::update_data``)."""
 
     where: str                     # argument path, e.g. "input_args.1", "input_kwargs.scale.0", "output.0"
     type: str
@@ -304,7 +306,7 @@ def tensor_record(value: dict, where: str) -> TensorRecord:
 
 
 class Unknown:
-    """A value msprobe recorded as ``{}`` (a ``torch.dtype`` outside a key named dtype/output_dtype, §1.3)."""
+    """A value msprobe recorded as ``{}`` (a ``torch.dtype`` outside a key named dtype/output_dtype)."""
 
     def __init__(self, where: str):
         self.where = where
@@ -415,7 +417,7 @@ class Dump:
 
     def last_entry_without_output(self) -> Entry | None:
         """The last forward API entry lacking ``output``: after a raise msprobe records nothing more in
-        that thread (spec §1.3), so this may mark a silently truncated step."""
+        that thread, so this may mark a silently truncated step."""
         for e in reversed(self.entries):
             if e.name.kind == "api" and e.name.direction == "forward":
                 return e if e.output is None else None

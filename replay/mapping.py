@@ -1,4 +1,4 @@
-"""Map a dumped torch_npu call to the golden call, argument by argument (spec device-dumps.md §5.3-§5.4).
+"""Map a dumped torch_npu call to the golden call, argument by argument (docs/replay.md).
 
 :func:`map_entry` takes an :class:`~replay.dump.Entry` and returns a :class:`MappedCall`: the golden
 op, its positional and keyword arguments (tensors still as :class:`~replay.dump.TensorRecord`, resolved
@@ -40,8 +40,8 @@ def golden_of(api: str) -> str | None:
     return mirrors[0] if len(mirrors) == 1 else None
 
 
-NOT_OBSERVABLE = {"npu_format_cast": "its FRACTAL_NZ output is never saved by msprobe (spec §1.5)",
-                  "npu_format_cast_": "its FRACTAL_NZ output is never saved by msprobe (spec §1.5)"}
+NOT_OBSERVABLE = {"npu_format_cast": "its FRACTAL_NZ output is never saved by msprobe",
+                  "npu_format_cast_": "its FRACTAL_NZ output is never saved by msprobe"}
 
 POSITIONAL: dict[str, tuple[str, ...]] = {
     "npu_dynamic_quant": ("input",), "npu_dynamic_quant_asymmetric": ("input",),

@@ -1,5 +1,6 @@
 """What msprobe's own criteria would say about a device output, with the golden's output as the bench
-(spec device-dumps.md §3), so a report can show where the golden is stricter (§3.3).
+(msprobe ``docs/en/accuracy_compare/pytorch_accuracy_compare_instruct.md``, ``compare/compare.py``), so a
+report can show where the golden is stricter (docs/replay.md).
 
 * ``acc_check`` (``compare/compare.py``, ``precision_standard``): int outputs of the ops in
   ``quantization_api_list`` (``npu_dynamic_quant``, ...) pass when the max abs error is <= 1; other

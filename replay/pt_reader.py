@@ -1,4 +1,4 @@
-"""Read a tensor file of a dump without torch and without executing anything (spec device-dumps.md §2).
+"""Read a tensor file of a dump without torch and without executing anything (docs/replay.md).
 
 ``torch.save`` writes a zip archive: ``<root>/data.pkl`` (a pickle naming a rebuild function and a
 storage), ``<root>/data/<key>`` (the raw storage bytes), ``<root>/byteorder``. The pickle is **not

@@ -185,7 +185,8 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd
 .call.first{outline:3px solid #000;outline-offset:1px}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 tr.first td{background:#fbd9d7;font-weight:600}
-code,pre{background:#f4f4f6;border-radius:4px;padding:1px 4px;font-size:12px}pre{padding:8px;white-space:pre-wrap}
+code,pre{background:#f4f4f6;border-radius:4px;padding:1px 4px;font-size:12px}pre{padding:8px;white-space:pre-wrap;overflow-wrap:anywhere}
+li code,p code{overflow-wrap:anywhere}table{display:block;max-width:100%;overflow-x:auto}
 .div{border-left:4px solid #d33;padding:4px 12px;margin:12px 0;background:#fffafa}
 .legend span{display:inline-block;padding:2px 6px;margin-right:4px;border-radius:3px;color:#fff;font-size:12px}
 """

@@ -1,4 +1,4 @@
-"""Replay a dump through the golden, call by call (spec device-dumps.md §5.2-§5.8).
+"""Replay a dump through the golden, call by call (docs/replay.md).
 
 :func:`replay_dump` walks every rank/step of a dump in order and writes one result record per entry
 to ``results.jsonl`` (fsynced per record, so an interrupted run loses at most one line and
@@ -11,7 +11,7 @@ to ``results.jsonl`` (fsynced per record, so an interrupted run loses at most on
 2. **run** the golden (:func:`replay.golden.run`, the single call point) on the device's arguments;
 3. **judge** every dumped output: bitwise / tolerance / ULP through the conformance engine when the
    dump has the tensor; CRC against the ``md5`` field; exact Max/Min and bounded Mean/Norm against the
-   statistics; the exact invariants of §5.8 when no input is available;
+   statistics; the exact invariants of :mod:`replay.stats` when no input is available;
 4. **attribute** a disagreement (stage, cause) and note what msprobe's own criteria would have said.
 
 Memory: one call's tensors at a time (memory-mapped ``.pt`` storages), plus, in chained mode, golden
@@ -43,7 +43,7 @@ from .pt_reader import checksum_like, crc32_of
 VERDICTS = ("agree-bitwise", "agree-tolerance", "disagree", "mistrusted", "missing-data", "stats-consistent",
             "stats-inconsistent", "crc-match", "crc-mismatch", "not-replayable")
 BAD = ("disagree", "stats-inconsistent", "crc-mismatch")
-"""Verdicts that make a call a divergence (the first divergence is the first of these, §5.6)."""
+"""Verdicts that make a call a divergence (the first divergence is the first of these)."""
 
 STATUS = {"agree-bitwise": "pass", "crc-match": "pass", "agree-tolerance": "tolerated",
           "stats-consistent": "tolerated", "mistrusted": "mistrusted", "disagree": "fail", "crc-mismatch": "fail",

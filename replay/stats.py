@@ -1,4 +1,4 @@
-"""Judging from statistics (spec device-dumps.md §5.8): what a ``statistics`` / ``md5`` dump allows.
+"""Judging from statistics: what a ``statistics`` / ``md5`` dump allows.
 
 * **CRC**: ``crc32(golden bytes) == md5`` is an exact bitwise verdict with no tensor file.
 * **Max / Min** of a golden output are compared exactly: they do not depend on reduction order.

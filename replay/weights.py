@@ -1,4 +1,4 @@
-"""Weights the dump lacks, from the msModelSlim checkpoint (``--checkpoint``; spec device-dumps.md §5.7).
+"""Weights the dump lacks, from the msModelSlim checkpoint (``--checkpoint``; docs/replay.md).
 
 msprobe saves no FRACTAL_NZ tensor, so the int8 weights that SGLang and vllm-ascend cast to NZ at
 load are missing from every current dump. :class:`CheckpointWeights` finds them in the checkpoint

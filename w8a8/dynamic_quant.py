@@ -1,10 +1,11 @@
 """``npu_dynamic_quant`` and ``npu_dynamic_quant_asymmetric``: per-token (per-row) dynamic quantization.
 
-The kernel order matters and is mirrored here (spec/ascend-ops.md §1.3): the reciprocal
+The kernel order matters and is mirrored here (ops-nn ``quant/dynamic_quant/op_kernel/dynamic_quant.h``): the reciprocal
 ``inv = 127 / amax`` is computed once per row and *multiplied*. That is not ``x / (amax / 127)``: the
 two differ by one code wherever ``x * inv`` and ``x / scale`` round to different sides of a .5 tie.
 
-The **scale written depends on the kernel the host tiling picks for the shape** (kernel-variants §2,
+The **scale written depends on the kernel the host tiling picks for the shape** (ops-nn
+``quant/dynamic_quant/op_host/dynamic_quant_tiling.cpp``,
 :mod:`w8a8.variants.dynamic_quant`): ``amax * fp32(1/127)`` in the single-row (key 100: H in {4096,
 5120, 10240}, 4 <= rows <= 384), multi-row (key 10: 128 <= H <= 16320, H % 8 == 0) and double-buffer
 (keys 2/3) kernels, ``1 / inv`` in the basic, large-shape and MoE kernels (keys 0/1, 6, 7, 8). The two
@@ -31,6 +32,7 @@ from .numerics import ASCEND, Numerics
 from .registry import golden_op
 from .rounding import round_to_integral as _round_to_integral
 from .rounding import to_float, to_int
+from .variants import Variant
 from .variants import calls as _variants
 
 __all__ = ["dynamic_quant", "dynamic_quant_asymmetric"]
@@ -40,16 +42,12 @@ _OP_ASYM = "dynamic_quant_asymmetric"
 _X_DTYPES = (_dt.float16, _dt.bfloat16)
 
 
-def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: str = "reciprocal",
-                  round_mode: str = "half_even", nan_code: int = 0, saturate: bool = True,
-                  divisor: float | None = None, qmin: int | None = None, scale_dtype=None,
-                  scale_floor: str = "none", floor_dtype=None, code_dtype=None, per_tensor: bool = False,
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-row quantization of fp32 rows (the shared core of every dynamic quantizer).
+@dataclass(frozen=True)
+class RowQuant:
+    """Every choice of the symmetric per-row formula :func:`quantize_rows` computes, in one record.
 
-    Parameters
-    ----------
-    xf : float32 ``[..., H]``; each row (last dim) gets its own scale.
+    Fields
+    ------
     qmax : 127 for int8, 7 for int4.
     codes, scale, round_mode : the :class:`~w8a8.numerics.Numerics` choices
         (``quant_codes``, ``scale_out``, ``round_mode``).
@@ -57,14 +55,61 @@ def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: s
     saturate : clamp codes to ``[qmin, qmax]`` (codes of finite input are in range anyway:
         ``|x * inv| <= amax * (D / amax)`` is within an ulp of D); False wraps like a
         two's-complement cast and writes 0 for Inf.
-    divisor : ``D`` (default ``qmax``; ``Numerics.scale_divisor="half_range"``: 127.5 / 7.5).
-    qmin : the lowest code (default ``-qmax``; ``Numerics.code_range="full"``: -128 / -8).
+    divisor : ``D`` (None: ``qmax``; ``Numerics.scale_divisor="half_range"``: 127.5 / 7.5).
+    qmin : the lowest code (None: ``-qmax``; ``Numerics.code_range="full"``: -128 / -8).
     scale_dtype : None (fp32) or the dtype ``s`` is rounded to at once (``Numerics.scale_dtype="input"``).
     scale_floor : ``Numerics.scale_floor``; ``floor_dtype`` the dtype whose constants it reads.
     code_dtype : None (fp32) or the dtype ``inv`` / ``r`` and ``t`` are rounded to before ``rint``
         (``Numerics.code_arith="input"``).
     per_tensor : one amax over every row (``Numerics.dynamic_granularity="per_tensor"``); the scale
         is that value for every row.
+    variant : the kernel variant whose choices these are (:func:`row_quant`), or None.
+    """
+
+    qmax: int
+    codes: str = "mul_inv"
+    scale: str = "reciprocal"
+    round_mode: str = "half_even"
+    nan_code: int = 0
+    saturate: bool = True
+    divisor: float | None = None
+    qmin: int | None = None
+    scale_dtype: object = None
+    scale_floor: str = "none"
+    floor_dtype: object = None
+    code_dtype: object = None
+    per_tensor: bool = False
+    variant: Variant | None = None
+
+    @classmethod
+    def of(cls, n: Numerics, dtype, qmax: int, *, variant: Variant | None = None) -> "RowQuant":
+        """The options for the symmetric fields of the record ``n`` (``dtype`` = x's dtype, ``qmax`` 127 / 7):
+        ``quant_codes``, ``scale_out``, ``round_mode``, ``zero_row``, ``saturate``, ``scale_divisor``,
+        ``code_range``, ``scale_dtype``, ``scale_floor``, ``code_arith``, ``dynamic_granularity``."""
+        return cls(qmax=qmax, codes=n.quant_codes, scale=n.scale_out, round_mode=n.round_mode,
+                   nan_code=0 if n.zero_row == "zero" else -(qmax + 1), saturate=n.saturate,
+                   divisor=qmax + 0.5 if n.scale_divisor == "half_range" else qmax,
+                   qmin=-(qmax + 1) if n.code_range == "full" else -qmax,
+                   scale_dtype=dtype if n.scale_dtype == "input" else None,
+                   scale_floor=n.scale_floor, floor_dtype=dtype,
+                   code_dtype=dtype if n.code_arith == "input" else None,
+                   per_tensor=n.dynamic_granularity == "per_tensor", variant=variant)
+
+
+def row_quant(a: DynamicQuantArgs, numerics: Numerics = ASCEND) -> RowQuant:
+    """The one selection step of a :func:`dynamic_quant` call: the kernel the host tiling picks for it on the
+    platform of ``numerics`` (:func:`w8a8.variants.calls.dynamic_quant`), its choices applied to the record
+    (:meth:`Variant.numerics <w8a8.variants.Variant.numerics>`), as the options of :func:`quantize_rows`.
+    ``row_quant(a).scale`` is the scale formula the call writes; ``.variant`` names the kernel."""
+    variant = _variants.dynamic_quant(a, numerics)
+    return RowQuant.of(variant.numerics(numerics), a.x.dtype, a.qmax, variant=variant)
+
+
+def quantize_rows(xf: np.ndarray, options: RowQuant) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-row quantization of fp32 rows (the shared core of every dynamic quantizer).
+
+    ``xf``: float32 ``[..., H]``; each row (last dim) gets its own scale. ``options``: a
+    :class:`RowQuant` (``D`` = its divisor, default qmax).
 
     Returns
     -------
@@ -82,13 +127,17 @@ def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: s
     An all-zero row has ``m = 0``: ``inv = inf``, ``s = 0`` (without a floor) and every code is
     ``nan_code``.
     """
+    o = options
+    if not isinstance(o, RowQuant):
+        raise TypeError(f"quantize_rows: argument 'options' must be a RowQuant; got {type(o).__name__}")
+    qmax, scale, codes, code_dtype = o.qmax, o.scale, o.codes, o.code_dtype
     xf = np.asarray(xf, dtype=np.float32)
-    d32 = np.float32(qmax if divisor is None else divisor)
-    lo = -qmax if qmin is None else qmin
+    d32 = np.float32(qmax if o.divisor is None else o.divisor)
+    lo = -qmax if o.qmin is None else o.qmin
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if not xf.shape[-1]:
             m = np.zeros(xf.shape[:-1] + (1,), np.float32)
-        elif per_tensor:
+        elif o.per_tensor:
             m = np.broadcast_to(np.max(np.abs(xf)) if xf.size else np.float32(0), xf.shape[:-1] + (1,))
         else:
             m = np.max(np.abs(xf), axis=-1, keepdims=True)
@@ -102,8 +151,8 @@ def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: s
             s = m / d32
         else:
             raise ValueError(f"quantize_rows: argument 'scale' must be 'reciprocal', 'amax_mul_rcp' or 'amax_div'; got {scale!r}")
-        s = _in_dtype(s, scale_dtype)
-        s = scale_floor_of(s, scale_floor, floor_dtype)
+        s = _in_dtype(s, o.scale_dtype)
+        s = scale_floor_of(s, o.scale_floor, o.floor_dtype)
         if codes == "mul_inv":
             t = xf * _in_dtype(inv, code_dtype)
         elif codes == "div_scale":
@@ -114,7 +163,7 @@ def quantize_rows(xf: np.ndarray, qmax: int, *, codes: str = "mul_inv", scale: s
             raise ValueError(f"quantize_rows: argument 'codes' must be 'mul_inv', 'div_scale' or 'mul_rcp'; "
                              f"got {codes!r}")
         t = _in_dtype(t, code_dtype)
-    y = to_int(t, _dt.int8, mode=round_mode, saturate=saturate, lo=lo, hi=qmax, nan_value=nan_code)
+    y = to_int(t, _dt.int8, mode=o.round_mode, saturate=o.saturate, lo=lo, hi=qmax, nan_value=o.nan_code)
     return y, np.ascontiguousarray(s[..., 0], dtype=np.float32)
 
 
@@ -145,19 +194,6 @@ def scale_floor_of(s: np.ndarray, floor: str, dtype) -> np.ndarray:
     if floor == "zero_to_dtype_eps":
         return np.where(s == 0, np.float32(_finfo(dtype).eps), s).astype(np.float32)
     raise ValueError(f"scale_floor_of: argument 'floor' must be one of {Numerics.choices()['scale_floor']}; got {floor!r}")
-
-
-def row_options(n: Numerics, dtype, qmax: int) -> dict:
-    """The keyword arguments of :func:`quantize_rows` for the symmetric fields of ``n`` (``dtype`` = x's
-    dtype, ``qmax`` 127 / 7): ``codes``, ``scale``, ``round_mode``, ``saturate``, ``divisor``,
-    ``qmin``, ``scale_dtype``, ``scale_floor``, ``floor_dtype``, ``code_dtype``, ``per_tensor``."""
-    return {"codes": n.quant_codes, "scale": n.scale_out, "round_mode": n.round_mode, "saturate": n.saturate,
-            "divisor": qmax + 0.5 if n.scale_divisor == "half_range" else qmax,
-            "qmin": -(qmax + 1) if n.code_range == "full" else -qmax,
-            "scale_dtype": dtype if n.scale_dtype == "input" else None,
-            "scale_floor": n.scale_floor, "floor_dtype": dtype,
-            "code_dtype": dtype if n.code_arith == "input" else None,
-            "per_tensor": n.dynamic_granularity == "per_tensor"}
 
 
 def _rows_to_groups(op: str, group_index: np.ndarray, rows: int) -> np.ndarray:
@@ -316,7 +352,7 @@ def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
     y : int8 of x's shape; for int4, int32 ``[..., H/8]`` with 8 codes per word, LSB first.
     scale : float32 of shape ``x.shape[:-1]``.
 
-    Formula (fp32, Ascend kernels; kernel-variants §2.2)::
+    Formula (fp32, Ascend kernels; :mod:`w8a8.variants.dynamic_quant`)::
 
         xf  = fp32(x) [* fp32(smooth[g])]
         inv = qmax / max_j |xf_j|             # qmax = 127 (int8) or 7 (int4)
@@ -352,9 +388,7 @@ def dynamic_quant(x: np.ndarray, *, smooth_scales: np.ndarray | None = None,
 def dynamic_quant_from_args(a: DynamicQuantArgs, numerics: Numerics = ASCEND) -> tuple[np.ndarray, np.ndarray]:
     """:func:`dynamic_quant` on arguments :func:`dynamic_quant_args` has checked (no second pass over x)."""
     xf = smoothed_rows(a, numerics)
-    n = _variants.dynamic_quant(a, numerics).numerics(numerics)
-    nan_code = 0 if n.zero_row == "zero" else -(a.qmax + 1)
-    y, scale = quantize_rows(xf, a.qmax, nan_code=nan_code, **row_options(n, a.x.dtype, a.qmax))
+    y, scale = quantize_rows(xf, row_quant(a, numerics))
     return _pack(y, a.dst, a.x.shape), scale.reshape(a.x.shape[:-1])
 
 
@@ -367,7 +401,7 @@ def dynamic_quant_asymmetric(x: np.ndarray, *, smooth_scales: np.ndarray | None 
     Arguments as :func:`dynamic_quant`. Returns ``(y, scale, offset)``: y as there, scale and
     offset float32 of shape ``x.shape[:-1]``.
 
-    Formula (fp32; ``GetScaleAndOffset`` in the kernel, spec §1.3)::
+    Formula (fp32; ``GetScaleAndOffset`` in ops-nn ``dynamic_quant_base.h``)::
 
         scale  = max((rowmax - rowmin) / 255, 1e-12)      # int4: / 15
         offset = 127 - rowmax / scale                      # int4: 7 - rowmax / scale

@@ -1,8 +1,8 @@
 """Ascend int4 packing: eight signed 4-bit codes per int32 word, least significant nibble first.
 
 This is the layout of ``torch.quint4x2`` outputs of ``npu_dynamic_quant`` / ``npu_quantize`` and of
-int4 matmul operands (spec/ascend-ops.md §1.3): element ``8*j + i`` of the last dimension sits in
-bits ``[4*i, 4*i + 3]`` of word ``j``, as a 4-bit two's-complement value. Seen as bytes
+int4 matmul operands (op-plugin ``test_npu_dynamic_quant.py::convert_int4_to_int8``): element ``8*j + i`` of the last
+dimension sits in bits ``[4*i, 4*i + 3]`` of word ``j``, as a 4-bit two's-complement value. Seen as bytes
 (little-endian), element ``2*i`` is the low nibble of byte ``i`` and element ``2*i + 1`` the high
 nibble.
 

@@ -1,8 +1,8 @@
 """Exact integer GEMM through float BLAS.
 
 ``np.matmul`` on integer arrays does not use BLAS (about 0.4 GOP/s, 300x slower than float64 BLAS,
-spec/cpu-performance.md §3). An integer matmul is exact in float arithmetic as long as every
-partial sum is an integer the float format holds exactly, whatever the summation order:
+measured with numpy 2.4.6 / OpenBLAS 0.3.31 on a 2-core Xeon). An integer matmul is exact in float arithmetic as long
+as every partial sum is an integer the float format holds exactly, whatever the summation order:
 
 * float32 holds every integer up to 2^24, so a K-chunk is exact when
   ``chunk * max|a| * max|b| <= 2^24`` — 1024 for arbitrary int8 x int8 (128 * 128 * 1024 = 2^24),

@@ -1,6 +1,7 @@
 """FRACTAL_NZ weight layout (``npu_format_cast(w, 29)``) and SGLang's alignment rule.
 
-Storage of an ND tensor ``[..., R, C]`` (spec/ascend-ops.md §6; torch_npu ``InferShapeNDToNZ``)::
+Storage of an ND tensor ``[..., R, C]`` (Ascend/pytorch
+``torch_npu/csrc/framework/FormatHelper.cpp::InferShapeNDToNZ``)::
 
     NZ storage [..., ceil(C / C0), ceil(R / 16), 16, C0]
     C0 = 32 / min(itemsize, 2): int8 / uint8 -> 32; fp16 / bf16 -> 16; fp32 / int32 -> 16

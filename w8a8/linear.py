@@ -2,7 +2,8 @@
 
 Both take the weight as the checkpoint stores it (int8 ``[N, K]``, ``nn.Linear`` layout) and do the
 load-time conversion the serving code does (transpose to ``[K, N]``; the NZ cast changes storage
-only, not values) before the forward (spec/serving-paths.md §3, §4).
+only, not values) before the forward (SGLang ``hardware_backend/npu/quantization/linear_method_npu.py``;
+vllm-ascend ``vllm_ascend/quantization/methods/w8a8_static.py``, ``w8a8_dynamic.py``).
 
 Each path's checks are one public function that the op calls first and the backends call instead of
 copying them: :func:`w8a8_dynamic_linear_args` / :func:`w8a8_static_linear_args` (the checks of the ops
@@ -227,7 +228,7 @@ def w8a8_dynamic_linear(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndar
     bias : optional float ``[N]`` (a ``FLOAT``-tagged checkpoint bias).
     numerics : passed to both ops.
 
-    Steps (SGLang ``NPUW8A8Int8DynamicLinearMethod``; spec/serving-paths.md §4)::
+    Steps (SGLang ``NPUW8A8Int8DynamicLinearMethod``, ``linear_method_npu.py``)::
 
         load:    W = weight.T ([K, N]);  s_w = weight_scale -> x.dtype for bf16 (rounded!),
                  fp32 for fp16 (the only legal fp16-output scale);  b = bias -> x.dtype
@@ -415,7 +416,7 @@ def w8a8_static_linear(x: np.ndarray, weight: np.ndarray, *, input_scale: np.nda
     bias : a float bias ``[N]`` to add after dequant instead (compressed-tensors style; bf16 output
         only). Not allowed together with quant_bias.
 
-    Steps (SGLang ``NPUW8A8Int8LinearMethod``; spec/serving-paths.md §3)::
+    Steps (SGLang ``NPUW8A8Int8LinearMethod``, ``linear_method_npu.py``)::
 
         load:    W = weight.T;  r = 1 / input_scale (in params dtype), repeated to [K];
                  o = input_offset (params dtype), repeated to [K]

@@ -1,13 +1,14 @@
 """The ``Numerics`` record: every arithmetic choice point on which real backends differ.
 
 A backend declares the record it implements; the golden run with that record must reproduce the
-backend bit for bit. The defaults are the Ascend A2/A3 kernels as documented in
-``spec/ascend-ops.md`` (the section of each field is cited below). Where the vendor behaviour is
+backend bit for bit. The defaults are the Ascend A2/A3 kernels as their sources show
+(hicann/ops-nn @ e5c3fa93, hicann/ops-transformer @ c29bc106, Ascend/op-plugin @ 517f2e7d; the file
+behind each field is cited below). Where the vendor behaviour is
 not confirmed, the default is the golden's documented choice and the field exists so that a
 backend which differs can say so.
 
 Several Ascend ops run different kernels for different shapes, and the kernels do not compute the
-same arithmetic (spec/kernel-variants.md). Under ``variants="select"`` (the default) each op asks
+same arithmetic (docs/kernel-variants.md). Under ``variants="select"`` (the default) each op asks
 :mod:`w8a8.variants` which kernel the host tiling of ``platform`` picks for the call and applies that
 kernel's choices (a *delta* of the fields below) on top of the record; a field the record sets away
 from its default is never overridden. ``variants="fixed"`` uses the record as it is.
@@ -16,23 +17,23 @@ Fields
 ------
 round_mode : ``"half_even"`` | ``"half_away"``
     How a float becomes an integer code (quantization, requant). Ascend ``CAST_RINT`` is half to
-    even (spec §1.3, §2.1); round-half-away-from-zero is ``CAST_ROUND``, C ``round()``, and the
+    even (ops-nn ``dynamic_quant.h``, ``ascend_quant_v2.h::CastOut``); round-half-away-from-zero is ``CAST_ROUND``, C ``round()``, and the
     microxcaling default.
 quant_codes : ``"mul_inv"`` | ``"div_scale"`` | ``"mul_rcp"``
     Dynamic per-row quantization. ``"mul_inv"``: ``inv = qmax / amax`` (fp32 division), codes are
-    ``round(x * inv)`` — the Ascend ``npu_dynamic_quant`` kernels (spec §1.3). ``"div_scale"``: codes
-    are ``round(x / scale)`` with the scale of ``scale_out`` (``npu_dequant_swiglu_quant`` with
-    group_index, the op-plugin goldens). ``"mul_rcp"``: ``round(x * fp32(1 / scale))`` (the legacy
-    ``npu_dequant_swiglu_quant`` kernels, kernel-variants §4.2; torchao ``Int8Tensor``), ``scale``
-    being the value after ``scale_dtype`` / ``scale_floor`` (below). ``qmax`` is ``D`` of
-    ``scale_divisor`` throughout.
+    ``round(x * inv)`` — the Ascend ``npu_dynamic_quant`` kernels (ops-nn
+    ``quant/dynamic_quant/op_kernel/dynamic_quant.h``). ``"div_scale"``: codes are ``round(x / scale)`` with the scale
+    of ``scale_out`` (``npu_dequant_swiglu_quant`` with group_index, the op-plugin goldens). ``"mul_rcp"``:
+    ``round(x * fp32(1 / scale))`` (the legacy ``npu_dequant_swiglu_quant`` kernels, :mod:`w8a8.variants.swiglu`;
+    torchao ``Int8Tensor``), ``scale`` being the value after ``scale_dtype`` / ``scale_floor`` (below). ``qmax`` is
+    ``D`` of ``scale_divisor`` throughout.
 scale_out : ``"reciprocal"`` | ``"amax_mul_rcp"`` | ``"amax_div"``
     The per-row scale that dynamic quantization returns: ``1 / inv`` (the basic, large-shape and MoE
     kernels), ``amax * fp32(1/qmax)`` (the single-row, multi-row and double-buffer kernels), or
     ``amax / qmax``. Which kernel runs depends on the shape: see ``variants`` and :mod:`w8a8.variants`.
 zero_row : ``"zero"`` | ``"int_min"``
     Codes written for an all-zero row, where ``0 * (qmax / 0)`` is NaN before the float->int cast.
-    The device's integer for NaN is not confirmed (spec §10.1); the golden writes 0. The scale of
+    The device's integer for NaN is not confirmed (docs/golden.md); the golden writes 0. The scale of
     such a row is 0 either way, so downstream matmuls produce 0.
 nan_policy : ``"raise"`` | ``"ieee"``
     NaN/Inf in any float input of an op that takes ``numerics`` — data, scales, offsets, zero points —
@@ -46,19 +47,22 @@ saturate : bool
 fp19_scale : ``"adapter"`` | ``"never"`` | ``"always"``
     Whether ``quant_matmul`` reduces an fp32 per-channel scale to FP19 (``trans_quant_param``).
     ``"adapter"``: exactly where the torch_npu adapter packs it — fp32 scale, no per-token scale,
-    output fp16 or int8 (spec §3.5). ``"always"``/``"never"``: everywhere/nowhere.
+    output fp16 or int8 (op-plugin ``QuantMatmulKernelNpuOpApi.cpp``). ``"always"``/``"never"``: everywhere/nowhere.
 fp19_round_mode : 0 | 1
     FP19 packing: 0 truncates the mantissa (the default of ``npu_trans_quant_param``), 1 rounds to
-    nearest even (spec §4).
+    nearest even (ops-nn ``trans_quant_param_v2.h::CalQuantPreScaleValue``).
 int32_bias : ``"accumulator"`` | ``"after_dequant"``
     Where an int32 bias enters: added to the int32 accumulator before any scaling (the Ascend
-    cube, spec §3.4) or, wrongly, converted to float and added after the dequant multiply.
+    cube, ``mm.SetBias`` in ops-nn ``quant_batch_matmul_v3_pertoken.h``) or, wrongly, converted to float and added
+    after the dequant multiply.
 epilogue_order : ``"scale_then_token"`` | ``"token_then_scale"`` | ``"combined"``
     fp32 order of the per-channel and per-token multiplies: ``(acc * scale[n]) * token[m]``
-    (Ascend, spec §3.4), ``(acc * token[m]) * scale[n]``, or ``acc * (scale[n] * token[m])``.
+    (Ascend, ops-nn ``quant_batch_matmul_v3_pertoken.h``), ``(acc * token[m]) * scale[n]``, or
+    ``acc * (scale[n] * token[m])``.
 requant_clamp9 : bool
     int8 requant output: round-and-clamp to 9 bits after the dequant multiply and after adding the
-    offset, then clamp to int8 — the CANN golden's ``s9`` steps (spec §3.4). False rounds once.
+    offset, then clamp to int8 — the CANN golden's ``s9`` steps (ops-nn
+    ``matmul/quant_batch_matmul_v3/tests/assets/qbmmv3_kernel_golden.py``). False rounds once.
 transcendental : ``"float64"`` | ``"float32"``
     ``exp`` in SiLU / softmax / sigmoid: evaluated in float64 and rounded to float32 (golden
     default: a correctly rounded fp32 result in all but ~2^-29 of cases, so that two backends that
@@ -67,11 +71,11 @@ transcendental : ``"float64"`` | ``"float32"``
 routing_quant_round : ``"half_even"`` | ``"trunc_fp16_half_away"``
     ``moe_init_routing_v2`` dynamic quant rounding: RINT (the full-load perf kernel: fp32 -> fp16
     round-to-odd, then RINT, which is one RNE), or the gather kernel's fp32 -> fp16 truncation
-    followed by fp16 -> int8 half-away (every other shape; kernel-variants §8).
+    followed by fp16 -> int8 half-away (every other shape; :mod:`w8a8.variants.moe`).
 zero_point_position : ``"before_rounding"`` | ``"after_rounding"``
     ``quantize(div_mode=True)``: ``rint(zp + x * fp32(1/s))`` (torch ``quantize_per_channel`` on x86,
     torch 2.13, measured: ``tests/golden/test_quantize.py``; the golden's choice) or
-    ``rint(x * fp32(1/s)) + zp``. The A2/A3 kernel is not public (kernel-variants §10); the two differ
+    ``rint(x * fp32(1/s)) + zp``. The A2/A3 kernel is not public (:mod:`w8a8.variants.moe`); the two differ
     at ties even for integer zero points (``rint(0.5) + 1 = 1``, ``rint(1.5) = 2``).
 quantize_div : ``"mul_rcp"`` | ``"div"``
     ``quantize(div_mode=True)``: multiply by the fp32 reciprocal ``x * fp32(1/s)`` (torch, the vendor
@@ -101,16 +105,17 @@ static_zero_scale : ``"as_one"`` | ``"ieee"``
     ``dequant_swiglu_quant`` static quantization by a scalar ``quant_scale = 0``: treated as 1 (the
     group kernel's ``(s == 0) ? 1 : 1/s``) or IEEE ``1/0 = inf`` (the legacy kernels, no guard).
 ep_dispatch_quant : ``"mc2"`` | ``"deepep_normal"`` | ``"init_routing"``
-    Expert-parallel INT8 dispatch, the sender's per-row quantization (spec/expert-parallel.md §1.5,
-    §2.3, §2.5; read by ``moe_distribute_dispatch[_v2]`` with ``quant_mode=2`` and by ``w8a8_moe_ep``):
-    ``"mc2"``: the ``npu_dynamic_quant`` main formula of the MC2 kernels, ``inv = 127 / m``,
-    ``q = rint(x * inv)``, ``s = 1 / inv``; ``"deepep_normal"``: the Ascend DeepEP normal-mode kernel,
-    the same with ``inv = 127 / (m + 1e-12)`` (equal to ``"mc2"`` for ``m >= 2^-15``); ``"init_routing"``:
-    the sgl-kernel-npu ``alltoall`` strategy, which quantizes with ``npu_moe_init_routing_v2(quant_mode=1)``
-    (``s = m / 127``, ``q = x / s``, ``routing_quant_round``: :func:`w8a8.dispatch_quant`).
+    Expert-parallel INT8 dispatch, the sender's per-row quantization (ops-transformer
+    ``mc2/moe_distribute_dispatch_v2/`` ``QuantProcess``, sgl-kernel-npu ``csrc/deepep/``; read by
+    ``moe_distribute_dispatch[_v2]`` with ``quant_mode=2`` and by ``w8a8_moe_ep``): ``"mc2"``: the
+    ``npu_dynamic_quant`` main formula of the MC2 kernels, ``inv = 127 / m``, ``q = rint(x * inv)``, ``s = 1 / inv``;
+    ``"deepep_normal"``: the Ascend DeepEP normal-mode kernel, the same with ``inv = 127 / (m + 1e-12)`` (equal to
+    ``"mc2"`` for ``m >= 2^-15``); ``"init_routing"``: the sgl-kernel-npu ``alltoall`` strategy, which quantizes with
+    ``npu_moe_init_routing_v2(quant_mode=1)`` (``s = m / 127``, ``q = x / s``, ``routing_quant_round``:
+    :func:`w8a8.dispatch_quant`).
 ep_combine_weights : ``"float32"`` | ``"bfloat16"``
     Expert-parallel combine (``moe_distribute_combine[_v2]``, ``w8a8_moe_ep``): the routing weights enter
-    the fp32 weighted sum as given (every EP combine kernel: ``expert_scales`` fp32, spec §1.8) or
+    the fp32 weighted sum as given (every EP combine kernel: ``expert_scales`` fp32) or
     rounded to bf16 first (as SGLang's single-process ascend_tp path and ``w8a8_moe`` do).
 
 Open numerics: the choices of kernels nobody here wrote

@@ -1,4 +1,5 @@
-"""Offline (export-time) quantization with msModelSlim's formulas (spec/serving-paths.md §1.3, §1.4, §3.3).
+"""Offline (export-time) quantization with msModelSlim's formulas (msModelSlim
+``msmodelslim/ir/api/impl/int_quantization.py``, ``core/quant_service/modelslim_v1/save/ascendv1.py``).
 
 These produce the tensors an AscendV1 checkpoint stores; the serving paths in :mod:`w8a8.linear`
 consume them. Two arithmetics:

@@ -4,7 +4,7 @@ The CANN host tiling (op_host) picks a kernel from shapes, dtypes, optional inpu
 numbers: the unified-buffer (UB) size, the vector (AIV) and cube (AIC) core counts. A2 (``ascend910b``)
 and A3 (``ascend910_93``, the 910C) run the same ``DAV_2201`` kernels and tiling classes; none of the
 tiling code the variants of :mod:`w8a8.variants` read branches on A2 vs A3, so the platforms differ
-only in these numbers (spec/kernel-variants.md §0).
+only in these numbers (docs/kernel-variants.md).
 
 Where the numbers come from (all **not confirmed on a device**: the runtime reads them from
 ``GetCoreMemSize(UB)`` / ``GetCoreNumAiv()``):

@@ -1,8 +1,9 @@
-"""``npu_quant_matmul``: int8 x int8 -> int32 accumulator -> dequant epilogue (spec/ascend-ops.md §3).
+"""``npu_quant_matmul``: int8 x int8 -> int32 accumulator -> dequant epilogue (ops-nn
+``matmul/quant_batch_matmul_v3/``; op-plugin ``QuantMatmulKernelNpuOpApi.cpp``).
 
 The accumulator is exact (:func:`w8a8.intgemm.int_matmul`); everything after it is fp32 arithmetic
 in the kernel's order, then one round-to-nearest-even cast to the output dtype. The allowed dtype
-combinations (§3.3) are enforced, so a call the device would reject fails here too.
+combinations (op-plugin docs table 2, ops-nn ``aclnnQuantMatmulV4.md``) are enforced, so a call the device would reject fails here too.
 
 The argument checks are one public function, :func:`quant_matmul_args` (the backends call it rather
 than re-implementing the table); :func:`epilogue` and :func:`effective_scale` are the fp32 epilogue,
@@ -34,7 +35,7 @@ _OP = "quant_matmul"
 _PACKED = (_dt.int64, _dt.uint64)
 DIM_LIMIT = 65535
 """The limit on K (the last dim of x1; lifted only for a 1-D float scale with pertoken_scale) and on N
-(the last dim of x2) of ``npu_quant_matmul`` (spec/ascend-ops.md §3.2)."""
+(the last dim of x2) of ``npu_quant_matmul`` (ops-nn ``aclnnQuantMatmulV4.md``)."""
 
 # output dtype -> (allowed scale dtypes, allowed bias dtypes) without / with pertoken_scale.
 _COMBOS = {
@@ -113,7 +114,7 @@ class QuantMatmulArgs:
 
 def quant_matmul_args(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None,
                       numerics: Numerics = ASCEND) -> QuantMatmulArgs:
-    """Every argument check of :func:`quant_matmul` (the §3.3 dtype table, shapes, the 65535 limits,
+    """Every argument check of :func:`quant_matmul` (the dtype table, shapes, the 65535 limits,
     NaN/Inf under ``numerics.nan_policy="raise"``), in the op's order, with its exceptions and
     messages; returns the normalized arguments.
 
@@ -218,7 +219,7 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
         ``epilogue_order``, ``epilogue_intermediate`` (with ``pertoken_scale``), ``requant_clamp9``,
         ``round_mode``, ``nan_policy``.
 
-    Allowed combinations (A2/A3, spec §3.3)::
+    Allowed combinations (A2/A3, ops-nn ``aclnnQuantMatmulV4.md``)::
 
         output   scale                 offset     bias                   pertoken
         fp16     int64 | fp32          -          int32                  -
@@ -238,8 +239,8 @@ def quant_matmul(x1: np.ndarray, x2: np.ndarray, scale: np.ndarray, *, offset: n
             y = clip(s9(s9(fp32(acc) * deq[n]) + s9(offset[n])), -128, 127)
 
     ``scale`` where the torch_npu adapter packs it (fp32 scale, no pertoken_scale, fp16 or int8
-    output; spec §3.5) is silently reduced to FP19 by truncation — up to 2^-10 relative error —
-    and a packed int64 scale decodes to its FP19 value (and its offset bits when ``offset`` is
+    output; op-plugin ``QuantMatmulKernelNpuOpApi.cpp``) is silently reduced to FP19 by truncation — up to 2^-10
+    relative error — and a packed int64 scale decodes to its FP19 value (and its offset bits when ``offset`` is
     None). The bf16-output and per-token paths use the scale at full precision: for int8 x1 the adapter
     packs only an fp32 scale without pertoken_scale and with an fp16 / int8 output (op-plugin
     ``QuantMatmulKernelNpuOpApi.cpp:261-298`` @ 517f2e7d: ``use_trans_quant_param``). Whether CANN itself

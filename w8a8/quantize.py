@@ -1,14 +1,15 @@
 """Static quantization (``npu_quantize``) and the dequantize helpers.
 
-``quantize`` has two different kernels behind one name (spec/ascend-ops.md §2):
+``quantize`` has two different kernels behind one name (op-plugin ``QuantizeKernelNpuOpApi.cpp``):
 
 * ``div_mode=False`` -> ``aclnnAscendQuantV3``: **multiply**, ``y = rint(x * scale + offset)``.
   This is the W8A8-static activation quantizer of SGLang / vllm-ascend, which pass the reciprocal
   of ``input_scale`` as ``scales``.
 * ``div_mode=True`` -> ``aclnnQuantize``, whose A2/A3 kernel is not public (ops-nn has only the arch35
-  regbase one, kernel-variants §10). Its vendor reference is ``torch.quantize_per_channel``, which
-  (x86, torch 2.13, measured in ``tests/golden/test_quantize.py``) **multiplies by the fp32 reciprocal
-  and adds the zero point before rounding**: ``y = rint(zero_point + x * fp32(1 / scale))``. The golden
+  regbase one, ops-nn ``quant/quantize/op_api/aclnn_quantize.cpp``). Its vendor reference is
+  ``torch.quantize_per_channel``, which (x86, torch 2.13, measured in ``tests/golden/test_quantize.py``) **multiplies
+  by the fp32 reciprocal and adds the zero point before rounding**: ``y = rint(zero_point + x * fp32(1 / scale))``.
+  The golden
   follows that reference (``Numerics.quantize_div="mul_rcp"``, ``zero_point_position="before_rounding"``);
   the device kernel's choice can only be settled on a device.
 

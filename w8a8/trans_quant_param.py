@@ -1,6 +1,6 @@
 """``npu_trans_quant_param``: the packed int64 dequant scale of the cube fix-pipe, and its decoder.
 
-Bit layout (spec/ascend-ops.md §4; kernel ``trans_quant_param_v2.h``)::
+Bit layout (ops-nn kernel ``quant/trans_quant_param_v2/op_kernel/trans_quant_param_v2.h``)::
 
     bits  0..31   the fp32 scale reduced to "FP19": sign, 8 exponent bits, top 10 mantissa bits
                   (the low 13 mantissa bits are zero)

@@ -181,7 +181,9 @@ def _bench(args, console, names, cases, full, registrations) -> int:
         from conformance import plots
 
         fits = report.scaling_fits(records)
-        write_atomic(out / "throughput-vs-m.png", plots.png_bytes(report.throughput_vs_m(records)))
+        tvm = report.throughput_vs_m(records)
+        if tvm is not None:   # no verified case with several M: no empty figure
+            write_atomic(out / "throughput-vs-m.png", plots.png_bytes(tvm))
         if fits:
             write_atomic(out / "scaling.png", plots.png_bytes(report.scaling_plot(fits)))
         write_atomic(out / "bench-report.html", report.render_html(records, peaks, fits, meta))

@@ -202,8 +202,12 @@ def run(args) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "distance-histograms.png").write_bytes(plots.png_bytes(plots.distance_histograms(stats)))
-        (out / "error-vs-k.png").write_bytes(plots.png_bytes(plots.error_vs_k(stats)))
+        # the PNGs hold the panels the HTML page draws (two or more distance bins; a distance that varies with K)
+        drawn, _ = plots.split_by_bins({k: {"": dict(v.histogram)} for k, v in stats.items()})
+        for name, fig in (("distance-histograms.png", plots.distance_histograms(stats, drawn)),
+                          ("error-vs-k.png", plots.error_vs_k(stats))):
+            if fig is not None:
+                (out / name).write_bytes(plots.png_bytes(fig))
         from conformance.reports.html import render_tune
         from conformance.results import write_atomic
 

@@ -8,8 +8,8 @@ the golden's load-time conversions (the weight scale and bias of ``w8a8_dynamic_
 ``quant_matmul``'s FP19 scale where the torch_npu adapter packs it: :func:`w8a8.quant_matmul.effective_scale`)
 and the golden's data checks (``x * smooth_scales`` overflowing).
 
-Each backend declares the :class:`~w8a8.numerics.Numerics` it implements (research/foreign FINDINGS
-§8.1, verified against onnxruntime 1.32.0 on an AVX-512 VNNI CPU: ``tests/backends/test_onnxruntime.py``):
+Each backend declares the :class:`~w8a8.numerics.Numerics` it implements (docs/backends.md,
+verified against onnxruntime 1.32.0 on an AVX-512 VNNI CPU: ``tests/backends/test_onnxruntime.py``):
 
 * ``onnxruntime`` (:data:`NUMERICS`) — the Ascend record with ``variants="fixed"``, ``QuantizeLinear``'s
   division with the zero point added after rounding and its NaN code (``qmin``; unreachable while the

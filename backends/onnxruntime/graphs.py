@@ -6,7 +6,7 @@ fp32 at the boundary (exact) and bf16 results leave the graph as ``Cast(Cast(v, 
 (onnxruntime's RNE cast; the NumPy narrowing of that fp32 value is exact), because the Python
 binding cannot pass ml_dtypes arrays. int4 codes travel as int8 / uint8 and are cast inside the
 graph. Graph optimizations are disabled: with them on, the per-token graph gives the same bits
-(research/foreign FINDINGS §2.6), but the point is to run the kernels named here.
+(measured), but the point is to run the kernels named here.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def blocked_dequantize(signed: bool, block: int, out: str, threads: int) -> ort.
 
 def dynamic_quant(qmax: int, smooth: bool, threads: int) -> ort.InferenceSession:
     """Per-row symmetric quantization from plain ONNX ops (the golden ``dynamic_quant`` under ``ASCEND``
-    with ``scale_out="reciprocal"``: research/foreign FINDINGS §2.6)::
+    with ``scale_out="reciprocal"``)::
 
         xf [* smooth];  amax = ReduceMax(Abs(xf), axes=-1);  inv = qmax / amax
         q = Cast(Clip(Where(IsNaN(r), 0, r = Round(xf * inv)), -qmax, qmax), int8);  s = 1 / inv
@@ -188,7 +188,7 @@ def qlinear_matmul(threads: int) -> ort.InferenceSession:
 
 
 def dynamic_linear(float_bias: bool, out: str, threads: int) -> ort.InferenceSession:
-    """The per-token W8A8 Linear a user builds from ONNX ops (FINDINGS §2.6, the uint8-shifted form)::
+    """The per-token W8A8 Linear a user builds from ONNX ops (the uint8-shifted form)::
 
         x_q, s_tok = dynamic_quant rows (as :func:`dynamic_quant`, qmax 127)
         acc = MatMulInteger(x_q + 128 as uint8, W [K, N], a_zero_point 128)
@@ -238,7 +238,7 @@ def matmul_nbits(k: int, n: int, block: int, bits: int, with_zp: bool, with_bias
     """``MatMulNBits`` (com.microsoft, accuracy_level 0): A fp16 ``[M, K]``, B uint8 ``[N, K/block,
     block * bits / 8]`` (4 bits: element 2j in the low nibble), scales fp16 ``[N, K/block]``, zero points
     uint8 ``[N, ceil(K/block / 2)]`` (4 bits, packed) or ``[N, K/block]`` (8 bits), bias fp16 ``[N]`` -> fp16
-    ``[M, N]``. The weight is dequantized in fp32 and multiplied by an fp32 SGEMM (FINDINGS §3)."""
+    ``[M, N]``. The weight is dequantized in fp32 and multiplied by an fp32 SGEMM."""
     kb = k // block
     names = ["a", "b", "s", "z" if with_zp else ""] + (["", "bias"] if with_bias else [])
     while names and names[-1] == "":

@@ -68,9 +68,9 @@ class DenseOps:
 
     # -- quantizers --------------------------------------------------------------------------------
     @implements("dynamic_quant")
-    def _dynamic_quant(self, a):
+    def _dynamic_quant(self, a, *, numerics):
         return _mod("quant").dynamic_quant(a.x, smooth_scales=a.smooth_scales, group_index=a.group_index,
-                                           dst_type=a.dst_name)
+                                           dst_type=a.dst_name, numerics=numerics)
 
     @implements("dynamic_quant_asymmetric")
     def _dynamic_quant_asymmetric(self, a):

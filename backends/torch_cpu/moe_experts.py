@@ -1,7 +1,7 @@
 """The per-expert exact int8 GEMM of the MoE ops (``grouped_matmul`` and the fused W8A8 MoE layer).
 
 torch has no grouped int8 GEMM on the CPU (``torch._grouped_mm`` rejects int8, an int8 ``bmm`` wraps:
-spec/cpu-performance.md §7), so every expert's rows are one GEMM with that expert's weight, in one
+measured with torch 2.13.0), so every expert's rows are one GEMM with that expert's weight, in one
 Python loop over the non-empty experts. Two exact kernels:
 
 * ``"int_mm"`` — ``torch._int_mm`` (oneDNN ``gemm_api``, :func:`backends.torch_cpu.gemm.int_matmul`) on the

@@ -32,12 +32,12 @@ def combine(out: torch.Tensor | None, r: torch.Tensor) -> torch.Tensor:
 
 
 def finalize_routing(rows: torch.Tensor, skip1, skip2, bias, scales, slots: torch.Tensor, experts, *,
-                     drop_pad_mode: int = 0) -> torch.Tensor:
+                     drop_pad_mode: int = 0, numerics=None) -> torch.Tensor:
     """``[N, H]`` of the rows' dtype; ``rows`` ``[R, H]``, ``slots`` int32 ``[N, K]``."""
     (n, k), h = slots.shape, rows.shape[1]
     rec = kernel_variants.finalize(dtype=rows.dtype, scale_dtype=None if scales is None else scales.dtype, n=n, k=k,
                                    h=h, bias=bias is not None, skip1=skip1 is not None, skip2=skip2 is not None,
-                                   drop_pad_mode=drop_pad_mode)
+                                   drop_pad_mode=drop_pad_mode, numerics=numerics)
     # fp16 arithmetic: each fp32 op on fp16 operands rounded to fp16 is the correctly rounded fp16 op
     half = rec.finalize_precision == "io_dtype" and rows.dtype == torch.float16
 

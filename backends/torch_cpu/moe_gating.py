@@ -22,14 +22,15 @@ def _softmax_exp(xf: torch.Tensor) -> torch.Tensor:
     return exp32(shifted)
 
 
-def gating_top_k_softmax(x: torch.Tensor, finished: torch.Tensor | None, *, k: int):
+def gating_top_k_softmax(x: torch.Tensor, finished: torch.Tensor | None, *, k: int, numerics=None):
     """``(y, expert_idx int32, row_idx int32)``, each ``x.shape[:-1] + (k,)``: see the golden's docstring."""
     e = x.shape[-1]
     xf = x.reshape(-1, e).to(F32)
     n = xf.shape[0]
     ex = _softmax_exp(xf)
     p = torch.div(ex, sum_f32(ex))                       # vector division by the row sum
-    if x.dtype == torch.float16 and kernel_variants.gating_softmax(e=e, k=k, dtype=x.dtype).gating_precision == "fp16":
+    fp16 = kernel_variants.gating_softmax(e=e, k=k, dtype=x.dtype, numerics=numerics).gating_precision == "fp16"
+    if fp16 and x.dtype == torch.float16:
         p = p.to(torch.float16).to(F32)                  # the full-load kernels rank the fp16 probabilities
     idx = topk_desc(p, k)
     y = to_float(p.gather(-1, idx), x.dtype, may_nan=False)

@@ -1,6 +1,6 @@
 """The W8A8 MoE layer in torch: :func:`w8a8.w8a8_moe` and :func:`w8a8.w8a8_moe_prequantized`, bit for bit.
 
-The golden runs the layer as a chain of ops (spec/serving-paths.md §5.2): routing ->
+The golden runs the layer as a chain of ops (SGLang's ascend_tp path, :mod:`w8a8.moe.pipeline`): routing ->
 ``moe_init_routing_v2`` -> GMM1 -> ``dequant_swiglu_quant`` -> GMM2 -> ``moe_finalize_routing`` (+ the
 shared expert). Every stage between the routing and the finalize is row-wise, so torch-cpu runs them
 **fused, expert by expert**: for the rows of expert ``e`` (a contiguous block after the stable sort by

@@ -32,8 +32,8 @@ class MoeOps:
 
     # -- gating ------------------------------------------------------------------------------------------
     @implements("moe_gating_top_k_softmax")
-    def _moe_gating_top_k_softmax(self, a):
-        return _mod("moe_gating").gating_top_k_softmax(a.x, a.finished, k=a.k)
+    def _moe_gating_top_k_softmax(self, a, *, numerics):
+        return _mod("moe_gating").gating_top_k_softmax(a.x, a.finished, k=a.k, numerics=numerics)
 
     @implements("moe_gating_top_k")
     def _moe_gating_top_k(self, a):
@@ -46,12 +46,12 @@ class MoeOps:
         return _mod("moe_routing").init_routing(a.x, a.row_idx, a.expert_idx, active_num=a.active_num)
 
     @implements("moe_init_routing_v2")
-    def _moe_init_routing_v2(self, a):
+    def _moe_init_routing_v2(self, a, *, numerics):
         r = a.routing
         return _mod("moe_routing").init_routing_v2(
             a.x, a.expert_idx, scale=a.scale, offset=a.offset, quant_mode=a.quant_mode, k=r.k, h=a.h, start=r.start,
             end=r.end, drop_pad=r.drop_pad, capacity=r.capacity, expert_num=r.expert_num, rows=r.rows,
-            row_idx_type=r.row_idx_type, count_type=r.count_type, count_flag=r.count_flag)
+            row_idx_type=r.row_idx_type, count_type=r.count_type, count_flag=r.count_flag, numerics=numerics)
 
     # -- grouped matmul ------------------------------------------------------------------------------------
     @loads("grouped_matmul")
@@ -77,8 +77,8 @@ class MoeOps:
 
     # -- activation ----------------------------------------------------------------------------------------
     @implements("swiglu")
-    def _swiglu(self, a):
-        return _mod("moe_swiglu").swiglu(a.x, dim=a.dim)
+    def _swiglu(self, a, *, numerics):
+        return _mod("moe_swiglu").swiglu(a.x, dim=a.dim, numerics=numerics)
 
     @loads("dequant_swiglu_quant")
     def _load_dequant_swiglu_quant(self, a):
@@ -86,19 +86,20 @@ class MoeOps:
         return self.transfer((a, counts))
 
     @implements("dequant_swiglu_quant")
-    def _dequant_swiglu_quant(self, loaded):
+    def _dequant_swiglu_quant(self, loaded, *, numerics):
         a, counts = loaded
         return _mod("moe_swiglu").dequant_swiglu_quant(
             a.x, weight_scale=a.weight_scale, activation_scale=a.activation_scale, bias=a.bias,
             quant_scale=a.quant_scale, quant_offset=a.quant_offset, group_counts=counts, total=a.total,
-            quant_mode=a.quant_mode, activate_left=a.activate_left, swiglu_limit=a.swiglu_limit, scalar=a.scalar)
+            quant_mode=a.quant_mode, activate_left=a.activate_left, swiglu_limit=a.swiglu_limit, scalar=a.scalar,
+            numerics=numerics)
 
     # -- finalize --------------------------------------------------------------------------------------------
     @implements("moe_finalize_routing")
-    def _moe_finalize_routing(self, a):
+    def _moe_finalize_routing(self, a, *, numerics):
         experts = a.experts if a.bias is not None else None   # read for the bias only
         return _mod("moe_finalize").finalize_routing(a.rows, a.skip1, a.skip2, a.bias, a.scales, a.slots, experts,
-                                                     drop_pad_mode=a.drop_pad_mode)
+                                                     drop_pad_mode=a.drop_pad_mode, numerics=numerics)
 
     # -- the W8A8 MoE layer ------------------------------------------------------------------------------------
     @loads("w8a8_moe", "w8a8_moe_prequantized")

@@ -134,12 +134,12 @@ def static_quant(x: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor | No
 
 def init_routing_v2(x: torch.Tensor, expert_idx: torch.Tensor, *, scale, offset, quant_mode: int, k: int, h: int,
                     start: int, end: int, drop_pad: bool, capacity: int, expert_num: int, rows: int,
-                    row_idx_type: int, count_type: int, count_flag: bool):
+                    row_idx_type: int, count_type: int, count_flag: bool, numerics=None):
     """``(expanded_x, expanded_row_idx, expert_token_cumsum_or_count, expanded_scale)``: see the golden."""
     rec = kernel_variants.init_routing_v2(
         n=x.shape[0], k=k, h=h, x_dtype=kernel_variants.dtype_name(x.dtype), quant_mode=quant_mode,
         scale_shape=None if scale is None else tuple(scale.shape), offset=offset is not None, start=start, end=end,
-        expert_num=expert_num, count_type=count_type, row_idx_type=row_idx_type)
+        expert_num=expert_num, count_type=count_type, row_idx_type=row_idx_type, numerics=numerics)
     r = route(expert_idx, start=start, end=end, drop_pad=drop_pad, capacity=capacity, rows=rows,
               row_idx_type=row_idx_type)
     rounding = rec.routing_quant_round

@@ -18,11 +18,11 @@ from .moe_math import F32, clamped_swiglu, dsq_quantize_rows, exp32
 _OP = "dequant_swiglu_quant"
 
 
-def swiglu(x: torch.Tensor, *, dim: int) -> torch.Tensor:
+def swiglu(x: torch.Tensor, *, dim: int, numerics=None) -> torch.Tensor:
     """``silu(first half) * second half`` along ``dim``, rounded to x's dtype, in the kernel's order:
     ``a / (1 + e) * b`` (fp16 / bf16) or ``((1 / (1 + e)) * a) * b`` (fp32), ``e = exp(-a)``."""
     a, b = x.to(F32).chunk(2, dim)
-    if kernel_variants.swiglu(x.dtype).swiglu_order == "rcp_mul":
+    if kernel_variants.swiglu(x.dtype, numerics=numerics).swiglu_order == "rcp_mul":
         return torch.div(const(1.0), exp32(-a).add_(1.0)).mul_(a).mul_(b)
     return to_float(clamped_swiglu(a, b, None), x.dtype)
 
@@ -37,7 +37,7 @@ def _rows(param: torch.Tensor, counts: torch.Tensor | None, total: int) -> torch
 
 def dequant_swiglu_quant(x: torch.Tensor, *, weight_scale=None, activation_scale=None, bias=None, quant_scale=None,
                          quant_offset=None, group_counts=None, total: int, quant_mode: int, activate_left: bool,
-                         swiglu_limit: float | None, scalar: bool):
+                         swiglu_limit: float | None, scalar: bool, numerics=None):
     """``(y int8 [T, H], scale fp32 [T])``; rows past ``total`` (the group-index sum) are zeros.
 
     ``group_counts``: int64 ``[G]`` rows per group (None without group_index)."""
@@ -45,7 +45,7 @@ def dequant_swiglu_quant(x: torch.Tensor, *, weight_scale=None, activation_scale
     h = h2 // 2
     n = kernel_variants.dequant_swiglu_quant(
         x_dtype=x.dtype, tokens=t, groups=None if group_counts is None else group_counts.numel(),
-        quant_mode=quant_mode, quant_scale=quant_scale, bias=bias, scalar=scalar)
+        quant_mode=quant_mode, quant_scale=quant_scale, bias=bias, scalar=scalar, numerics=numerics)
     y = torch.zeros(t, h, dtype=torch.int8)
     scale = torch.zeros(t, dtype=F32)
     if total == 0:

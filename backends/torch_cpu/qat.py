@@ -6,7 +6,7 @@ bit-identical to the golden; ``tests/backends/test_qat.py`` checks the compositi
 golden for every format) — so a model trained with it sees at training time the very weights the
 quantized checkpoint will hold. In the backward pass the quantizer is the identity: the gradient of
 ``fake_quant(w)`` with respect to ``w`` is the upstream gradient, unchanged (the plain STE of
-Bengio et al. 2013, as in the seed's ``w + (q - w).detach()``).
+Bengio et al. 2013: ``w + (q - w).detach()``).
 
 Why no clipping mask. Every scale here is derived from the weight's own block maximum (amax / 7.5,
 a shared exponent of amax, amax / 448 ...), so no weight lies outside its block's range: the only

@@ -68,17 +68,17 @@ def _out(y: torch.Tensor, shape, dst: str) -> torch.Tensor:
 
 
 def dynamic_quant(x: torch.Tensor, *, smooth_scales=None, group_index=None, dst_type: str = "int8",
-                  scale_out: str | None = None):
+                  scale_out: str | None = None, numerics=None):
     """:func:`w8a8.dynamic_quant`: ``(y, scale)``; ``y`` int8 of x's shape or packed int4 words.
 
-    ``scale_out``: the scale formula of the kernel (None: the one the A3 tiling picks for x's shape,
-    :mod:`.kernel_variants`; a caller that quantizes a row block of a larger activation passes the
-    whole activation's)."""
+    ``scale_out``: the scale formula of the kernel (None: the one the host tiling picks for x's shape on
+    the platform of ``numerics``, the call's record, :mod:`.kernel_variants`; a caller that quantizes a row
+    block of a larger activation passes the whole activation's)."""
     if scale_out is None:
         from .kernel_variants import dynamic_quant as variant
 
         scale_out = variant(tuple(x.shape), x.dtype, dst=dst_type, smooth=smooth_scales is not None,
-                            groups=None if group_index is None else group_index.numel()).scale_out
+                            groups=None if group_index is None else group_index.numel(), numerics=numerics).scale_out
     xf = _rows(x)
     _smooth("dynamic_quant", xf, smooth_scales, group_index)
     y, scale = quantize_rows(xf, 7 if dst_type == "int4" else 127, scale_out)

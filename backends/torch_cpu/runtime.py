@@ -2,7 +2,7 @@
 
 Nothing here imports torch at module import time; :func:`torch_module` does, once.
 
-**Path selection** (spec/cpu-performance.md §5-6): the fastest exact int8 GEMM of torch on the CPU
+**Path selection** (docs/performance-amx.md): the fastest exact int8 GEMM of torch on the CPU
 depends on the instruction set.
 
 * ``"qlinear"`` — ``torch.ops.onednn.qlinear_prepack`` + ``qlinear_pointwise`` with weights packed
@@ -30,7 +30,7 @@ self-test (AVX-512 VNNI and a C compiler: :func:`vnni_status` says why not), els
 ``W8A8_TORCH_CPU_GEMM`` (``auto`` / ``int_mm`` / ``qlinear`` / ``vnni`` / ``amx``) overrides the default of
 :class:`~backends.torch_cpu.TorchCpuBackend`.
 
-**Thread policy** (spec §9), two parts, both measured on this 2-core Zen 4 shared with other jobs:
+**Thread policy**, two parts, both measured on this 2-core Zen 4 shared with other jobs:
 
 1. *BLAS pools.* NumPy's OpenBLAS threads and torch's OpenMP threads fight over the cores when both
    pools are active in one process: after a call each pool keeps its workers spinning for a while,

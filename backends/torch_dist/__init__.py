@@ -1,4 +1,4 @@
-"""``torch-dist``: expert parallelism on torch.distributed, R real processes (spec/expert-parallel.md §6.5).
+"""``torch-dist``: expert parallelism on torch.distributed, R real processes (docs/expert-parallelism.md).
 
 The golden's EP ops run on a *list of simulated ranks*; this backend runs each rank in its own process
 (:class:`.pool.RankPool`: ``R`` worker processes joined by one gloo process group over 127.0.0.1; on

@@ -1,7 +1,7 @@
-"""The expert-parallel exchange on a torch.distributed process group (spec/expert-parallel.md §6.5).
+"""The expert-parallel exchange on a torch.distributed process group (docs/expert-parallelism.md).
 
 Runs on one rank, inside a rank process (:mod:`.worker`); the same code runs on gloo (CPU tensors) and
-on HCCL (NPU tensors: ``device`` is where the buffers live). Vocabulary of the spec: R ranks, E routed
+on HCCL (NPU tensors: ``device`` is where the buffers live). Vocabulary: R ranks, E routed
 experts, ``E_loc = E / R`` per rank, expert ``e`` on rank ``e // E_loc`` as local expert ``e % E_loc`` (no
 shared-expert ranks: the golden refuses S > 0), K slots per token, a *copy* is
 ``(t, k)`` with flat index ``f = t*K + k``.
@@ -21,14 +21,14 @@ shared-expert ranks: the golden refuses S > 0), K slots per token, a *copy* is
    rows unchanged (bf16 mode);
 6. the receiver's rows arrive in order ``(source, local expert, f)``; a stable sort by local expert
    (keys ``repeat_interleave(tile(arange(E_loc), R), cnt_recv)``) gives the **canonical order
-   (local expert, source, f)** of spec §1.6, kept as a permutation for the way back.
+   (local expert, source, f)** of the MC2 dispatch, kept as a permutation for the way back.
 
 **Combine** (:func:`combine`): the expert outputs (canonical order) are put back in arrival order
 (the inverse permutation), ``all_to_all_single`` returns them with the splits swapped, so the sender
 receives its copies in its own send order; they are scattered to their ``(t, k)`` slots and summed
-per token as spec §6.3 step 5: ``acc = +0.0f``; for k ascending ``acc = fp32(acc + fp32(y) * w[t, k])``
-(a multiply, then an add: two fp32 roundings, never a fused multiply-add), then one RNE rounding to
-bf16. Inactive copies contribute nothing.
+per token as the ops-transformer combine kernel does: ``acc = +0.0f``; for k ascending
+``acc = fp32(acc + fp32(y) * w[t, k])`` (a multiply, then an add: two fp32 roundings, never a fused multiply-add),
+then one RNE rounding to bf16. Inactive copies contribute nothing.
 
 Every step is timed into ``clock`` (a dict of seconds per phase) when one is given.
 """
@@ -61,7 +61,7 @@ class Handle:
 
 @dataclass
 class Received:
-    """A rank's received rows in canonical order (spec §6.2's EpRecv)."""
+    """A rank's received rows in canonical order (the golden's ``EpRecv``)."""
 
     x: torch.Tensor                      # int8 | bf16 [A, H]
     scale: torch.Tensor | None           # fp32 [A] (int8 mode) or None
@@ -201,9 +201,10 @@ def return_rows(y: torch.Tensor, handle: Handle, group, clock: dict | None = Non
 
 def weighted_sum(rows: torch.Tensor, weights: torch.Tensor, present: torch.Tensor | None,
                  extra: torch.Tensor | None = None) -> torch.Tensor:
-    """fp32 ``acc [T, H]`` of spec §6.3 step 5 / §1.8: from +0, for k ascending, where the copy is
-    ``present`` (bool ``[T, K]``, None: all), ``acc = acc + fp32(row) * w[t, k]`` (a multiply, then an add);
-    then ``acc = acc + fp32(extra[t])`` (unweighted) if given. ``rows``: ``[T*K, H]`` in flat order."""
+    """fp32 ``acc [T, H]`` of the combine (ops-transformer ``mc2/moe_distribute_combine_v2/``): from +0, for k
+    ascending, where the copy is ``present`` (bool ``[T, K]``, None: all), ``acc = acc + fp32(row) * w[t, k]`` (a
+    multiply, then an add); then ``acc = acc + fp32(extra[t])`` (unweighted) if given. ``rows``: ``[T*K, H]`` in flat
+    order."""
     t, k = weights.shape
     h = rows.shape[1]
     r = rows.view(t, k, h)

@@ -1,4 +1,4 @@
-"""One rank's routed experts: the grouped W8A8 chain on the received rows (spec/expert-parallel.md §6.3 step 4).
+"""One rank's routed experts: the grouped W8A8 chain on the received rows (step 4 of :mod:`w8a8.moe.ep_layer`).
 
 The arithmetic is torch-cpu's, reused as is (its ``grouped_matmul`` and ``dequant_swiglu_quant`` device
 functions, each bit-identical to the golden op of the same name: ``tests/backends/test_torch_cpu_moe.py``)::

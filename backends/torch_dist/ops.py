@@ -103,8 +103,8 @@ class EpOps:
     def w8a8_moe_ep_stages(self, *args, **kwargs) -> dict:
         """``w8a8_moe_ep`` run by the rank processes, with what crossed the wire and every intermediate,
         per rank (lists in rank order), under the names of the golden's :func:`w8a8.w8a8_moe_ep_stages`
-        (so that the invariants of spec §6.6 apply to this backend's real exchange), and ``seconds`` /
-        ``wire`` (per rank: the phases' seconds, the bytes each rank sent)."""
+        (so that the invariants of :mod:`conformance.ep_invariants` apply to this backend's real exchange), and
+        ``seconds`` / ``wire`` (per rank: the phases' seconds, the bytes each rank sent)."""
         from w8a8 import registry
 
         self._require_available()

@@ -1,4 +1,5 @@
-"""The sender's quantizers of the INT8 dispatch, in torch (spec/expert-parallel.md §1.5, §2.3, §2.5).
+"""The sender's quantizers of the INT8 dispatch, in torch (the MC2 dispatch kernel, Ascend DeepEP's
+normal mode, its ``alltoall`` strategy: :data:`w8a8.Numerics.ep_dispatch_quant`).
 
 Each is ``fn(xf fp32 [S, H]) -> (int8 [S, H], fp32 [S])`` (``xf`` is used as scratch), bit for bit the
 golden's formula of the dispatch mode:
@@ -50,7 +51,7 @@ def quantizer(formula: str, *, amax_eps: float = 0.0, rounding: str = "half_even
 
 
 def comm_roundtrip(y: torch.Tensor) -> torch.Tensor:
-    """``comm_quant_mode = 2``: the combine's int8 return trip in groups of 8 elements (spec §1.8), as the
+    """``comm_quant_mode = 2``: the combine's int8 return trip in groups of 8 elements, as the
     golden's ``comm_quant_roundtrip``: ``s_g = max|fp32(y_g)| * fp32(1/127)``; codes
     ``rint(fp32(fp16(fp32(y) / s_g)))`` half to even, clamped to [-128, 127], NaN (an all-zero group) -> 0;
     ``y' = dtype(fp32(fp16(q)) * fp32(dtype(s_g)))``. ``y``: bf16 / fp16 ``[A, H]`` with ``H % 8 == 0``."""

@@ -1,4 +1,4 @@
-"""The shared expert on the source rank (spec/expert-parallel.md §6.1), as the golden's ``w8a8_moe`` runs it.
+"""The shared expert on the source rank, as the golden's ``w8a8_moe`` runs it.
 
 ``shared = w8a8_dynamic_linear(swiglu(cat(w8a8_dynamic_linear(h, gate), w8a8_dynamic_linear(h, up))), down)``,
 each op run by the torch-cpu backend (its public ops: the golden's checks on the real operands, so a

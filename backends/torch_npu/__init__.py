@@ -1,6 +1,6 @@
 """``torch-npu``: Ascend 910C (Atlas A3) through torch_npu.
 
-Two halves (DESIGN.md § Backends):
+Two halves (docs/backends.md):
 
 * **lowering** (:mod:`.lowering`, :mod:`.lowering_moe`, :mod:`.plan`): the golden's checked
   arguments -> the exact torch_npu calls, load steps and constraints; pure Python + NumPy, tested
@@ -65,8 +65,9 @@ class TorchNpuBackend(Backend):
     --------
     Declares :data:`w8a8.ASCEND`, the record the golden's defaults describe: this is the device it
     describes. None of its fields is confirmed on hardware from this repository; each is inferred
-    from sources (spec/ascend-ops.md). By kernel source: ``round_mode`` (CAST_RINT), ``quant_codes``
-    (``127 / amax`` then multiply), ``int32_bias`` (in the cube), ``epilogue_order``. By adapter
+    from sources (hicann/ops-nn kernels, Ascend/op-plugin adapters; docs/golden.md). By kernel source: ``round_mode``
+    (CAST_RINT), ``quant_codes`` (``127 / amax`` then multiply), ``int32_bias`` (in the cube), ``epilogue_order``. By
+    adapter
     source: ``fp19_scale="adapter"`` and ``fp19_round_mode=0`` (the lowering packs explicitly where the
     adapter would). Path-dependent in the kernel sources: ``scale_out`` (``1/inv`` on the main path,
     ``amax * (1/127)`` on the double-buffer path, within 1 ulp) and ``routing_quant_round`` (RINT on

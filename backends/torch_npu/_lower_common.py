@@ -63,7 +63,8 @@ def place_weight(b: Builder, ref: T, shape: tuple[int, ...], dtype, options: Opt
     if nd_only is not None:
         if forced == "NZ":
             reject(op, arg, "ND (weight_format='NZ' was requested)", f"a call that takes ND weights only: {nd_only}",
-                   "spec/ascend-ops.md §5.3")
+                   "hicann/ops-transformer aclnn_grouped_matmul.cpp CheckQuantParamsDtype: "
+                   "int64 scale takes ND weights")
         return _keep_nd(b, ref, arg, nd_only)
     if forced == "ND":
         return _keep_nd(b, ref, arg, "weight_format='ND' requested")

@@ -1,4 +1,5 @@
-"""Can torch_npu run here? A precise answer without breaking the process (spec/ascend-ops.md §9).
+"""Can torch_npu run here? A precise answer without breaking the process (the torch_npu
+wheel's ``torch_npu/_init/registry/registry_manager.py::_cann_package_check``; docs/backends.md).
 
 :func:`probe` checks, in this order, and stops at the first failure:
 

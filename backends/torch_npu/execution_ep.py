@@ -3,7 +3,7 @@
 Each rank runs its own :class:`~backends.torch_npu.plan.Plan` exactly as a single-device plan runs
 (:func:`run_rank`: transfer, load steps, barrier, the timed calls, barrier, copy back), with a
 :class:`~backends.torch_npu.execution.Runtime` whose ``groups["ep"]`` is the HCCL communicator name the MC2
-ops take as ``group_ep`` (spec/expert-parallel.md §1.1)::
+ops take as ``group_ep`` (op-plugin docs example; vllm-ascend ``TokenDispatcherWithMC2.__init__``)::
 
     torch.npu.set_device(device)
     dist.init_process_group("hccl", init_method="tcp://127.0.0.1:<port>", rank=q, world_size=R)

@@ -11,8 +11,8 @@ golden's ``ValueError`` / ``TypeError`` with its message. A lowering then applie
 torch_npu / CANN constraints the golden does not have, before any device call
 (:class:`~backends.torch_npu.plan.ConstraintError` / ``ConstraintTypeError``).
 
-Dense ops (spec/ascend-ops.md §1–§6, spec/serving-paths.md §3–§4, the torch_npu 2.13.0 docs and meta
-registrations):
+Dense ops (Ascend/op-plugin adapters and docs, hicann/ops-nn kernels, SGLang's and vllm-ascend's W8A8 Linear
+methods, the torch_npu 2.13.0 docs and meta registrations):
 
 =====================  ===============================================================================
 op                     lowered to
@@ -37,7 +37,7 @@ nz_to_nd               Unsupported: no torch_npu op takes FRACTAL_NZ storage as 
                        only produced by ``npu_format_cast``)
 =====================  ===============================================================================
 
-quant_matmul rules (spec §3.2–§3.5, serving-paths §3–§4):
+quant_matmul rules (op-plugin ``QuantMatmulKernelNpuOpApi.cpp``, ops-nn ``aclnnQuantMatmulV4.md``):
 
 * ``scale`` fp32 with fp16 / int8 output and no ``pertoken_scale``: packed at load with
   ``npu_trans_quant_param(scale, offset)`` (FP19, truncated) — the adapter would do exactly this on
@@ -109,7 +109,7 @@ def _dynamic(op: str, fn: str, names: tuple[str, ...], a) -> Plan:
         kwargs["group_index"] = b.input("group_index", gi, "param")
     kwargs["dst_type"] = DType("quint4x2" if a.dst == _dt.int4 else "int8")
     b.decide("quant_mode / dst_type_max left at their defaults ('pertoken', 0.0): the only mode Atlas A3 supports "
-             "(spec §1.2), and absent from the 7.x schema")
+             "(ops-nn aclnnDynamicQuantV3.md), and absent from the 7.x schema")
     outs = b.call(fn, (xt,), kwargs, out=names)
     return b.build(outs)
 
@@ -236,7 +236,7 @@ def matmul_call(b: Builder, x1: T, x2: T, s: np.ndarray, off, pertoken: T | None
         scale = b.load("torch_npu.npu_trans_quant_param", (raw, b.optional("offset", off)), out=f"{scale_name}_packed",
                        why="fp32 scale, fp16/int8 output, no pertoken_scale: FP19 int64 as the adapter packs it")
         b.decide(f"scale float32 with {out.name} output and no pertoken_scale -> npu_trans_quant_param at load "
-                 "(FP19, truncated; spec §3.5: the adapter would pack it on every call)"
+                 "(FP19, truncated; op-plugin QuantMatmulKernelNpuOpApi.cpp would pack it on every call)"
                  + ("; the offset is packed into it" if off is not None else ""))
         off = None
     elif s.dtype == _dt.uint64:
@@ -304,7 +304,7 @@ def lower_int_matmul(args, options: Options = DEFAULT) -> Plan:
     y = pb.call("torch_npu.npu_quant_matmul", (pb.input("a", args.a), pb.input("b", args.b), ones),
                 {"output_dtype": DType("int32")}, out="acc")
     pb.decide("int_matmul has no torch_npu op: npu_quant_matmul with int32 output returns the raw accumulator "
-              "(scale ignored; spec §3.4)")
+              "(scale ignored)")
     return pb.build(y)
 
 

@@ -1,8 +1,9 @@
 """Lowering of the expert-parallel ops to the MC2 calls each rank makes (pure Python + NumPy).
 
 Golden signatures: :mod:`w8a8.moe.ep_dispatch`, :mod:`w8a8.moe.ep_combine`, :mod:`w8a8.moe.ep_layer` (one
-entry per simulated rank). Sources: spec/expert-parallel.md §1 (the torch_npu 2.13.0 schema, docs and
-meta registrations), §2.2 / §3.1 / §3.3 (how SGLang and vllm-ascend chain the MC2 ops with the runner).
+entry per simulated rank). Sources: the torch_npu 2.13.0 schema, op-plugin docs and meta registrations; how SGLang
+(``layers/moe/moe_runner/ascend.py``) and vllm-ascend (``vllm_ascend/ops/fused_moe/token_dispatcher.py``,
+``moe_mlp.py``) chain the MC2 ops with the runner; docs/expert-parallelism.md.
 
 An EP op lowers to an :class:`~backends.torch_npu.plan.EpPlan`: one :class:`~backends.torch_npu.plan.Plan`
 per rank q, whose timed calls are the rank's own:
@@ -28,8 +29,8 @@ w8a8_moe_ep                 load: the rank's experts ``[E_loc, ...]`` transposed
 ==========================  ===========================================================================
 
 The INT8 path hands the received ``dynamic_scales`` to W13 as its ``per_token_scale``: the runner's
-``if pertoken_scale is None: npu_dynamic_quant`` never runs (spec §2.2 step 2, §3.3), so the plan holds no
-``npu_dynamic_quant`` call; the BF16 fallback quantizes once, on arrival.
+``if pertoken_scale is None: npu_dynamic_quant`` never runs (SGLang ``moe_runner/ascend.py``, vllm-ascend
+``moe_mlp.py``), so the plan holds no ``npu_dynamic_quant`` call; the BF16 fallback quantizes once, on arrival.
 
 Device shapes (the 2.13.0 meta): dispatch returns ``A = global_bs_real * min(E_loc, K)`` rows
 (``global_bs_real = global_bs or BS * R``) of which the first ``A_q`` (the rows rank q receives) are
@@ -38,7 +39,7 @@ the dispatch's shapes: the golden's valid rows are padded on the host to the dev
 kernel never reads, located by ``ep_send_counts``).
 
 Argument checks: the golden's ``<op>_args`` ran first (``Backend.prepare`` / :func:`~.lowering.lower`):
-every A3 rule of spec §1.3 / §1.7 is the golden's error, raised before any device call. What only the
+every A3 rule of the op-plugin dispatch docs is the golden's error, raised before any device call. What only the
 device refuses is a :class:`~backends.torch_npu.plan.ConstraintError`.
 """
 
@@ -95,12 +96,12 @@ def device_mask(active: np.ndarray) -> np.ndarray:
 
 
 def group_kwargs(b: Builder, g, q: int, *, tp_world_size: int) -> dict:
-    """The group arguments of rank q's MC2 call, in the schema's order (spec §1.2)."""
+    """The group arguments of rank q's MC2 call, in the schema's order (torch_npu 2.13.0)."""
     b.decide(f"group_ep: the HCCL communicator name of the rank's process group, resolved at execution "
              f"(get_hccl_comm_name), for the golden's group {g.group_ep!r}")
     if tp_world_size:
         b.decide("tp_world_size=1: group_tp is the EP group's name, tp_rank_id=0 (as vllm-ascend passes on A3, "
-                 "spec §3.1)")
+                 "vllm-ascend TokenDispatcherWithMC2)")
     return {"group_ep": GROUP, "ep_world_size": g.ranks, "ep_rank_id": q, "moe_expert_num": g.experts}
 
 
@@ -277,7 +278,8 @@ def lower_w8a8_moe_ep(a, options: Options = DEFAULT) -> EpPlan:
         kwargs.update(global_bs=int(d.global_bs), comm_quant_mode=0, comm_alg="")
         wts = b.input("topk_weights", a.topk_weights[q], source="fp32 (combine expert_scales)")
         out = b.call("torch_npu.npu_moe_distribute_combine_v2", (y, ids, assist, recv, wts), kwargs, out="routed",
-                     why="fp32 weights, ascending k from +0, rounded once (spec §1.8)")
+                     why="fp32 weights, ascending k from +0, rounded once "
+                         "(ops-transformer moe_distribute_combine_v2)")
         b.decide(f"rank {q} receives A_q = {rows[q]} rows in a device buffer of "
                  f"{capacity([h.shape[0] for h in a.hidden], d.global_bs, d.group.e_loc, a.k)}; the grouped matmuls "
                  "and the combine touch only the first A_q (group_list, ep_send_counts)")

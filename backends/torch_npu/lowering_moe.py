@@ -1,7 +1,7 @@
 """Lowering of the grouped-MoE ops and the W8A8 MoE serving path to torch_npu calls (pure Python + NumPy).
 
-Golden signatures: :mod:`w8a8.moe`. Sources: spec/ascend-ops.md §5, §7; spec/serving-paths.md §5; the
-torch_npu 2.13.0 docs and meta registrations.
+Golden signatures: :mod:`w8a8.moe`. Sources: hicann/ops-transformer (grouped matmul, MoE kernels), Ascend/op-plugin
+adapters, SGLang's ascend_tp MoE path; the torch_npu 2.13.0 docs and meta registrations.
 
 =========================  ==================================================================================
 op                         lowered to
@@ -103,7 +103,7 @@ def _gating_rejects(op: str, g: MoeGatingTopKArgs) -> None:
                f"{_DOCS}: npu_moe_gating_top_k norm_type is 0 or 1 (2 needs aclnnMoeGatingTopKV2)")
     if g.per_group <= 2:
         reject(op, "group_count", "such that E / group_count > 2", f"{g.group_count} (E = {g.x.shape[1]})",
-               f"{_DOCS}: npu_moe_gating_top_k group_count; spec §7.4")
+               f"{_DOCS}: npu_moe_gating_top_k group_count")
 
 
 def gating_top_k_into(b: Builder, op: str, x: T, k: int, bias: T | None, *, input_ids=None, tid2eid=None,
@@ -198,7 +198,7 @@ def lower_moe_init_routing_v2(p, options: Options = DEFAULT) -> Plan:
                f"values in [{ids.min()}, {ids.max()}]", source + " 'expert ids must not exceed the expert count'")
     b = Builder(op)
     b.decide(f"active_expert_range passed explicitly as [{r.start}, {r.end}] (the adapter's empty-range default "
-             "caches the first call's expert_num; spec §7.6)")
+             "caches the first call's expert_num: op-plugin MoeInitRoutingV2KernelNpuOpApi.cpp)")
     tokens_type = 1 if r.count_type == 0 else r.count_type
     ex, row, counts, sc = routing_v2_into(
         b, op, b.input("x", p.x), b.input("expert_idx", ids), scale=b.optional("scale", p.scale),
@@ -251,7 +251,8 @@ def lower_grouped_matmul(a, options: Options = DEFAULT) -> Plan:
     m, k = a.x.shape
     n, out, s, total = a.weight.shape[2], a.out, a.scale, a.total
     b = Builder(op)
-    nd_only = "the per-channel int8-output combination takes ND weights (spec §5.3)" if out == _dt.int8 else None
+    nd_only = ("the per-channel int8-output combination takes ND weights (ops-transformer CheckQuantParamsDtype)"
+               if out == _dt.int8 else None)
     w = place_weight(b, b.input("weight", a.weight, "weight"), (k, n), _dt.int8, options, op=op, arg="weight",
                      nd_only=nd_only)
     if s is not None and s.dtype == _dt.uint64:
@@ -262,7 +263,8 @@ def lower_grouped_matmul(a, options: Options = DEFAULT) -> Plan:
     y = grouped_call(b, b.input("x", a.x), w, scale=b.optional("scale", s), per_token=ptt,
                      bias=b.optional("bias", a.bias), group_list=gl, group_list_type=a.group_list_type,
                      act_type=a.act_type, out=out, split_item=a.split_item)
-    b.fixup(y, total, m, "rows past the group-list total are not written by the device (spec §5.2)")
+    b.fixup(y, total, m, "rows past the group-list total are not written by the device (op-plugin "
+                         "GroupedMatmulKernelNpuOpApi.cpp allocates y uninitialized)")
     return b.build(y, container="list" if a.as_list else "single")
 
 
@@ -286,7 +288,7 @@ def lower_dequant_swiglu_quant(a, options: Options = DEFAULT) -> Plan:
     if a.swiglu_limit is not None:
         reject(op, "swiglu_limit", "None", repr(a.swiglu_limit), "DeepSeek-V4's clamp is not a torch_npu argument; "
                "swiglu_mode=1/2 computes gate * sigmoid(alpha * gate) * (up + glu_bias) with an unconfirmed half "
-               "order (spec §7.2)")
+               "order")
     if a.is_int and a.activation_scale is None:
         reject(op, "activation_scale", "the float32 [T] per-token scale for int32 x", "None",
                source + " 'required when x is int32'")
@@ -346,7 +348,7 @@ def finalize_call(b: Builder, rows: T, skip1, skip2, bias, scales, idx: T, exper
 def _expert_weights(b: Builder, op: str, h: int, ew: ExpertWeights, options: Options):
     """Load: W13 [E, 2I, H] -> [E, H, 2I], W2 [E, H, I] -> [E, I, H] (transpose(1, 2).contiguous(), NZ
     decision), scales [E, out] (the golden's checked views) -> bf16 on the host (SGLang modular path,
-    serving-paths §5.0)."""
+    ``hardware_backend/npu/quantization/moe_methods.py``)."""
     e, i2 = ew.e, 2 * ew.i
     scales = []
     for arg, value in (("w13_scale", ew.w13_scale), ("w2_scale", ew.w2_scale)):

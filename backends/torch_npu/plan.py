@@ -81,7 +81,7 @@ class DType:
 class Group:
     """The HCCL communicator name of the rank's process group (``group_ep`` / ``group_tp`` of the MC2 EP
     ops), resolved at execution: ``group._get_backend(torch.device("npu")).get_hccl_comm_name(rank)``
-    (spec/expert-parallel.md §1.1). The golden's ``group_ep`` is only a checked name; the device needs this."""
+    (op-plugin docs example). The golden's ``group_ep`` is only a checked name; the device needs this."""
 
     name: str = "ep"
 

@@ -8,7 +8,7 @@ what a user does: zero-copy tensors of the NumPy arrays, 2-D views, the golden's
 bias of ``w8a8_dynamic_linear`` (the bf16 rounding of the scale is part of that op's contract), packing
 int4 codes into int32 words.
 
-The record (:data:`NUMERICS`, research/foreign FINDINGS §8.1, verified against torchao 0.18.0:
+The record (:data:`NUMERICS`, docs/backends.md, verified against torchao 0.18.0:
 ``tests/backends/test_torchao.py``): the int8 scale is ``amax / 127.5`` computed in x's dtype and floored at
 ``2^-23``, the codes ``rint(x * fp32(1 / s))`` in ``[-128, 127]``, the linear's epilogue
 ``out(fp32(out(acc * s_x)) * s_w + b)``, NVFP4's codes ``x * ((1 / S) / s_b)``; MX is the golden's own

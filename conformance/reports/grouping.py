@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from ..evaluate import BAD_STATUSES, UNSPECIFIED
@@ -50,6 +50,16 @@ def cause_of(record: dict) -> str:
     if record["status"] in ("crashed", "timeout", "leak"):
         return record["status"] + (": " + _normalized(note) if note else "")
     return _normalized(note.splitlines()[0] if note else record["status"])
+
+
+def cause_key(record: dict) -> str:
+    """What a record is grouped by: the change that reproduces the backend bit for bit when attribution found
+    one (one bug, one group, whatever the call asked: a kernel ignoring ``scale_mode`` fails 'ceil' and 'rceil'
+    calls alike), else the cause text."""
+    at = record.get("attribution") or {}
+    if at.get("reproduced") and at.get("numerics_change"):
+        return "change " + json.dumps(at["numerics_change"], sort_keys=True, default=str)
+    return cause_of(record)
 
 
 @dataclass
@@ -136,9 +146,12 @@ def groups(records: list[dict]) -> list[Group]:
     for r in recs:
         if r.get("status") not in BAD:
             continue
-        key = (r["backend"], r["op"], stage_of(r), cause_of(r))
+        key = (r["backend"], r["op"], stage_of(r), cause_key(r))
         found.setdefault(key, Group(*key)).records.append(r)
     out = list(found.values())
     for g in out:
         g.separating = separating(g.records, by_op[(g.backend, g.op)])
+        texts = Counter(cause_of(r) for r in g.records).most_common()
+        g.cause = texts[0][0] + (f" (the same change also explains {len(texts) - 1} other form(s) of the call)"
+                                 if len(texts) > 1 else "")
     return sorted(out, key=lambda g: (-g.count, g.backend, g.op, g.stage, g.cause))

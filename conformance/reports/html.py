@@ -21,10 +21,16 @@ th.num{font-weight:normal;font-size:11px;max-width:220px}
 .verdict{font-size:16px;padding:8px 12px;display:inline-block;border-radius:6px}
 .ok{background:#dff5e1}.notok{background:#fbd9d7}
 code,pre{background:#f4f4f6;border-radius:4px;padding:1px 4px;font-size:12px}
-pre{padding:8px;overflow-x:auto;white-space:pre-wrap}
+pre{padding:8px;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}
+dd code,li code,p code{overflow-wrap:anywhere}td code{white-space:nowrap}
+table{display:block;max-width:100%;overflow-x:auto}
+svg.plot{max-width:100%;height:auto;display:block}
+p.bitwise{font-size:13px}
 .failure{border-left:4px solid #d33;padding:4px 12px;margin:12px 0;background:#fffafa}
 img{max-width:100%}
 dl.meta dt{font-weight:600;float:left;clear:left;width:140px}dl.meta dd{margin-left:150px}
+dl.meta::after{content:'';display:table;clear:both}
+@media (max-width:600px){dl.meta dt{float:none;width:auto}dl.meta dd{margin-left:12px}}
 """
 
 
@@ -103,13 +109,38 @@ def groups_section(summary: dict) -> list[str]:
     return out
 
 
+def _single_bin_text(single: dict, what: str) -> str:
+    """The panels a histogram figure leaves out, as a sentence: ``{name: bin}`` (bin None: nothing compared)."""
+    if not single:
+        return ""
+    by_bin: dict = {}
+    for name, b in single.items():
+        by_bin.setdefault(b, []).append(name)
+    parts = []
+    for b, names in sorted(by_bin.items(), key=lambda kv: str(kv[0])):
+        listed = ", ".join(f"<code>{_e(n)}</code>" for n in names)
+        if b is None:
+            parts.append(f"nothing compared: {listed}")
+        elif str(b) == "0":
+            parts.append(f"bit for bit on every compared element: {listed}")
+        else:
+            parts.append(f"every element at distance {_e(b)}: {listed}")
+        parts[-1] = f"{len(names)} {what}(s) " + parts[-1]
+    return "<p class='bitwise'>" + "; ".join(parts) + " (one bar each: no histogram drawn).</p>"
+
+
 def histograms_section(summary: dict, meta: dict) -> list[str]:
+    """Per backend run, the distance histograms of the ops whose elements fall in two or more distance bins;
+    the others in one sentence."""
     cells = summary["cells"]
     out = ["<h2>Error histograms</h2>"]
     for b in sorted(cells):
-        img = plots.png_base64(plots.error_histograms(cells[b], b))
-        out.append(f"<figure><img class='plot' alt='error histograms of {_e(b)}' "
-                   f"src='data:image/png;base64,{img}'><figcaption>{_e(b)}</figcaption></figure>")
+        drawn, single = plots.split_by_bins({op: c.get("hist") or {} for op, c in cells[b].items()})
+        fig = plots.error_histograms(cells[b], b, drawn)
+        out.append(f"<figure><figcaption><b>{_e(b)}</b></figcaption>")
+        if fig is not None:
+            out.append(plots.svg_inline(fig, f"error histograms of {b}"))
+        out.append(_single_bin_text(single, "op") + "</figure>")
     for title, b64 in meta.get("extra_plots", []):
         out.append(f"<figure><img class='plot' alt='{_e(title)}' src='data:image/png;base64,{b64}'>"
                    f"<figcaption>{_e(title)}</figcaption></figure>")
@@ -194,8 +225,19 @@ def render_tune(stats: dict, entries: list, meta: dict) -> str:
         rows.append(f"<tr><td><code>{_e(e.op)}</code></td><td>{_e(e.output)}</td><td>{_e(e.dtype)}</td>"
                     f"<td>{e.samples}</td><td>{e.max_observed}</td><td>{_e(e.describe())}</td><td>{_e(e.bound)}</td>"
                     f"<td>{_e(e.notes)}</td></tr>")
-    hist = plots.png_base64(plots.distance_histograms(stats))
-    vsk = plots.png_base64(plots.error_vs_k(stats))
+    drawn, single = plots.split_by_bins({k: {"": dict(v.histogram)} for k, v in stats.items()})
+    names = {k: f"{k[0]}.{k[1]} ({k[2]})" for k in stats}
+    hist = plots.distance_histograms(stats, drawn)
+    hist_html = (plots.svg_inline(hist, "distance histograms") if hist is not None else "") + \
+        _single_bin_text({names[k]: b for k, b in single.items()}, "output")
+    k_drawn, flat = plots.k_panels(stats)
+    vsk = plots.error_vs_k(stats)
+    vsk_html = plots.svg_inline(vsk, "error vs K") if vsk is not None else ""
+    if flat:
+        vsk_html += "<p class='bitwise'>The same worst distance at every K: " + "; ".join(
+            f"<code>{_e(names[k])}</code> {_e(d)}" for k, d in flat.items()) + " (no panel drawn).</p>"
+    if not k_drawn and not flat:
+        vsk_html = "<p>No tuned output has a reduction length K.</p>"
     return "\n".join([
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>w8a8 tune</title>",
         f"<style>{CSS}</style></head><body><h1>w8a8 tune: {_e(meta.get('backend'))} vs {_e(meta.get('against'))}</h1>",
@@ -203,6 +245,6 @@ def render_tune(stats: dict, entries: list, meta: dict) -> str:
         "<table class='matrix' id='tolerances'><thead><tr><th>op</th><th>output</th><th>dtype</th><th>cases</th>"
         "<th>worst</th><th>recommended</th><th>analytic bound</th><th>basis</th></tr></thead><tbody>",
         *rows, "</tbody></table>",
-        f"<h2>Distance histograms</h2><img class='plot' alt='histograms' src='data:image/png;base64,{hist}'>",
-        f"<h2>Error vs K</h2><img class='plot' alt='error vs K' src='data:image/png;base64,{vsk}'>",
+        f"<h2>Distance histograms</h2>{hist_html}",
+        f"<h2>Error vs K</h2>{vsk_html}",
         "</body></html>"])

@@ -5,7 +5,7 @@ mapped op — over adversarial data (exact .5 ties, all-zero rows, subnormals, o
 1025) — and refuse what the golden refuses with the golden's message (NaN / Inf included: the base class runs
 the golden's check before the library sees the call). Each declared field is shown to matter: the golden under
 the Ascend record differs on the same inputs. Calls outside what a kernel takes are declined with a reason.
-The research behind the records: research/foreign FINDINGS §1-§3, §8.
+The records are summarised in docs/backends.md.
 
 Skipped (with the reason) where onnxruntime / onnx are not installed: ``pip install -e ".[ort]"``.
 """
@@ -307,7 +307,7 @@ def test_matmul_nbits_dequantizes_the_weight_in_fp32():
 @pytest.mark.parametrize("int4", [True, False])
 @pytest.mark.parametrize("group", [0, 32, 64])
 def test_matmul_nbits_matches_within_fp32_summation(int4, group):
-    # the golden sums exactly and rounds once; MatMulNBits sums in fp32 (an SGEMM: not modelled, FINDINGS §3).
+    # the golden sums exactly and rounds once; MatMulNBits sums in fp32 (an SGEMM: not modelled).
     # Bound per element: |y - golden| <= ulp_fp16(golden) + K * 2^-24 * sum_k |x_k| |w_hat_kn| (fp32 summation)
     rng = np.random.default_rng(7 + group + int4)
     golden = NumpyBackend(ORT.numerics)

@@ -7,7 +7,7 @@
 * **the layer at R = 1, 2, 4** with ranks holding 0 tokens and an expert receiving nothing, in both dispatch
   modes and every ``ep_dispatch_quant`` / ``ep_combine_weights``; every stage of
   :meth:`TorchDistBackend.w8a8_moe_ep_stages` (what crossed the wire, GMM1's input, the quantizer calls)
-  equal to the golden's ``w8a8_moe_ep_stages`` — the invariants of spec §6.6 on the real exchange;
+  equal to the golden's ``w8a8_moe_ep_stages`` — the invariants of conformance.ep_invariants on the real exchange;
 * **the pool**: kept across calls, grown for a larger R, torn down at once when a rank fails (the other
   ranks blocked in a collective), no worker outliving its parent, ``available()``'s reasons.
 
@@ -207,7 +207,7 @@ def test_numerics_other_than_the_ep_fields_are_refused(td):
     assert td.accepts_numerics(w8a8.ASCEND.replace(ep_dispatch_quant="init_routing", ep_combine_weights="bfloat16"))
 
 
-# -- the invariants of spec §6.6 (conformance.ep_invariants) on the real exchange -------------------------------
+# -- the invariants of conformance.ep_invariants on the real exchange ---------------------------------------------
 
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(p=layer_params())
@@ -216,7 +216,7 @@ def test_invariants_hold_on_the_real_exchange_as_on_the_golden(td, p):
     violated on the int8 path. (Under the A3 record the bf16 path's on-arrival ``dynamic_quant`` takes the
     kernel its row count selects, whose scale ``amax * fp32(1/127)`` is not the reference ``1 / (127 / amax)``
     on some shapes: ``bf16_quantizes_once_on_arrival`` then flags the golden and this backend alike, which is
-    why spec §6.4's claims are stated under ``variants="fixed"``.)"""
+    why the EP claims are stated under ``variants="fixed"``.)"""
     args, kw = layer_call(p)
     a = w8a8_moe_ep_args(*args, **kw)
     got = inv.violations(td.w8a8_moe_ep_stages(*args, **kw), a, w8a8.ASCEND)

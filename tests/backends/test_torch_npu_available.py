@@ -1,9 +1,10 @@
 """``torch-npu`` availability: the precise reason, in the documented order, without importing torch_npu.
 
-The fakes reproduce what spec/ascend-ops.md §9 documents: without CANN, ``import torch_npu`` fails
-with ``ImportError: libhccl.so: cannot open shared object file: No such file or directory``; with
-the wheel installed, torch's backend autoload makes ``import torch`` fail with a RuntimeError
-caused by it; torch_npu checks ASCEND_HOME_PATH (with runtime/ and compiler/) and ASCEND_OPP_PATH.
+The fakes reproduce what the torch_npu wheel does (``_check_npu_import``, ``registry_manager.py``): without CANN,
+``import torch_npu`` fails with
+``ImportError: libhccl.so: cannot open shared object file: No such file or directory``; with the wheel installed,
+torch's backend autoload makes ``import torch`` fail with a RuntimeError caused by it; torch_npu checks
+ASCEND_HOME_PATH (with runtime/ and compiler/) and ASCEND_OPP_PATH.
 """
 
 from __future__ import annotations

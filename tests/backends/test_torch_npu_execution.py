@@ -129,7 +129,7 @@ class FakeTorchNpu:
         self.rank, self.world = rank, world
         self.npu = SimpleNamespace(config=SimpleNamespace(allow_internal_format=False))
 
-    # -- the MC2 expert-parallel ops (spec/expert-parallel.md §1.2: the 2.13.0 schema, keywords after x, ids)
+    # -- the MC2 expert-parallel ops (the torch_npu 2.13.0 schema, keywords after x, ids)
     def _rank_checks(self, group_ep, ep_world_size, ep_rank_id, tp_world_size, group_tp):
         assert self.world is not None, "an MC2 op outside an HCCL group"
         assert group_ep == self.world.name(self.rank), ("group_ep must be the rank's HCCL comm name", group_ep)

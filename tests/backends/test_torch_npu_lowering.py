@@ -1,6 +1,6 @@
 """Lowering of the dense ops to torch_npu calls (backends.torch_npu.lowering): pure, no device.
 
-Each test names the documented rule it pins (spec/ascend-ops.md, spec/serving-paths.md, the torch_npu
+Each test names the documented rule it pins (op-plugin adapters and docs, ops-nn, SGLang / vllm-ascend, the torch_npu
 2.13.0 docs / meta registrations). Where a lowering transforms arguments, the test also checks, with
 the golden, that the transformed call computes the same thing as the original one.
 """
@@ -29,8 +29,8 @@ i8, f32, bf16 = ARRAYS.i8, ARRAYS.f32, ARRAYS.bf16
 
 # -- quant_matmul: scale packing ---------------------------------------------------------------------
 def test_fp32_scale_fp16_output_is_packed_at_load_with_trans_quant_param():
-    # spec §3.5: fp32 scale, fp16 output, no pertoken -> the adapter calls npu_trans_quant_param itself;
-    # the lowering does it once at load and hands the matmul the int64 scale.
+    # op-plugin QuantMatmulKernelNpuOpApi.cpp: fp32 scale, fp16 output, no pertoken -> the adapter calls
+    # npu_trans_quant_param itself; the lowering does it once at load and hands the matmul the int64 scale.
     s = f32(32)
     plan = lower("quant_matmul", i8(4, 64), i8(64, 32), s, output_dtype="float16")
     pack = plan.find("npu_trans_quant_param", "load")
@@ -43,7 +43,8 @@ def test_fp32_scale_fp16_output_is_packed_at_load_with_trans_quant_param():
 
 
 def test_fp32_scale_int8_output_packs_the_offset_into_the_scale():
-    # The requant offset travels in bits 37..45 of the packed scale (spec §4), so the matmul gets no offset.
+    # The requant offset travels in bits 37..45 of the packed scale (ops-nn trans_quant_param_v2.h), so the matmul
+    # gets no offset.
     s, off = f32(32), np.array([-3.0], np.float32)
     plan = lower("quant_matmul", i8(4, 64), i8(64, 32), s, offset=off, output_dtype="int8")
     pack = plan.find("npu_trans_quant_param", "load")
@@ -63,7 +64,7 @@ def test_bf16_output_keeps_the_float_scale_unpacked(out, scale_dtype):
 
 
 def test_pertoken_fp16_output_keeps_fp32_scale():
-    # fp16 output with a per-token scale needs an fp32 scale, unpacked (spec §3.3 row 4).
+    # fp16 output with a per-token scale needs an fp32 scale, unpacked (aclnnQuantMatmulV4.md dtype table).
     plan = lower("quant_matmul", i8(4, 64), i8(64, 32), f32(32), pertoken_scale=f32(4), output_dtype="float16")
     assert "torch_npu.npu_trans_quant_param" not in plan.functions("load")
     mm = plan.find("npu_quant_matmul")
@@ -170,7 +171,7 @@ def test_bf16_scale_with_fp16_output_is_rejected():
 
 def test_int32_output_needs_a_float_scale():
     # torch_npu meta: "When output_dtype is int32, scale's dtype must be bfloat16 or float32" — a rule
-    # of the golden's dtype table too (spec §3.3), so the shared check refuses it with a TypeError.
+    # of the golden's dtype table too, so the shared check refuses it with a TypeError.
     packed = w8a8.trans_quant_param(f32(32))
     with pytest.raises(TypeError, match="'scale'.*int32 output"):
         lower("quant_matmul", i8(4, 64), i8(64, 32), packed, output_dtype="int32")
@@ -187,7 +188,7 @@ def test_k_above_65535_only_with_float_scale_and_pertoken():
 
 def test_n_above_65535_is_rejected():
     # Last dim of x2 <= 65535 (torch_npu docs; vllm-ascend splits wq_b with N >= 65536). A rule of the
-    # golden's quant_matmul too (spec §3.2), so the shared check refuses it with the golden's ValueError.
+    # golden's quant_matmul too (aclnnQuantMatmulV4.md), so the shared check refuses it with the golden's ValueError.
     with pytest.raises(ValueError, match="'x2'.*N <= 65535"):
         lower("quant_matmul", i8(1, 16), np.zeros((16, 65536), np.int8), f32(1), pertoken_scale=f32(1),
               output_dtype="bfloat16")

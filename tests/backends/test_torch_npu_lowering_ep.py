@@ -1,8 +1,9 @@
 """Lowering of the expert-parallel ops to per-rank MC2 calls (backends.torch_npu.lowering_ep). Pure, no device.
 
-Each test names the rule it pins: spec/expert-parallel.md §1.2 (the 2.13.0 schema), §1.4 (the capacity
-``A = global_bs_real * min(E_loc, K)`` of the meta), §2.2 / §3.3 (the runner: W13 takes the received
-scale, or quantizes once), §1.3 / §1.7 (the A3 rules, the golden's errors).
+Each test names the rule it pins: the torch_npu 2.13.0 schema, the capacity
+``A = global_bs_real * min(E_loc, K)`` of its meta registrations, the runner (SGLang ``moe_runner/ascend.py``,
+vllm-ascend ``moe_mlp.py``: W13 takes the received scale, or quantizes once), the A3 rules of the op-plugin
+docs (the golden's errors).
 """
 
 from __future__ import annotations

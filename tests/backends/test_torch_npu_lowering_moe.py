@@ -1,6 +1,6 @@
 """Lowering of the grouped-MoE ops and the W8A8 MoE path to torch_npu calls (backends.torch_npu.lowering_moe).
 
-Pure, no device. Each test names the rule it pins (spec/ascend-ops.md §5, §7; spec/serving-paths.md §5;
+Pure, no device. Each test names the rule it pins (ops-transformer, op-plugin, SGLang's ascend_tp path;
 the torch_npu 2.13.0 docs). Compositions are checked against the golden.
 """
 
@@ -52,7 +52,8 @@ def test_grouped_matmul_list_form_returns_a_list():
 
 
 def test_bf16_output_needs_a_bf16_scale():
-    # Per-token GMM: "only supports scale bf16 with output bf16, or scale fp32 when output fp16" (spec §5.3).
+    # Per-token GMM: "only supports scale bf16 with output bf16, or scale fp32 when output fp16" (ops-transformer
+    # aclnn_grouped_matmul.cpp).
     x, w, gl = gmm_args()
     plan = lower("grouped_matmul", x, w, scale=f32(3, 64).astype(BF16), group_list=gl, group_list_type=1,
                  output_dtype="bfloat16")
@@ -140,8 +141,9 @@ def test_grouped_matmul_inner_limit():
 
 # -- routing ---------------------------------------------------------------------------------------------
 def test_init_routing_v2_always_gets_range_and_quant_mode():
-    # Golden defaults (quant_mode=-1, no range): the call still spells both out (spec §7.6: the default
-    # changed 0 -> -1; an empty range caches the first call's expert_num in a static vector).
+    # Golden defaults (quant_mode=-1, no range): the call still spells both out (op-plugin
+    # MoeInitRoutingV2KernelNpuOpApi.cpp: the default changed 0 -> -1; an empty range caches the first call's
+    # expert_num in a static vector).
     x, ids = bf16(5, 16), RNG.integers(0, 4, (5, 2)).astype(np.int32)
     plan = lower("moe_init_routing_v2", x, ids, expert_num=4, expert_tokens_num_type=1, expert_tokens_num_flag=True)
     call = plan.find("npu_moe_init_routing_v2")

@@ -4,7 +4,7 @@ Every mapped op gives the golden's bits under ``backends.torchao.NUMERICS`` on o
 (exact ties at 127.5, zero rows, subnormals, odd sizes), and each declared field is shown to matter. torchao's
 genuine bugs are **not** declared: each has a named detector below that reproduces it on the real library,
 asserts that the golden under the declared record disagrees (so ``w8a8 conformance`` reports a failure) and
-that the disagreement is exactly the bug's signature (research/foreign FINDINGS §4-§6, §9):
+that the disagreement is exactly the bug's signature (docs/backends.md):
 
 * MX byte-0 blocks quantized with 2^-126 (FLOOR / CEIL / EVEN) — ``test_bug_mx_byte0_blocks_use_2_pow_minus_126``
 * MX RCEIL byte-0 blocks multiplied by 1.0 — ``test_bug_mx_rceil_byte0_multiplies_by_one``

@@ -1,7 +1,7 @@
 """The EP dispatch-path decision (checkpoints/dispatch.py) and its place in ``w8a8 inspect``.
 
-Every branch of the decision, each expected value read off the rule it pins (spec/expert-parallel.md
-§2.1-§2.6 for SGLang, §3.1-§3.3 and vllm-ascend's ``select_moe_comm_method`` for vllm-ascend; the
+Every branch of the decision, each expected value read off the rule it pins (the SGLang,
+sgl-kernel-npu and vllm-ascend files cited in the module docstring, and vllm-ascend's ``select_moe_comm_method``; the
 field bugs from sglang PR #22316 / #23815 / #38831, cited in the module docstring).
 """
 
@@ -47,9 +47,9 @@ def test_no_a2a_backend_quantizes_in_routing():
 
 
 def test_fuseep_and_uncovered_backends():
-    p = one(sg(moe_a2a_backend="ascend_fuseep"))              # spec §2.6: one fused kernel
+    p = one(sg(moe_a2a_backend="ascend_fuseep"))              # SGLang fuseep.py: one fused kernel
     assert (p.wire, p.quantized_at) == ("fused", "fused kernel") and said(p, "one fused kernel")
-    q = one(sg(moe_a2a_backend="mooncake"))                   # not an Ascend path of the spec
+    q = one(sg(moe_a2a_backend="mooncake"))                   # not an Ascend path
     assert (q.wire, q.quantized_at) == ("?", "?")
 
 
@@ -68,8 +68,8 @@ def test_w8a8_scheme_asks_for_int8_in_both_modes():
     for p in (normal, ll):
         assert p.int8_wire and p.quantized_at == "sender" and not p.w13_quantizes and not p.warnings
         assert said(p, "priority 3") and said(p, "is skipped")
-    assert normal.formula == DEEPEP_NORMAL_QUANT          # the 1e-12 amax epsilon (spec §2.3)
-    assert ll.formula == DYNAMIC_QUANT                    # no epsilon (spec §2.4)
+    assert normal.formula == DEEPEP_NORMAL_QUANT          # the 1e-12 amax epsilon (DeepEP normal)
+    assert ll.formula == DYNAMIC_QUANT                    # no epsilon (low latency)
 
 
 def test_float_experts_get_bf16_and_nothing_quantizes():
@@ -112,7 +112,7 @@ def test_nvfp4_is_not_an_ascend_path():
 
 
 def test_normal_mode_env_does_not_decide_at_the_current_revision():
-    # spec §2.3: Ascend DeepEP reads DEEP_NORMAL_MODE_USE_INT8_QUANT only without a quant argument
+    # sgl-kernel-npu deep_ep.cpp: Ascend DeepEP reads DEEP_NORMAL_MODE_USE_INT8_QUANT only without a quant argument
     normal = sg(moe_a2a_backend="deepep", deepep_mode="normal", env={"DEEP_NORMAL_MODE_USE_INT8_QUANT": "0"})[0]
     assert normal.int8_wire and said(normal, "does not decide here")
     agree = sg(moe_a2a_backend="deepep", deepep_mode="normal", env={"DEEP_NORMAL_MODE_USE_INT8_QUANT": "1"})[0]
@@ -121,10 +121,10 @@ def test_normal_mode_env_does_not_decide_at_the_current_revision():
 
 # -- SGLang: DEEP_USE_MODE strategies ---------------------------------------------------------------------------
 def test_alltoall_normal_strategy_sends_bf16_whatever_was_asked():
-    # spec §2.5: quant_mode is set to 'bf16' before the env test, SGLang passes none
+    # sgl-kernel-npu normal_strategy.py: quant_mode is set to 'bf16' before the env test, SGLang passes none
     normal, ll = sg(moe_a2a_backend="deepep", env={"DEEP_USE_MODE": "alltoall"})
     assert normal.wire == "bf16" and normal.w13_quantizes and said(normal, "never takes effect")
-    # spec §2.4: the low-latency alltoall strategy exchanges BF16 and quantizes after the exchange itself
+    # sgl-kernel-npu: the low-latency alltoall strategy exchanges BF16 and quantizes after the exchange itself
     assert (ll.wire, ll.quantized_at, ll.formula) == ("bf16", "arrival (dispatcher)", DYNAMIC_QUANT)
     assert not ll.int8_wire and not ll.w13_quantizes
     bf = sg(moe_a2a_backend="deepep", deepep_mode="low_latency", dispatcher_output_dtype="bf16",

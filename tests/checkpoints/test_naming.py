@@ -7,7 +7,8 @@ from checkpoints.naming import (is_deepseek_v4_native, layer_of, parse_expert, s
                                            split_tensor_name, vllm_ascend_dsv4_aliases)
 
 
-# Each expectation follows the rule list of remap_weight_name_to_dpsk_hf_format (spec §1.6), applied by hand.
+# Each expectation follows the rule list of remap_weight_name_to_dpsk_hf_format (SGLang's DeepSeek-V4 model), applied
+# by hand.
 @pytest.mark.parametrize("native,serving", [
     ("embed.weight", "model.embed_tokens.weight"),
     ("head.weight", "lm_head.weight"),

@@ -1,6 +1,7 @@
 """msModelSlim recipes (checkpoints/recipes.py) and the DeepSeek-V4-Flash W8A8 recipe.
 
-The expected scheme of every DeepSeek-V4 module class is written out from seed 000 / spec §1.5:
+The expected scheme of every DeepSeek-V4 module class is written out from msModelSlim's
+``lab_practice/deepseek_v4/deepseek_v4_flash_w8a8.yaml`` (@ 3de0a3c4):
 attention projections W8A8_DYNAMIC except wo_a, wo_b and the compressor / indexer projections
 (weights_proj, compressor.wkv, compressor.wgate) which stay FLOAT; the indexer's wq_b is not
 excluded, so it is W8A8_DYNAMIC; routed and shared experts W8A8_DYNAMIC; the router gate FLOAT.

@@ -1,8 +1,8 @@
 """Scheme resolution (checkpoints/schemes.py), on synthetic checkpoints in both namings.
 
-Every rule of spec/serving-paths.md §2: ``<prefix>.weight`` decides; FLOAT means unquantized;
-packed shards must agree; MoE from expert 0 with the (gate, up, down) / (w1, w3, w2) leaf names;
-W13 agreement; no static MoE; unknown types reported; DeepSeek-V4 names remapped.
+Every rule of the loaders (SGLang ``modelslim.py``, vllm-ascend ``modelslim_config.py``): ``<prefix>.weight`` decides;
+FLOAT means unquantized; packed shards must agree; MoE from expert 0 with the (gate, up, down) / (w1, w3, w2) leaf
+names; W13 agreement; no static MoE; unknown types reported; DeepSeek-V4 names remapped.
 """
 
 import numpy as np
@@ -239,7 +239,7 @@ def test_known_type_without_sglang_linear_scheme(kit, naming):
     res, mods = modules(kit.make(naming, mutate))
     assert "no-linear-scheme" in codes(mods[n["dyn"]].findings)
     _, vl = modules(kit.make(naming, mutate), "vllm-ascend")
-    assert not vl[n["dyn"]].findings.errors          # not covered by the spec for vllm-ascend: a note
+    assert not vl[n["dyn"]].findings.errors          # not checked for vllm-ascend: a note
     assert any("not modelled" in note for note in vl[n["dyn"]].notes)
 
 

@@ -1,8 +1,8 @@
 """The synthetic checkpoint writer (checkpoints/writer.py).
 
-The stored tensors are checked against msModelSlim's formulas re-derived here in float64 (spec
-§1.3/§1.4): symmetric per-channel scale ``max|w_row| / 127``, codes within half a step of
-``w / scale``; static ``deq_scale = input_scale * weight_scale``, ``quant_bias = round(b / deq -
+The stored tensors are checked against msModelSlim's formulas re-derived here in float64 (msModelSlim
+``save/ascendv1.py``, ``ir/api/impl/int_quantization.py``): symmetric per-channel scale ``max|w_row| / 127``, codes
+within half a step of ``w / scale``; static ``deq_scale = input_scale * weight_scale``, ``quant_bias = round(b / deq -
 input_offset * sum_k w_q)``, int64 deq_scale = the fp32 bits sign-extended.
 """
 

@@ -1,4 +1,4 @@
-"""The expert-parallel invariants (conformance.ep_invariants, spec/expert-parallel.md §6.6): each holds on the
+"""The expert-parallel invariants (conformance.ep_invariants, docs/expert-parallelism.md): each holds on the
 golden layer over drawn rank counts, token counts (0 included) and routings, and each fails on the planted
 bug it exists for (conformance.ep_planted)."""
 
@@ -50,7 +50,7 @@ def _routing(a):
 @settings(max_examples=10, deadline=None)
 @given(p=layer_params(), r=st.sampled_from((1, 2, 4, 8)))
 def test_claims_hold_on_drawn_layers(p, r):
-    # the §6.4 conditions: mc2 formula (the default), bf16-grid weights, no smooth scales, variants fixed
+    # the conditions of the claims: mc2 formula (the default), bf16-grid weights, no smooth scales, variants fixed
     a = checked(p, bf16_weights=True)
     assert I.claim_a(a, FIXED) == [] and I.claim_b(a, FIXED) == []
     assert I.rank_count_invariance(a, FIXED, ranks=(r, p["r"])) == []

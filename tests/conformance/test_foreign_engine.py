@@ -1,11 +1,11 @@
-"""The engine judging kernels written for other libraries' numerics (issue 14, engine half).
+"""The engine judging kernels written for other libraries' numerics (the engine half).
 
 * capabilities: a backend's declined calls are not drawn (counted as outside), and a declined call that is
   run anyway is ``unsupported`` with the reason — never a failure;
 * true causes: planted foreign-style kernels are attributed to the right stage and the right cause (the open
   Numerics fields, an ignored ``scale_mode`` argument, a fused kernel's own activation quant), never "FP19"
   for an op without FP19;
-* detectors: each named library bug (research/foreign FINDINGS §9) is caught on a kernel that has it — a
+* detectors: each named library bug (docs/backends.md) is caught on a kernel that has it — a
   planted NumPy kernel here, the real torchao 0.18 where installed — and fires on nothing else;
 * grouped reports: one group per (backend, op, stage, cause), distances in human units.
 """

@@ -1,7 +1,8 @@
-"""``w8a8 estimate`` (deployment/estimate.py): the deployment calculator of seed 004.
+"""``w8a8 estimate`` (deployment/estimate.py): the deployment calculator of the note
+"超大 MoE 的低比特推理" (low-bit inference of very large MoE).
 
-The five rows the seed prints for "1T total, 32B active, H200 (141 GB, 4.8 TB/s), 30% reserve, 8-GPU
-decode" are copied verbatim from the seed's output and must come out exactly, as printed there
+The five rows the note prints for "1T total, 32B active, H200 (141 GB, 4.8 TB/s), 30% reserve, 8-GPU
+decode" are copied verbatim from the note's output and must come out exactly, as printed there
 (2 decimals for TB and ms).
 """
 
@@ -15,7 +16,7 @@ from w8a8cli.main import main
 from deployment.estimate import (DEVICES, FORMATS, Device, Format, estimate, get_device, model_from_config,
                                   model_from_counts)
 
-# The seed's output (seed 004), one tuple per printed line: weights TB, devices, nodes, decode ms.
+# The note's output, one tuple per printed line: weights TB, devices, nodes, decode ms.
 SEED_ROWS = {
     "BF16": ("2.00", 21, 3, "1.67"),
     "FP8": ("1.00", 11, 2, "0.83"),
@@ -47,7 +48,7 @@ def test_seed_rows_table(capsys):
 
 def test_bytes_per_param():
     by = {f.name: f for f in FORMATS}
-    # data bytes + scale bytes / elements per scale, as the seed writes them
+    # data bytes + scale bytes / elements per scale, as the note writes them
     assert by["BF16"].bytes_per_param() == 2.0
     assert by["FP8"].bytes_per_param() == 1 + 4 / 128**2
     assert by["INT8"].bytes_per_param(7168) == 1 + 4 / 7168

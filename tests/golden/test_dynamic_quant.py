@@ -1,10 +1,10 @@
-"""``dynamic_quant`` / ``dynamic_quant_asymmetric`` (w8a8/dynamic_quant.py) — spec/ascend-ops.md §1.
+"""``dynamic_quant`` / ``dynamic_quant_asymmetric`` (w8a8/dynamic_quant.py) — ops-nn ``quant/dynamic_quant/``.
 
 Vendor facts first (the device-printed examples of the torch_npu doc), then the kernel order
 (``x * (127/amax)``, not ``x / (amax/127)``), edge rows, int4, MoE smooth selection, bad input and
 properties.
 
-Independent reference: the spec formula evaluated in float64 with one rounding to float32 after
+Independent reference: the kernel formula evaluated in float64 with one rounding to float32 after
 every fp32 operation (``rn32``). For +, -, *, / on float32 operands that is exactly the fp32 result:
 a product of two fp32 values is exact in float64, and for a quotient or sum the double rounding
 float64 -> float32 is innocuous because 53 >= 2 * 24 + 2.
@@ -31,7 +31,7 @@ def rn32(v):
 
 
 def ref_rows(xf, qmax, scale_out="reciprocal", codes="mul_inv"):
-    """Symmetric per-row quantization of float32 rows, spec §1.3, in float64 + rn32 steps."""
+    """Symmetric per-row quantization of float32 rows, ops-nn dynamic_quant.h, in float64 + rn32 steps."""
     x = np.asarray(xf, np.float32).astype(np.float64)
     m = np.abs(x).max(axis=-1, keepdims=True)
     zero = m == 0

@@ -1,4 +1,4 @@
-"""The golden imports and runs with NumPy and ml_dtypes only (DESIGN.md: "Imports no torch").
+"""The golden imports and runs with NumPy and ml_dtypes only (the golden imports no torch).
 
 Each check runs in a fresh interpreter: this test process may already have torch loaded by other
 tests. ``sys.modules["torch"] = None`` makes every ``import torch`` raise ImportError, as if torch

@@ -1,6 +1,6 @@
 """Ascend int4 packing (w8a8/int4.py): 8 signed nibbles per int32, least significant first.
 
-Layout (spec/ascend-ops.md §1.3): element 8j + i of the last dim sits in bits [4i, 4i + 3] of
+Layout (op-plugin ``test_npu_dynamic_quant.py::convert_int4_to_int8``): element 8j + i of the last dim sits in bits [4i, 4i + 3] of
 word j, as 4-bit two's complement; as little-endian bytes, element 2i is the low nibble of byte i.
 """
 

@@ -1,7 +1,7 @@
 """Exact integer GEMM through float BLAS (w8a8/intgemm.py), against an int64 reference.
 
 The reference is ``np.matmul`` on int64 arrays: slow (no BLAS) but exact, so shapes stay small.
-Every case that needs chunking (K * max|a| * max|b| > 2^24, spec/cpu-performance.md §4) is here:
+Every case that needs chunking (K * max|a| * max|b| > 2^24) is here:
 constant extremes, K = 1025 / 1100 / 5000, mixed dtypes, batch broadcasting and the wide
 (int16 / int32) operands whose single products are not float32 numbers.
 """
@@ -33,7 +33,7 @@ def check(a, b):
 def test_constant_extremes(k, va, vb):
     # All-equal rows: every output is exactly k * va * vb. For 127 * 127 the float32 partial sums
     # pass 2^24 at k = 1041 (1041 * 16129 = 16790289 > 16777216) and, being odd multiples, cannot
-    # all be held: a plain float32 GEMM is off by 1 there and by 60 at k = 1100 (spec §4). The
+    # all be held: a plain float32 GEMM is off by 1 there and by 60 at k = 1100. The
     # golden splits K into chunks of 2^24 // (max|a| * max|b|): 1040 for 127 * 127, 1032 for
     # -128 * 127, 1024 for -128 * -128.
     a = np.full((3, k), va, np.int8)

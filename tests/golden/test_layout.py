@@ -1,5 +1,5 @@
-"""FRACTAL_NZ layout and SGLang's alignment rule (w8a8/layout.py) — spec/ascend-ops.md §6,
-spec/serving-paths.md §6.
+"""FRACTAL_NZ layout and SGLang's alignment rule (w8a8/layout.py) — torch_npu
+``FormatHelper.cpp::InferShapeNDToNZ``, SGLang ``hardware_backend/npu/utils.py::_is_nz_aligned``.
 
 Storage of ND ``[..., R, C]``: ``[..., ceil(C/C0), ceil(R/16), 16, C0]`` with C0 = 32 bytes /
 min(itemsize, 2), and element (r, c) at ``[..., c // C0, r // 16, r % 16, c % C0]``. The tests

@@ -1,4 +1,5 @@
-"""The whole W8A8 Linear serving paths (w8a8/linear.py) — spec/serving-paths.md §3, §4.
+"""The whole W8A8 Linear serving paths (w8a8/linear.py) — SGLang ``linear_method_npu.py``, vllm-ascend
+``w8a8_static.py`` / ``w8a8_dynamic.py``.
 
 Each path is recomputed here step by step from the checkpoint tensors (int8 weight ``[N, K]``,
 fp32 ``weight_scale [N, 1]``, ...), the way SGLang loads and runs them, without calling any golden
@@ -59,9 +60,9 @@ def ref_dynamic(x, weight, weight_scale, bias=None):
     """SGLang NPUW8A8Int8DynamicLinearMethod on the checkpoint tensors, step by step."""
     n, k = weight.shape
     xf = f64(x).reshape(-1, k)
-    # npu_dynamic_quant (spec ascend-ops §1.3): inv = 127 / amax, codes rint(x * inv); the scale is
+    # npu_dynamic_quant (ops-nn dynamic_quant.h): inv = 127 / amax, codes rint(x * inv); the scale is
     # amax * fp32(1/127) in the single-row / multi-row / double-buffer kernels and 1 / inv in the
-    # others (kernel-variants §2; which one runs is pinned by tests/golden/test_variants.py)
+    # others (ops-nn dynamic_quant_tiling.cpp; which one runs is pinned by tests/golden/test_variants.py)
     rcp = variants.select("dynamic_quant", x.reshape(-1, k)).decides["scale_out"] == "amax_mul_rcp"
     amax = np.abs(xf).max(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):

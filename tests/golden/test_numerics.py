@@ -1,7 +1,7 @@
 """The ``Numerics`` record (w8a8/numerics.py): Ascend defaults, validation, (de)serialisation.
 
-The defaults are the Ascend A2/A3 kernel behaviour cited in spec/ascend-ops.md; each assertion below
-names the section that fixes it, so a change of default is a deliberate, visible act.
+The defaults are the Ascend A2/A3 kernel behaviour of their sources; each assertion below
+names the source that fixes it, so a change of default is a deliberate, visible act.
 """
 
 import dataclasses
@@ -15,19 +15,19 @@ def test_ascend_defaults_follow_the_spec():
     n = Numerics()
     assert n == ASCEND
     assert n.name == "ascend-a2a3"
-    assert n.round_mode == "half_even"              # CAST_RINT, §1.3 step 4 and §2.1
-    assert n.quant_codes == "mul_inv"               # inv = 127/amax multiplied, §1.3 step 3-4
-    assert n.scale_out == "reciprocal"              # scale = 1/inv on the main path, §1.3 step 5
-    assert n.zero_row == "zero"                     # NaN integer not confirmed (§10.1): golden writes 0
-    assert n.nan_policy == "raise"                  # NaN/Inf behaviour unspecified (§1.3)
-    assert n.saturate is True                       # hardware conversion saturates (§2.1)
-    assert n.fp19_scale == "adapter"                # adapter packs fp32 scale for fp16/int8 out (§3.5)
-    assert n.fp19_round_mode == 0                   # npu_trans_quant_param default truncates (§4)
-    assert n.int32_bias == "accumulator"            # mm.SetBias on the int32 accumulator (§3.4)
-    assert n.epilogue_order == "scale_then_token"   # dequant first, then pertoken (§3.4)
-    assert n.requant_clamp9 is True                 # the CANN golden's s9 steps (§3.4)
+    assert n.round_mode == "half_even"              # CAST_RINT, dynamic_quant.h, ascend_quant_v2.h
+    assert n.quant_codes == "mul_inv"               # inv = 127/amax multiplied, dynamic_quant.h
+    assert n.scale_out == "reciprocal"              # scale = 1/inv on the main path, dynamic_quant.h
+    assert n.zero_row == "zero"                     # NaN integer not confirmed: golden writes 0
+    assert n.nan_policy == "raise"                  # NaN/Inf behaviour unspecified by the sources
+    assert n.saturate is True                       # hardware conversion saturates (ascend_quant_v2.h)
+    assert n.fp19_scale == "adapter"                # adapter packs fp32 scale for fp16/int8 out (QuantMatmulKernelNpuOpApi.cpp)
+    assert n.fp19_round_mode == 0                   # npu_trans_quant_param default truncates (trans_quant_param_v2.h)
+    assert n.int32_bias == "accumulator"            # mm.SetBias on the int32 accumulator (qbmm v3)
+    assert n.epilogue_order == "scale_then_token"   # dequant first, then pertoken (qbmm v3)
+    assert n.requant_clamp9 is True                 # the CANN golden's s9 steps (qbmmv3_kernel_golden.py)
     # torch quantize_per_channel on x86 (torch 2.13, measured: test_quantize.py) computes
-    # rint(zp + x * fp32(1/s)): zero point before rounding, reciprocal multiply (kernel-variants §10)
+    # rint(zp + x * fp32(1/s)): zero point before rounding, reciprocal multiply (torch.quantize_per_channel)
     assert n.zero_point_position == "before_rounding"
     assert n.quantize_div == "mul_rcp"
     # the record's values of the fields that kernel variants decide (the "fixed" behaviour)

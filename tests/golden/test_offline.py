@@ -1,4 +1,5 @@
-"""Export-time helpers with msModelSlim's formulas (w8a8/offline.py) — spec/serving-paths.md §1.3, §1.4.
+"""Export-time helpers with msModelSlim's formulas (w8a8/offline.py) — msModelSlim ``save/ascendv1.py``,
+``ir/api/impl/int_quantization.py``.
 
 msModelSlim computes in float32 torch with ``round`` = half to even. The reference here: float64
 with one rounding to float32 per fp32 operation (exactly fp32 arithmetic, see test_dynamic_quant.py)

@@ -1,4 +1,4 @@
-"""The open-numerics fields of ``Numerics`` (issue 14): each value pinned by a named case with the
+"""The open-numerics fields of ``Numerics``: each value pinned by a named case with the
 expected bits derived by hand in the comment, the Ascend default first and unchanged, and the
 composition with the kernel-variant policy.
 
@@ -17,16 +17,16 @@ from hypothesis import strategies as st
 
 import w8a8
 from w8a8 import ASCEND, Numerics
-from w8a8.dynamic_quant import quantize_rows, scale_floor_of
+from w8a8.dynamic_quant import RowQuant, quantize_rows, scale_floor_of
 from w8a8.lowbit.nvfp4 import nvfp4_quantize
 
 BF16 = ml_dtypes.bfloat16
 F32 = np.float32
 FIXED = ASCEND.replace(name="fixed", variants="fixed")
-# torchao Int8Tensor (FINDINGS §4.2): 127.5, the scale in x's dtype, a 2^-23 floor, rint(x * fp32(1/s)), [-128, 127]
+# torchao Int8Tensor: 127.5, the scale in x's dtype, a 2^-23 floor, rint(x * fp32(1/s)), [-128, 127]
 TORCHAO = FIXED.replace(name="ta", scale_divisor="half_range", scale_out="amax_div", scale_dtype="input",
                         scale_floor="max_f32_eps", quant_codes="mul_rcp", code_range="full")
-# onnxruntime DynamicQuantizeLinear (FINDINGS §1.3), as int8 (uint8 - 128)
+# onnxruntime DynamicQuantizeLinear, as int8 (uint8 - 128)
 ORT_DQL = FIXED.replace(name="ort-dql", dynamic_granularity="per_tensor", asym_range="through_zero",
                         asym_zero_point="integer", asym_degenerate="one", quant_codes="div_scale",
                         zero_point_position="after_rounding")
@@ -160,7 +160,7 @@ def test_quantize_rows_defaults_are_the_ascend_formula():
     # the shared core with no option given computes exactly what it computed before the new options
     rng = np.random.default_rng(5)
     xf = rng.standard_normal((7, 33)).astype(F32)
-    y, s = quantize_rows(xf, 127)
+    y, s = quantize_rows(xf, RowQuant(127))
     inv = F32(127) / np.abs(xf).max(axis=-1, keepdims=True)
     assert np.array_equal(y, np.clip(np.rint(xf * inv), -127, 127).astype(np.int8))
     assert np.array_equal(s, (F32(1) / inv)[:, 0])

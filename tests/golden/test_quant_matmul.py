@@ -1,11 +1,11 @@
-"""``quant_matmul`` (npu_quant_matmul; w8a8/quant_matmul.py) — spec/ascend-ops.md §3.
+"""``quant_matmul`` (npu_quant_matmul; w8a8/quant_matmul.py) — ops-nn ``matmul/quant_batch_matmul_v3/``.
 
-Every dtype combination of §3.3 is checked against an independent recomputation of the §3.4
-formula done here: the accumulator as an int64 ``np.matmul``; the epilogue in float64 with one
-rounding to float32 after every fp32 operation (exactly fp32 arithmetic for +, * of fp32 values:
-products are exact in float64 and the double rounding of a sum is innocuous since 53 >= 2*24 + 2);
-the final cast by an explicit round-to-nearest-even on the bits (bf16) or NumPy's IEEE cast (fp16);
-FP19 as the mask ``bits & 0xFFFFE000`` of the spec; the requant ``s9`` steps with ``np.rint``.
+Every dtype combination of the dtype table is checked against an independent recomputation of the
+epilogue formula (``quant_batch_matmul_v3_pertoken.h``, ``qbmmv3_kernel_golden.py``) done here: the accumulator as an
+int64 ``np.matmul``; the epilogue in float64 with one rounding to float32 after every fp32 operation (exactly fp32
+arithmetic for +, * of fp32 values: products are exact in float64 and the double rounding of a sum is innocuous since
+53 >= 2*24 + 2); the final cast by an explicit round-to-nearest-even on the bits (bf16) or NumPy's IEEE cast (fp16);
+FP19 as the mask ``bits & 0xFFFFE000`` (``trans_quant_param_v2.h``); the requant ``s9`` steps with ``np.rint``.
 """
 
 import zlib
@@ -47,7 +47,7 @@ def s9(v):
 
 def ref_qmm(x1, x2, out, scale64=None, pertoken=None, int_bias=None, float_bias=None, offset=None,
             order="scale_then_token", bias_where="accumulator"):
-    """§3.4: acc (+ int32 bias) -> fp32 * scale[n] (* pertoken[m]) (+ float bias) -> cast / requant."""
+    """The epilogue: acc (+ int32 bias) -> fp32 * scale[n] (* pertoken[m]) (+ float bias) -> cast / requant."""
     acc = np.matmul(x1.astype(np.int64), x2.astype(np.int64))
     if int_bias is not None and bias_where == "accumulator":
         acc = acc + int_bias.astype(np.int64)
@@ -84,7 +84,7 @@ def f64(a):
     return np.asarray(a).astype(np.float32).astype(np.float64)
 
 
-# ---------------------------------------------------------------- §3.3: every legal combination
+# ---------------------------------------------------------------- the dtype table: every legal combination
 
 # (output, scale kind, allowed bias kinds, pertoken, offset allowed)
 TABLE = [
@@ -123,7 +123,7 @@ def make_case(rng, out, scale_kind, bias_kind, pertoken, with_offset, m=7, k=33,
         ref["scale64"] = f64(kw["scale"])
     else:
         kw["scale"] = s32
-        adapter_packs = not pertoken and out in ("float16", "int8")  # spec §3.5
+        adapter_packs = not pertoken and out in ("float16", "int8")  # QuantMatmulKernelNpuOpApi.cpp
         ref["scale64"] = f64(fp19_mask(s32)) if adapter_packs else f64(s32)
         if with_offset:
             kw["offset"] = o32

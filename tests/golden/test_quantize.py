@@ -1,8 +1,8 @@
-"""``quantize`` (npu_quantize), ``dequantize`` and ``anti_quant`` (w8a8/quantize.py) — spec §2, §8.
+"""``quantize`` (npu_quantize), ``dequantize`` and ``anti_quant`` (w8a8/quantize.py).
 
-Two kernels behind one name (spec/ascend-ops.md §2): ``div_mode=False`` is AscendQuantV3,
+Two kernels behind one name (op-plugin ``QuantizeKernelNpuOpApi.cpp``): ``div_mode=False`` is AscendQuantV3,
 ``rint(x * scale + offset)`` with its axis quirk; ``div_mode=True`` is aclnnQuantize,
-``rint(x / scale) + zero_point``. The reference below evaluates the spec formulas in float64 with
+``rint(x / scale) + zero_point``. The reference below evaluates the kernel formulas in float64 with
 one rounding to float32 per fp32 operation (exact fp32 semantics for +, -, *, /; see
 test_dynamic_quant.py) and NumPy's ``rint`` (half to even).
 """
@@ -110,7 +110,7 @@ def test_int4_output():
 
 # ---------------------------------------------------------------- div_mode=True: the vendor reference
 
-# The A2/A3 Quantize kernel is not public (kernel-variants §10); its vendor reference is
+# The A2/A3 Quantize kernel is not public (ops-nn ships only the arch35 regbase one); its vendor reference is
 # torch.quantize_per_channel, which on x86 (torch 2.13) computes rint(zp + x * fp32(1/s)): the zero
 # point is added *before* rounding and x is *multiplied* by the fp32 reciprocal. (The old golden
 # rounded x / s first and called that "torch semantics": both halves were wrong.)

@@ -1,4 +1,4 @@
-"""``trans_quant_param`` and friends (w8a8/trans_quant_param.py) — spec/ascend-ops.md §4.
+"""``trans_quant_param`` and friends (w8a8/trans_quant_param.py) — ops-nn ``trans_quant_param_v2.h``.
 
 Bit layout of the packed int64::
 
@@ -77,7 +77,7 @@ def test_offset_rounding_and_clipping(offset, o9):
 
 
 def test_fp19_example_of_the_spec():
-    # 0.0123456 -> FP19 0.01234436 (truncation), relative error 1.0e-4 (spec §3.5)
+    # 0.0123456 -> FP19 0.01234436 (truncation), relative error 1.0e-4
     s = np.array([0.0123456], np.float32)
     t = fp19_truncate(s)
     assert t[0] == np.float32(0.01234436)

@@ -1,4 +1,4 @@
-"""Fault injection for ``w8a8 bench`` (issue 19): every backend call under a timeout, in a process of its
+"""Fault injection for ``w8a8 bench``: every backend call under a timeout, in a process of its
 own; a hanging backend is recorded ``timeout``, a segfaulting one ``crashed`` with its op and signal, and
 the other cases still run. (No timing assertion: the deadlines below only bound a broken run.)"""
 

@@ -1,4 +1,4 @@
-"""Fault injection for issue 19's argument rows: every bad argument is refused before any work starts,
+"""Fault injection for the CLI's arguments: every bad argument is refused before any work starts,
 with exit status 2 and one line ``w8a8 <cmd>: error: <flag>: expected ..., got ...`` (never a traceback),
 and nothing is written where the run would have written."""
 

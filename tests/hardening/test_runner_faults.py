@@ -1,6 +1,6 @@
-"""Fault injection for ``w8a8 conformance`` (issue 19): each test runs one row of the issue's table and
+"""Fault injection for ``w8a8 conformance``: each test runs one fault (docs/hardening.md) and
 asserts the good outcome. No timing assertion: the deadlines below only bound a broken run (and the
-"5 s later" of the orphan check is the issue's own bound, polled)."""
+"5 s later" of the orphan check is the required bound, polled)."""
 
 import json
 import os

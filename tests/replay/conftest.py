@@ -1,4 +1,4 @@
-"""Fixtures of the replay tests: the spec's samples and the dumps made with msprobe (samples/README.md)."""
+"""Fixtures of the replay tests: the bundled samples and the dumps made with msprobe (samples/README.md)."""
 
 from __future__ import annotations
 

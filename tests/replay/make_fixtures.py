@@ -43,9 +43,9 @@ gives each call's module):
 * ``planted-statistics-md5-mix/`` — the same forward, ``task: statistics`` with ``summary_mode: md5``.
 * ``raised-mid-step/`` — ``task: tensor``, level L1: ``npu_dynamic_quant``, then an
   ``npu_quant_matmul`` that raises (caught by the script), then ``npu_swiglu``. msprobe records the
-  raising call without output and nothing after it (spec §1.3).
+  raising call without output and nothing after it.
 
-Edits after writing, so that no machine path remains (as for the spec samples): ``proc<pid>`` is
+Edits after writing, so that no machine path remains (as for the bundled samples): ``proc<pid>`` is
 renamed ``rank0``; ``dump_data_dir`` is replaced; stack.json's script path becomes
 ``/srv/app/serve.py``; the JSON is re-serialised with msprobe's ``indent=1``.
 """

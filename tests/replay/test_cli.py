@@ -10,7 +10,7 @@ from w8a8cli.main import main
 
 
 def test_tensor_sample_exits_1_on_its_kernel_variant_finding_with_every_report(samples, tmp_path, capsys):
-    """The spec's tensor sample: its two dynamic_quant scales are the basic kernel's, where A3 selects the
+    """The bundled tensor sample: its two dynamic_quant scales are the basic kernel's, where A3 selects the
     double-buffer kernel (test_replay_samples derives it by hand): exit 1, everything else bitwise."""
     out = tmp_path / "r"
     assert main(["replay", str(samples.tensor), "--out", str(out), "--json"]) == 1

@@ -1,4 +1,4 @@
-"""Dumped torch_npu calls -> golden calls, argument by argument (spec §5.3-§5.4)."""
+"""Dumped torch_npu calls -> golden calls, argument by argument (docs/replay.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Streaming: replaying a large dump holds one call's tensors at a time (spec §5.9 invariant 5).
+"""Streaming: replaying a large dump holds one call's tensors at a time.
 
 A synthetic msprobe-layout dump of N ``npu_dynamic_quant`` calls (tensor files written by
 ``torch.save``, the writer msprobe uses; outputs computed by the golden, so every call agrees) is

@@ -1,4 +1,4 @@
-"""Replay of every spec sample, with the verdicts their provenance implies (spec §5.10).
+"""Replay of every bundled sample (samples/README.md), with the verdicts their provenance implies.
 
 The constructed samples' outputs are the golden's *as of their writing*. The expected verdict of each
 call is derived here from the golden itself, called by hand (not through replay's mapping) on the
@@ -79,7 +79,7 @@ def test_tensor_sample_verdicts_follow_the_golden(samples, run_replay):
 
 
 def test_constructed_sample_scales_come_from_the_basic_kernel_formula(samples, run_replay):
-    """The finding the kernel-variant work makes on the spec's tensor sample (spec/device-dumps.md §5.10).
+    """The finding the kernel-variant work makes on the bundled tensor sample.
 
     Its stand-ins called the golden of their day, which wrote every dynamic_quant scale as
     1 / fp32(127 / amax) (the basic kernel's formula). The A3 host tiling runs the double-buffer kernel

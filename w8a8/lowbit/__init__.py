@@ -1,7 +1,7 @@
 """Low-bit formats of the golden (INT4 group-wise, W4A8, MXFP4/MXFP8, NVFP4, FP8 block).
 
 One module per format or concern, each with a docstring that records the conventions it chose
-where the sources differ (spec/lowbit-formats.md §7):
+where the sources differ (docs/low-bit.md):
 
 * :mod:`.minifloat` — E2M1 / E4M3 / E5M2 / E8M0 encode (RNE, saturating) and table decode; FP4
   packing (low nibble = even element).

@@ -1,12 +1,12 @@
 """FP8 block quantization, DeepSeek-V3 style: E4M3 with 128x128 weight tiles and 1x128 activations.
 
-spec/lowbit-formats.md §5. Weights ``W [N, K]`` are ``float8_e4m3fn`` with one fp32 scale per
+DeepSeek-V3 ``inference/kernel.py``. Weights ``W [N, K]`` are ``float8_e4m3fn`` with one fp32 scale per
 128x128 tile, ``weight_scale_inv [ceil(N/128), ceil(K/128)]`` — despite the name, the
 *dequantization multiplier*: ``W^ = W_q * s``. Activations get one scale per token per 128
 channels, ``s [M, ceil(K/128)]``. Partial tiles at the right / bottom edges are ordinary (smaller)
 blocks.
 
-Conventions chosen (spec §7)
+Conventions chosen (where the sources differ)
 
 * ``scale_fmt=None`` (DeepSeek-V3): ``s = max(amax, eps) / 448`` (fp32 division) with
   ``eps = 1e-10`` — vLLM ``per_token_group_quant_fp8``'s guard; V3's own ``act_quant`` has none, so

@@ -1,11 +1,11 @@
-"""INT4 group-wise weight quantization (W4A16 weights; spec/lowbit-formats.md §1.1-§1.2).
+"""INT4 group-wise weight quantization (W4A16 weights: GPTQ, AWQ, vLLM ``moe_wna16.py``).
 
 A weight ``[..., N, K]`` is cut along K into groups of G consecutive elements; each group of each
 output row n gets one scale (and, asymmetric, one integer zero point). The golden's layout is the
 compressed-tensors one: ``codes [..., N, K]``, ``scale [..., N, K/G]``, ``zero [..., N, K/G]``;
 the checkpoint layouts are in :mod:`w8a8.lowbit.packing`.
 
-Conventions chosen (spec §7)
+Conventions chosen (where the sources differ)
 
 * ``scheme="gptq_sym"`` (default): ``s = amax / 7.5`` (= GPTQ's ``2*amax/15``; the divisor is
   half the width 15 of the int4 range), ``q = clamp(rint(w / s), -8, 7)``, ``w^ = q * s``. The

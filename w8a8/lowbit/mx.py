@@ -1,12 +1,12 @@
 """MXFP4 / MXFP8 (OCP Microscaling v1.0): block of 32 along K, one E8M0 scale per block.
 
-spec/lowbit-formats.md §3. Elements are E2M1 (MXFP4), E4M3 or E5M2 (MXFP8); each block of
-``block_size`` (32) consecutive elements of the **last** (reduction) dimension shares the scale
-``X = 2^(b - 127)`` stored as the biased exponent byte ``b`` (uint8). ``V^_i = X * P_i``.
+OCP Microscaling Formats (MX) v1.0; torchao ``prototype/mx_formats/mx_tensor.py::to_mx``. Elements are E2M1 (MXFP4),
+E4M3 or E5M2 (MXFP8); each block of ``block_size`` (32) consecutive elements of the **last** (reduction) dimension
+shares the scale ``X = 2^(b - 127)`` stored as the biased exponent byte ``b`` (uint8). ``V^_i = X * P_i``.
 
-Conventions chosen (spec §7). Scales and elements equal torchao 0.18 ``to_mx`` (eager CPU) in all
+Conventions chosen (where the sources differ). Scales and elements equal torchao 0.18 ``to_mx`` (eager CPU) in all
 four modes and the three element types **except in the blocks where torchao has a bug** (measured:
-``tests/backends/test_torchao.py``, research/foreign FINDINGS §5): (1) under FLOOR / CEIL / EVEN
+``tests/backends/test_torchao.py``): (1) under FLOOR / CEIL / EVEN
 every block whose exponent clamps to -127 (``amax < 2^(emax - 126)``, normal fp32 values for E4M3 /
 E5M2) is written with byte 0 but divided by 2^-126, so it decodes to half its value (the golden
 divides by 2^-127); (2) under RCEIL a byte-0 block is multiplied by 1.0 (every code +-0); (3) RCEIL
@@ -18,7 +18,7 @@ codes of a NaN block are don't-cares (torchao writes garbage; the golden zeros, 
 * **Shared exponent**, from the block's fp32 ``amax`` (``emax`` = 2 for E2M1, 8 for E4M3, 15 for
   E5M2; ``vmax`` = 6, 448, 57344):
 
-  - ``"floor"`` (default; the spec's rule, torchao's default): ``e = floor(log2 amax) - emax``,
+  - ``"floor"`` (default; OCP MX v1.0's rule, torchao's default): ``e = floor(log2 amax) - emax``,
     read from the fp32 exponent field. ``amax / X`` lies in ``[2^emax, 2^(emax+1))``, so for E2M1
     the values in (6, 8) **clip to 6**.
   - ``"ceil"``: ``floor(log2 amax)`` plus 1 when amax is not a power of two, minus emax.

@@ -1,9 +1,9 @@
 """NVFP4: E2M1 elements, an E4M3 scale per 16 along K, and an fp32 tensor-level scale.
 
-spec/lowbit-formats.md §4. Two-level scaling: ``x^ = q * s_b * S`` with ``q`` E2M1, ``s_b`` an
-(effectively unsigned) E4M3 block scale and ``S`` one fp32 scale per tensor.
+torchao ``prototype/mx_formats/nvfp4_tensor.py::nvfp4_quantize``. Two-level scaling: ``x^ = q * s_b * S`` with ``q``
+E2M1, ``s_b`` an (effectively unsigned) E4M3 block scale and ``S`` one fp32 scale per tensor.
 
-Conventions chosen (spec §7)
+Conventions chosen (where the sources differ)
 
 * **Tensor scale, two spellings.** torchao / ModelOpt keep the *dequantization multiplier*
   ``S = amax / (448 * 6)`` (:func:`nvfp4_per_tensor_scale`); vLLM ``scaled_fp4_quant``, flashinfer
@@ -18,7 +18,7 @@ Conventions chosen (spec §7)
   ``per_tensor_amax_to_scale(0)`` is 0, and its quantizer then writes NaN block scales): every
   code is then 0.
 
-  - ``per_tensor_scale=S`` (torchao's convention, the spec's §4 cross-check)::
+  - ``per_tensor_scale=S`` (torchao's convention, ``per_tensor_amax_to_scale``)::
 
         s_b = e4m3( clamp( (amax_b / 6) / S, 2^-6, 448 ) )      fp32 divisions, RNE cast
         q   = e2m1( clamp( x / (S * fp32(s_b)), -6, 6 ) )        RNE   (Numerics.nvfp4_codes="div_total")

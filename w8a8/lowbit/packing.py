@@ -1,4 +1,5 @@
-"""INT4 packing layouts of the checkpoints and kernels users meet (spec/lowbit-formats.md §1.3).
+"""INT4 packing layouts of the checkpoints and kernels users meet (GPTQ ``qlinear_cuda_old.py``, AWQ
+``awq_triton.py``, compressed-tensors ``pack_quantized/helpers.py::pack_to_int32``, vLLM ``moe_wna16.py``).
 
 The packers take **4-bit nibbles** (uint8 values in [0, 15]) and the unpackers return them; what a
 nibble means is the format's business, not the layout's:
@@ -259,7 +260,7 @@ def convert_weight_to_int4pack(weight: np.ndarray, inner_k_tiles: int = 0) -> np
 
     Returns int32 ``[k, n/8]`` (or ``[n, k/8]``): along the last dim, LSB first, signed 4-bit
     two's complement (:func:`w8a8.pack_int4`). The vendor text calls the arrangement
-    "交叠排放" (interleaved); the op-plugin tests it is pinned by (spec/ascend-ops.md §1.3) unpack
+    "交叠排放" (interleaved); the op-plugin tests it is pinned by (``test_npu_dynamic_quant.py::convert_int4_to_int8``) unpack
     it in order, which the golden follows — **not confirmed** on hardware.
     """
     return pack_int4(convert_weight_to_int4pack_args(weight, inner_k_tiles).weight)

@@ -1,7 +1,8 @@
 """W4A8 on Ascend: ``npu_quant_matmul`` with int4 weights, and the ``W4A8_DYNAMIC`` Linear path.
 
-``npu_quant_matmul`` takes int4 operands packed 8 per int32 word, LSB first, signed (spec/
-ascend-ops.md §1.3, §3.3; torch_npu docs and meta registration; CANN ``aclnnQuantMatmulV5``):
+``npu_quant_matmul`` takes int4 operands packed 8 per int32 word, LSB first, signed (op-plugin
+``test_npu_dynamic_quant.py::convert_int4_to_int8``; ops-nn ``aclnnQuantMatmulV4.md``; torch_npu docs and meta
+registration; CANN ``aclnnQuantMatmulV5``):
 
 * **A4W4** — x1 int32 ``[..., M, K/8]``, x2 int32 ``[K, N/8]`` (packed along N) or ``[K/8, N]`` (the
   transposed view of a ``[N, K/8]`` weight packed along K). The math is exactly int8

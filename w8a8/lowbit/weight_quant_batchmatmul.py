@@ -1,4 +1,5 @@
-"""``npu_weight_quant_batchmatmul``: the W8A16 / W4A16 weight-only matmul (spec/ascend-ops.md §8).
+"""``npu_weight_quant_batchmatmul``: the W8A16 / W4A16 weight-only matmul (op-plugin
+``test_npu_weight_quant_batchmatmul.py``; ops-nn ``matmul/weight_quant_batch_matmul_v2/``).
 
 ``y = x @ ((w + antiquant_offset) * antiquant_scale) + bias``, optionally requantized to int8
 with ``quant_scale`` / ``quant_offset`` (aclnnWeightQuantBatchMatmulV2). The antiquant offset is

@@ -1,10 +1,11 @@
 """Grouped MoE ops of the golden (routing, grouped matmul, SwiGLU + requant, finalize, the pipeline).
 
-Ops mirroring torch_npu (spec/ascend-ops.md §5, §7): :func:`moe_gating_top_k_softmax`,
-:func:`moe_gating_top_k`, :func:`moe_init_routing`, :func:`moe_init_routing_v2`,
+Ops mirroring torch_npu (hicann/ops-transformer ``gmm/``, ``moe/``; hicann/ops-nn; Ascend/op-plugin):
+:func:`moe_gating_top_k_softmax`, :func:`moe_gating_top_k`, :func:`moe_init_routing`, :func:`moe_init_routing_v2`,
 :func:`grouped_matmul`, :func:`swiglu`, :func:`dequant_swiglu_quant`, :func:`moe_finalize_routing`.
-The serving path (spec/serving-paths.md §5): :func:`w8a8_moe`, :func:`w8a8_moe_prequantized` (and
-their ``*_stages``), :func:`dispatch_quant` (the int8 dispatch model).
+The serving path (SGLang ``hardware_backend/npu/quantization/moe_methods.py``, ``layers/moe/moe_runner/ascend.py``):
+:func:`w8a8_moe`, :func:`w8a8_moe_prequantized` (and their ``*_stages``), :func:`dispatch_quant` (the int8 dispatch
+model).
 
 Where the device leaves outputs unwritten, the golden writes zeros and says which elements are
 specified: :func:`valid_rows` (grouped_matmul, dequant_swiglu_quant) and

@@ -1,4 +1,4 @@
-"""What the expert-parallel (EP) golden ops share (spec/expert-parallel.md): the checks of per-rank
+"""What the expert-parallel (EP) golden ops share (docs/expert-parallelism.md): the checks of per-rank
 lists, the placement of (token, k) copies on the ranks in canonical receive order, the sender's INT8
 quantizer, the gather of expert rows back to their copies, and the fp32 weighted combine.
 
@@ -6,7 +6,8 @@ The EP ops run on **simulated ranks**: an argument that each rank holds its own 
 (or tuple) with one array per rank, in rank order. ``S`` shared-expert ranks come first (expert
 shard type 0); routed expert ``e`` lives on rank ``S + e // E_loc`` as local expert ``e % E_loc``.
 A *copy* is one (source rank r, token t, slot k); its flat index is ``f = t * K + k``. The canonical
-receive order on a rank is ascending (local expert l, source rank r, f) (spec §1.6).
+receive order on a rank is ascending (local expert l, source rank r, f) (op-plugin
+``test_moe_distribute_dispatch.py::_construct_excepted_result``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
-from ..dynamic_quant import quantize_rows
+from ..dynamic_quant import RowQuant, quantize_rows
 from ..numerics import Numerics
 from ..rounding import to_float, to_int
 from .routing import dispatch_quant
 
 DEEPEP_AMAX_EPS = np.float32(1e-12)
-"""The amax epsilon of Ascend DeepEP's normal-mode dispatch kernel (``inv = 127 / (m + 1e-12)``, spec §2.3)."""
+"""The amax epsilon of Ascend DeepEP's normal-mode dispatch kernel (``inv = 127 / (m + 1e-12)``,
+sgl-kernel-npu ``csrc/deepep/``)."""
 
 
 def rank_list(op: str, arg: str, value, *, ranks: int | None = None, dtypes=None, ndim: int | None = None,
@@ -90,7 +92,7 @@ class Placement:
         return np.cumsum(c) if cumulative else c
 
     def ep_recv_counts(self, q: int) -> np.ndarray:
-        """int32 ``[E_loc * R]``: rows received, cumulative over (l, source) in row-major order (spec §1.6)."""
+        """int32 ``[E_loc * R]``: rows received, cumulative over (l, source) in row-major order."""
         return np.cumsum(self.counts[q].T.ravel()).astype(np.int32)
 
 
@@ -132,7 +134,8 @@ def place(ids: list, valid: list | None, e_loc: int, shared_ranks: int, ranks: i
 def sender_quant(xf: np.ndarray, numerics: Numerics) -> tuple[np.ndarray, np.ndarray]:
     """The EP sender's per-row INT8 quantization of fp32 rows ``[M, H]`` (``numerics.ep_dispatch_quant``):
 
-    ``"mc2"`` / ``"deepep_normal"`` (spec §1.5, §2.3), fp32 throughout::
+    ``"mc2"`` / ``"deepep_normal"`` (ops-transformer ``mc2/moe_distribute_dispatch_v2/`` ``QuantProcess``;
+    sgl-kernel-npu ``csrc/deepep/``), fp32 throughout::
 
         m = max_h |xf_h|;  inv = 127 / (m + eps);  q = clamp(rint(xf * inv), -127, 127);  s = 1 / inv
 
@@ -148,8 +151,8 @@ def sender_quant(xf: np.ndarray, numerics: Numerics) -> tuple[np.ndarray, np.nda
     if mode == "init_routing":
         return dispatch_quant(to_float(xf, _dt.bfloat16), numerics=numerics)
     if mode == "mc2":
-        return quantize_rows(xf, 127, codes="mul_inv", scale="reciprocal", round_mode=numerics.round_mode,
-                             nan_code=nan_code, saturate=numerics.saturate)
+        return quantize_rows(xf, RowQuant(127, codes="mul_inv", scale="reciprocal", round_mode=numerics.round_mode,
+                                          nan_code=nan_code, saturate=numerics.saturate))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         m = np.max(np.abs(xf), axis=-1, keepdims=True) if xf.shape[-1] else np.zeros(xf.shape[:-1] + (1,), np.float32)
         inv = np.float32(127) / (m.astype(np.float32) + DEEPEP_AMAX_EPS)
@@ -183,7 +186,7 @@ def combine_weights(w: np.ndarray, numerics: Numerics) -> np.ndarray:
 
 
 def weighted_sum(rows: np.ndarray, present: np.ndarray, w32: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
-    """The combine of one rank (spec §1.8), fp32 ``[T, H]``::
+    """The combine of one rank (ops-transformer ``mc2/moe_distribute_combine_v2/``), fp32 ``[T, H]``::
 
         acc = +0.0
         for k in 0 .. K-1 (where the copy came back):  acc = acc + fp32(row[t, k]) * w[t, k]   # two roundings
@@ -201,7 +204,8 @@ def weighted_sum(rows: np.ndarray, present: np.ndarray, w32: np.ndarray, extra: 
 
 
 def comm_quant_roundtrip(y: np.ndarray) -> np.ndarray:
-    """``comm_quant_mode = 2``: the int8 return trip of the combine in groups of 8 elements (spec §1.8)::
+    """``comm_quant_mode = 2``: the int8 return trip of the combine in groups of 8 elements (ops-transformer combine
+    ``QuantProcess`` / ``DequantProcess``)::
 
         s_g  = max_{h in g} |fp32(y_h)| * fp32(1/127)
         q    = int8(rint(fp16(rint-to-fp16(fp32(y) / s_g))))        # divides by the unrounded fp32 s_g

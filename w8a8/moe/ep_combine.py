@@ -1,6 +1,7 @@
 """``npu_moe_distribute_combine`` and ``npu_moe_distribute_combine_v2`` (MC2) on simulated ranks.
 
-Spec: spec/expert-parallel.md §1.8. Each expert rank sends its rows back to the ranks that own the
+Sources: hicann/ops-transformer @ c29bc106 ``mc2/moe_distribute_combine{,_v2}/``, the op-plugin docs. Each expert rank
+sends its rows back to the ranks that own the
 tokens (v1: located through the sender-side ``expand_idx`` and ``ep_send_counts``; v2: through the
 receiver-side ``assist_info_for_combine`` triples); each token's K rows are summed in fp32 with the
 fp32 routing weights ``expert_scales`` in ascending k, starting from +0, and rounded once. Per-rank
@@ -80,7 +81,7 @@ def combine_args(op: str, v2: bool, expand_x, expert_ids, index, ep_send_counts,
                  ep_world_size, ep_rank_id, moe_expert_num, tp_send_counts, x_active_mask, shared_expert_x,
                  expand_scales, reserved, group_tp, tp_world_size, tp_rank_id, expert_shard_type, shared_expert_num, shared_expert_rank_num,
                  global_bs, comm_quant_mode, comm_alg, special, numerics) -> MoeDistributeCombineArgs:
-    """The checks of both combine ops, in this order (A3 rules of spec §1.7, §1.8)."""
+    """The checks of both combine ops, in this order (A3 rules of the op-plugin docs)."""
     C.check_numerics(op, numerics)
     ys = _ep.rank_list(op, "expand_x", expand_x, dtypes=_X, ndim=2)
     g = group_args(op, v2, len(ys), group_ep, ep_world_size, ep_rank_id, moe_expert_num, group_tp, tp_world_size,
@@ -182,7 +183,7 @@ _DOC = """
     tp_send_counts : reserved (ignored).
     comm_quant_mode : 0, or 2: every expert row makes the return trip as int8 in groups of 8 elements
         (``s_g = max|y_g| * fp32(1/127)``, codes ``rint(fp16(y / s_g))``, the scale in x's dtype,
-        ``y' = x_dtype(fp32(fp16(q)) * s_x)``; lossy: spec §1.8).
+        ``y' = x_dtype(fp32(fp16(q)) * s_x)``; lossy).
     numerics : ``ep_combine_weights`` (``"float32"``: the kernel; ``"bfloat16"``: weights rounded first).
 
     Returns a list of R arrays of expand_x's dtype ``[BS_r, H]`` (entry order). Per token t of rank r, fp32::

@@ -1,11 +1,12 @@
 """``npu_moe_distribute_dispatch`` and ``npu_moe_distribute_dispatch_v2`` (MC2) on simulated ranks.
 
-Spec: spec/expert-parallel.md §1.2-§1.7. Every rank's tokens are quantized (optionally) by the sender
+Sources: the torch_npu 2.13.0 schema, the op-plugin docs, hicann/ops-transformer @ c29bc106
+``mc2/moe_distribute_dispatch{,_v2}/``. Every rank's tokens are quantized (optionally) by the sender
 and sent to the ranks that own their experts; each rank receives its rows in the canonical order
 (local expert, source rank, flat copy index) with the counts and index outputs combine needs. The
 golden takes every rank's arguments at once: ``x`` and ``expert_ids`` (and the other per-rank
 tensors) are lists with one array per rank, and every output is a list with one array per rank.
-The A3 constraints of §1.7 are argument errors; the device's capacity padding (``A``) is not
+The A3 constraints of the docs are argument errors; the device's capacity padding (``A``) is not
 modelled: the golden returns the valid rows only.
 """
 
@@ -100,7 +101,7 @@ class EpGroup:
 def group_args(op: str, v2: bool, r: int, group_ep, ep_world_size, ep_rank_id, moe_expert_num, group_tp,
                tp_world_size, tp_rank_id, expert_shard_type, shared_expert_num, shared_expert_rank_num,
                comm_alg) -> EpGroup:
-    """The group checks of the EP ops (``r`` = the number of simulated ranks given), A3 rules of spec §1.3."""
+    """The group checks of the EP ops (``r`` = the number of simulated ranks given), A3 rules of the op-plugin docs."""
     comm_alg = _check.choice(op, "comm_alg", comm_alg, _COMM_ALG) if v2 else ""
     _world(op, v2, ep_world_size, r, comm_alg)
     entry = _rank_ids(op, ep_rank_id, r)
@@ -215,7 +216,7 @@ def not_modelled(op: str, g: EpGroup, special: dict) -> None:
             _check.fail(op, name, "None / 0 (not modelled by the golden)", repr(value)[:80])
     if g.shared_ranks:
         _check.fail(op, "shared_expert_rank_num", "0: the golden does not model shared-expert ranks (no serving "
-                    "path cited in spec/expert-parallel.md uses them)", str(g.shared_ranks))
+                    "path of SGLang or vllm-ascend uses them)", str(g.shared_ranks))
 
 
 def smooth_row_offset(g: EpGroup, v2: bool) -> int:
@@ -231,7 +232,7 @@ def dispatch_args(op: str, v2: bool, x, expert_ids, group_ep, ep_world_size, ep_
                   x_active_mask, expert_scales, group_tp, tp_world_size, tp_rank_id, expert_shard_type,
                   shared_expert_num, shared_expert_rank_num, quant_mode, global_bs, expert_token_nums_type,
                   comm_alg, special, numerics) -> MoeDistributeDispatchArgs:
-    """The checks of both dispatch ops, in this order (A3 rules of spec §1.3 and §1.7)."""
+    """The checks of both dispatch ops, in this order (A3 rules of the op-plugin docs and the tiling)."""
     C.check_numerics(op, numerics)
     xs = _ep.rank_list(op, "x", x, dtypes=_X, ndim=2)
     g = group_args(op, v2, len(xs), group_ep, ep_world_size, ep_rank_id, moe_expert_num, group_tp, tp_world_size,
@@ -351,13 +352,15 @@ _DOC_COMMON = """
         ``"init_routing"``), ``round_mode``, ``saturate``, ``zero_row``, ``nan_policy``.
 
     Formula. Copy (r, t, k) with ``e = expert_ids[r][t, k]`` goes to rank ``q = S + e // E_loc`` as local
-    expert ``l = e % E_loc``. quant_mode 2, per copy, fp32 (spec §1.5)::
+    expert ``l = e % E_loc``. quant_mode 2, per copy, fp32 (ops-transformer
+    ``mc2/moe_distribute_dispatch_v2/`` ``QuantProcess``)::
 
         xf = fp32(x[r][t]) [* scales[e + offset]];  m = max_h |xf_h|;  inv = 127 / m
         q8 = clamp(rint(xf * inv), -127, 127) -> int8;   s = 1 / inv         (numerics.ep_dispatch_quant)
 
     (without smooth scales the K copies of a token carry identical (q8, s): quantized once per token).
-    Receiver q orders its rows by (l, r, f = t * K + k) ascending (spec §1.6).
+    Receiver q orders its rows by (l, r, f = t * K + k) ascending (op-plugin
+    ``test_moe_distribute_dispatch.py::_construct_excepted_result``).
 """
 
 _DOC_RETURNS = """
@@ -365,12 +368,12 @@ _DOC_RETURNS = """
     ``expand_x`` int8 (quant_mode 2) or x's dtype ``[A_q, H]``; ``dynamic_scales`` fp32 ``[A_q]``
     (quant_mode 2; ``[0]`` otherwise: the device leaves it unwritten); {index};
     ``expert_token_nums`` int64 ``[E_loc]``; ``ep_recv_counts`` int32 ``[E_loc * R]``, entry ``l * R + r``
-    = rows received from sources before (l, r) and (l, r) itself (cumulative, row-major, spec §1.6);
+    = rows received from sources before (l, r) and (l, r) itself (cumulative, row-major);
     ``tp_recv_counts`` int32 ``[tp_world_size]`` (reserved: zeros); ``expand_scales`` fp32 {expand_scales}.
     The device's capacity padding ``A = global_bs * min(E_loc, K)`` is not modelled: only valid rows.
 
     Errors: TypeError for a non-list per-rank argument or a dtype; ValueError naming the argument for
-    every A3 rule of spec §1.3 / §1.7 (H, BS, K, R, E, E_loc * R, quant_mode, scales, global_bs, ...)
+    every A3 rule of the docs (H, BS, K, R, E, E_loc * R, quant_mode, scales, global_bs, ...)
     and for arguments the golden does not model (S > 0, tp = 2{v2_extra}).
 """
 

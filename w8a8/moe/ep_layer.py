@@ -1,4 +1,4 @@
-"""The W8A8 MoE layer run expert-parallel on simulated ranks (spec/expert-parallel.md §6).
+"""The W8A8 MoE layer run expert-parallel on simulated ranks (docs/expert-parallelism.md).
 
 ::
 
@@ -14,8 +14,8 @@
       y_r = bf16(fp32(routed) + fp32(shared_r))   with the shared expert run on h_r (the source rank)
 
 The parts (:func:`ep_dispatch`, :func:`ep_experts`, :func:`ep_combine`) are public so that a test can
-swap one for a faulty one (:func:`ep_layer`) and check the invariants of spec §6.6 on what crossed
-the wire (:func:`w8a8_moe_ep_stages`).
+swap one for a faulty one (:func:`ep_layer`) and check the invariants of :mod:`conformance.ep_invariants` on what
+crossed the wire (:func:`w8a8_moe_ep_stages`).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _args(op, hidden, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights, disp
 
 @dataclass(frozen=True, eq=False)
 class EpRecv:
-    """What one rank received (spec §6.2 ``EpRecv``)."""
+    """What one rank received (``EpRecv``)."""
 
     x: np.ndarray                    # int8 or bf16 [A_q, H]: the payload rows, canonical order
     scale: np.ndarray | None         # fp32 [A_q]: the scales that travelled with the rows (int8), or None
@@ -140,7 +140,7 @@ def ep_dispatch(a: W8a8MoeEpArgs, numerics: Numerics) -> tuple[list, list]:
 
 
 def ep_experts(recv: EpRecv, w13_kn, s13, w2_kn, s2w, swiglu_limit, numerics: Numerics) -> dict:
-    """One expert rank's grouped W8A8 experts on its received rows (spec §6.3 step 4): ``gmm1_x`` /
+    """One expert rank's grouped W8A8 experts on its received rows (step 4 of the module docstring): ``gmm1_x`` /
     ``gmm1_x_scale`` (what GMM1 got), ``quantizer_calls`` (0 on the int8 path, 1 on the bf16 path:
     ``dynamic_quant`` of the whole payload, the runner's ``npu_dynamic_quant``), ``gmm1``, ``act_q``,
     ``act_scale``, ``gmm2`` (bf16 ``[A_q, H]``). The weights are the rank's slice in serving layout."""
@@ -160,7 +160,7 @@ def ep_experts(recv: EpRecv, w13_kn, s13, w2_kn, s2w, swiglu_limit, numerics: Nu
 
 
 def ep_combine(y: list, recv: list, a: W8a8MoeEpArgs, numerics: Numerics) -> list:
-    """The golden combine (spec §6.3 step 5): per source rank bf16 ``[T_r, H]``, each token's K rows
+    """The golden combine (step 5 of the module docstring): per source rank bf16 ``[T_r, H]``, each token's K rows
     summed in fp32 from +0 in ascending k with the weights of ``numerics.ep_combine_weights``, rounded once."""
     tokens = tuple(h.shape[0] for h in a.hidden)
     rows, present = _ep.gather_rows(y, [r.src for r in recv], tokens, a.k, a.h)
@@ -239,9 +239,9 @@ def w8a8_moe_ep(hidden: list, w13: np.ndarray, w13_scale: np.ndarray, w2: np.nda
         ``"init_routing"``), ``ep_combine_weights`` (fp32 / bf16 weights in the combine), and every field
         the layer's ops read.
 
-    Returns a list of R bf16 ``[T_r, H]``. Steps: module docstring (spec/expert-parallel.md §6.3).
+    Returns a list of R bf16 ``[T_r, H]``. Steps: module docstring.
 
-    Equivalences (spec §6.4): with ``ep_dispatch_quant="mc2"``, fp32 combine weights that are bf16 values,
+    Equivalences (docs/expert-parallelism.md): with ``ep_dispatch_quant="mc2"``, fp32 combine weights that are bf16 values,
     no smooth scales and ``variants="fixed"`` (so that no op's kernel variant depends on a rank's row
     count), ``concat(w8a8_moe_ep(h, ...))`` equals ``w8a8_moe_prequantized(*dynamic_quant(concat h),
     ..., shared_input=concat h)`` bit for bit up to the sign of zeros (Claim A), ``dispatch="bf16"`` equals

@@ -1,9 +1,10 @@
-"""``npu_moe_finalize_routing``: combine the experts' rows back into tokens (spec/ascend-ops.md §7.7).
+"""``npu_moe_finalize_routing``: combine the experts' rows back into tokens (op-plugin
+``test_npu_moe_finalize_routing_v2.py``; ops-transformer ``moe/moe_finalize_routing_v2/``).
 
 The V2 membase tiling picks one of seven templates from H, K, the dtype, the optional inputs and the
-UB budget (kernel-variants §7, :mod:`w8a8.variants.moe`). They differ in the arithmetic dtype (fp16
-rows are combined in fp16, rounding after every add and multiply; bf16 rows in fp32) and in what a
-dropped slot (index -1) contributes.
+UB budget (ops-transformer ``moe_finalize_routing_v2_tiling_membase.cpp``, :mod:`w8a8.variants.moe`). They differ in
+the arithmetic dtype (fp16 rows are combined in fp16, rounding after every add and multiply; bf16 rows in fp32) and in
+what a dropped slot (index -1) contributes.
 """
 
 from __future__ import annotations

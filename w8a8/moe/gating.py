@@ -1,4 +1,5 @@
-"""MoE gating: ``npu_moe_gating_top_k_softmax`` and ``npu_moe_gating_top_k`` (spec/ascend-ops.md §7.3, §7.4).
+"""MoE gating: ``npu_moe_gating_top_k_softmax`` and ``npu_moe_gating_top_k`` (op-plugin
+``test_npu_moe_gating_top_k_softmax.py``; ops-transformer ``moe_gating_top_k_generalized.h``).
 
 Both score the router logits in fp32 and pick the top-k experts per token.
 
@@ -174,7 +175,7 @@ def moe_gating_top_k_softmax(x: np.ndarray, finished: np.ndarray | None = None, 
         expert_idx = stable top-k of p (ties: lower expert index first)
         y = cast(p[expert_idx] -> x.dtype, RNE)
 
-    Templates (kernel-variants §9): the perf kernel (``(E <= 1024 and E % 8 == 0 and k <= 8) or E < 8``)
+    Templates (ops-transformer ``moe_gating_top_k_softmax`` tiling, :mod:`w8a8.variants.moe`): the perf kernel (``(E <= 1024 and E % 8 == 0 and k <= 8) or E < 8``)
     ranks the fp32 probabilities. Outside it the full-load kernels run ``SoftMax<half>`` /
     ``TopK<half>`` on fp16 logits: the probabilities are rounded to fp16 **before** ranking
     (``gating_precision="fp16"``), so probabilities that differ only below fp16 precision tie and the
@@ -256,7 +257,8 @@ def moe_gating_top_k(x: np.ndarray, k: int, *, bias: np.ndarray | None = None, i
         y   = cast(w * fp32(routed_scaling_factor) -> x.dtype, RINT)
 
     The README formula renormalises softmax too; the kernel and the op-plugin golden do not
-    (spec §7.4): the kernel is followed. Sums are float64 rounded once to fp32.
+    (ops-transformer ``moe_gating_top_k_generalized.h:529``: ``if (normType == 1)``): the kernel is followed. Sums are
+    float64 rounded once to fp32.
 
     Errors: TypeError for dtypes; ValueError for shapes and every range above, NaN/Inf under
     ``nan_policy="raise"``.

@@ -1,4 +1,5 @@
-"""``npu_grouped_matmul``, single-tensor int8 form (spec/ascend-ops.md §5).
+"""``npu_grouped_matmul``, single-tensor int8 form (ops-transformer
+``gmm/grouped_matmul/``, ``aclnn_grouped_matmul.cpp``; op-plugin ``GroupedMatmulKernelNpuOpApi.cpp``).
 
 One ``x [M, K]`` whose rows are split into consecutive groups by ``group_list``, one weight
 ``[E, K, N]``, one output ``[M, N]`` (``split_item`` 2/3, ``group_type`` 0). Rows of group ``e`` are
@@ -174,7 +175,7 @@ def _checked(x, w, b, s, o, pt, group_list, group_list_type, act_type, output_dt
                 _dt.int64: _dt.int8, _dt.uint64: _dt.int8}[None if s is None else s.dtype]
     if out != expected:
         what = "None" if s is None else _dt.name(s.dtype)
-        _check.fail(_OP, "output_dtype", f"{_dt.name(expected)} for a {what} scale (spec §5.3: bf16 scale -> bf16, "
+        _check.fail(_OP, "output_dtype", f"{_dt.name(expected)} for a {what} scale (bf16 scale -> bf16, "
                     "fp32 scale -> fp16, int64 -> int8, no scale -> int32; e.g. fp32 scale with bf16 output is "
                     "rejected by the device)", _dt.name(out), TypeError)
     if pt is not None and out not in (_dt.bfloat16, _dt.float16):
@@ -224,7 +225,7 @@ def grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, per_token_s
         ``requant_clamp9``, ``round_mode``, ``saturate``, ``transcendental`` (activations),
         ``nan_policy``.
 
-    Allowed combinations (A2/A3, spec §5.3; anything else raises)::
+    Allowed combinations (A2/A3, ops-transformer ``CheckQuantParamsDtype``; anything else raises)::
 
         scale          per_token_scale   output   act
         bf16 [E, N]    fp32 [M] | None   bf16     with per_token_scale only

@@ -1,4 +1,5 @@
-"""The W8A8 MoE layer end to end, as SGLang's ascend_tp path runs it (spec/serving-paths.md §5.2, §5.6).
+"""The W8A8 MoE layer end to end, as SGLang's ascend_tp path runs it (SGLang
+``layers/moe/token_dispatcher/ascend_tp.py``, ``layers/moe/moe_runner/ascend.py``).
 
 ::
 
@@ -12,7 +13,8 @@
       (+ shared expert: W8A8_DYNAMIC gate/up linears, bf16 SwiGLU, down linear; bf16 add)
 
 ``M = T * k``. The weights come in the checkpoint layout and are converted here as the serving code
-converts them at load time (spec §5.0). The NZ cast changes storage only, so it is not modelled.
+converts them at load time (SGLang ``hardware_backend/npu/quantization/moe_methods.py``). The NZ cast changes storage
+only, so it is not modelled.
 """
 
 from __future__ import annotations
@@ -285,7 +287,7 @@ def scale_routed(routed: np.ndarray, factor: float | None) -> np.ndarray:
 
 
 def _dispatch_options(t: int, k: int, e: int) -> dict:
-    """The ``moe_init_routing_v2`` options of the dispatch step (SGLang ascend_tp, spec/serving-paths.md §5.2)."""
+    """The ``moe_init_routing_v2`` options of the dispatch step (SGLang ``token_dispatcher/ascend_tp.py``)."""
     return dict(active_num=t * k, expert_num=e, expert_tokens_num_type=1, expert_tokens_num_flag=True,
                 active_expert_range=[0, e])
 
@@ -438,7 +440,7 @@ def w8a8_moe(hidden: np.ndarray, w13: np.ndarray, w13_scale: np.ndarray, w2: np.
     serving : the engine whose composition is modelled: a :class:`w8a8.serving.Serving` record or its name
         (``"sglang"``, the default, or ``"vllm-ascend"``).
 
-    Returns bf16 ``[T, H]``. Steps (module docstring; spec/serving-paths.md §5.2)::
+    Returns bf16 ``[T, H]``. Steps (module docstring)::
 
         load:     W13 -> [E, H, 2I], W2 -> [E, I, H]; scales squeeze(-1) -> bf16 (RNE)
         route:    ids int32, weights fp32 (the router ops above)

@@ -1,4 +1,5 @@
-"""MoE token routing: ``npu_moe_init_routing`` (v1) and ``npu_moe_init_routing_v2`` (spec/ascend-ops.md §7.5, §7.6).
+"""MoE token routing: ``npu_moe_init_routing`` (v1) and ``npu_moe_init_routing_v2`` (op-plugin
+``test_npu_moe_init_routing.py``, ``MoeInitRoutingV2KernelNpuOpApi.cpp``; ops-transformer ``moe/moe_init_routing_v3/``).
 
 Both sort the ``N * K`` (token, slot) pairs by expert id with a **stable** sort and gather the token
 rows into expert order. They differ in how a (token, slot) pair is numbered:
@@ -22,7 +23,7 @@ import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
-from ..dynamic_quant import quantize_rows
+from ..dynamic_quant import RowQuant, quantize_rows
 from ..numerics import ASCEND, Numerics
 from ..registry import golden_op
 from ..rounding import to_int
@@ -122,10 +123,10 @@ def _routing_quant(xf: np.ndarray, numerics: Numerics) -> tuple[np.ndarray, np.n
     """
     nan_code = 0 if numerics.zero_row == "zero" else -128
     if numerics.routing_quant_round == "half_even":
-        return quantize_rows(xf, 127, codes="div_scale", scale="amax_div", round_mode="half_even",
-                             nan_code=nan_code, saturate=numerics.saturate)
-    _, scale = quantize_rows(xf, 127, codes="div_scale", scale="amax_div", nan_code=nan_code,
-                             saturate=numerics.saturate)
+        return quantize_rows(xf, RowQuant(127, codes="div_scale", scale="amax_div", round_mode="half_even",
+                                          nan_code=nan_code, saturate=numerics.saturate))
+    _, scale = quantize_rows(xf, RowQuant(127, codes="div_scale", scale="amax_div", nan_code=nan_code,
+                                          saturate=numerics.saturate))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = xf / scale[..., None]
     h = _trunc_to_fp16(t)
@@ -180,7 +181,7 @@ def dispatch_quant(hidden: np.ndarray, *, numerics: Numerics = ASCEND) -> tuple[
     ``mc2/moe_distribute_dispatch_v2/op_kernel/moe_distribute_dispatch_v2.h:988-1037`` @ c29bc106)
     quantizes with ``inv = 127 / amax``, ``rint(x * inv)`` and writes ``1 / inv`` (the
     ``npu_dynamic_quant`` main formula), so a device dispatch differs from this model at ties and in
-    the last bit of the scale (kernel-variants §8).
+    the last bit of the scale (:mod:`w8a8.variants.moe`).
     """
     hidden = dispatch_quant_args(hidden, numerics=numerics).hidden
     t, h = hidden.shape
@@ -418,7 +419,7 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
     """Routing v2 (with optional int8 quantization), mirroring ``torch_npu.npu_moe_init_routing_v2``.
 
     Defaults are torch_npu's (master yaml): ``expert_tokens_num_type=0`` (cumsum), ``quant_mode=-1``
-    (the 7.0-7.3 yaml had ``quant_mode=0``; DESIGN.md's table said type 1) — serving code passes
+    (the 7.0-7.3 yaml had ``quant_mode=0``; a summary table elsewhere said type 1) — serving code passes
     both explicitly, and so should callers.
 
     Parameters
@@ -447,7 +448,8 @@ def moe_init_routing_v2(x: np.ndarray, expert_idx: np.ndarray, *, scale: np.ndar
     expert_tokens_num_flag : False: the count output is empty ``(0,)`` int64.
     quant_mode : -1 none, 0 static, 1 dynamic per row.
     active_expert_range : ``[start, end)``, or None / ``[]`` for ``[0, expert_num)``. Pass it
-        explicitly on the device (spec §7.6: the adapter caches the first call's expert_num).
+        explicitly on the device (op-plugin ``MoeInitRoutingV2KernelNpuOpApi.cpp``: the adapter caches the first
+        call's expert_num).
     row_idx_type : 0 gather (``expanded_row_idx[t*K + j] = dst row``, -1 for dropped pairs);
         1 scatter (``expanded_row_idx[i] = t*K + j`` of sorted position i: the whole stable
         permutation, N*K entries, as the one-core and multi-core sort kernels write it; the

@@ -1,13 +1,14 @@
-"""``npu_swiglu`` and ``npu_dequant_swiglu_quant`` (spec/ascend-ops.md §7.1, §7.2).
+"""``npu_swiglu`` and ``npu_dequant_swiglu_quant`` (ops-nn
+``activation/swi_glu/``, ``quant/dequant_swiglu_quant/``; op-plugin ``DequantSwigluQuantOpApi.cpp``).
 
 SwiGLU is ``silu(A) * B`` on the two halves of the last (or given) dimension, computed in fp32 as
 the kernel does: ``A / (1 + exp(-A)) * B`` for fp16 / bf16 x and ``((1 / (1 + exp(-A))) * A) * B`` for
-fp32 x (two kernels, kernel-variants §3). The fused op adds the int32 dequant in front and a per-row
+fp32 x (two kernels, ops-nn ``swi_glu_tiling.cpp``). The fused op adds the int32 dequant in front and a per-row
 int8 quantization behind, computed by one of two kernel families (with / without group_index) that
-quantize differently (kernel-variants §4, :mod:`w8a8.variants.swiglu`). ``swiglu_limit`` is this
-project's addition for DeepSeek-V4's routed experts (spec/serving-paths.md §1.5): ``gate = min(gate, L)``, ``up = clip(up, -L, L)``
-before ``silu(gate) * up`` — the clamp vllm-ascend's fused ``grouped_matmul_swiglu_quant`` applies
-(its ``swiglu_limit``); it is not an argument of ``npu_dequant_swiglu_quant``, whose own
+quantize differently (ops-nn ``dequant_swiglu_quant_tiling.cpp``, :mod:`w8a8.variants.swiglu`). ``swiglu_limit`` is this
+project's addition for DeepSeek-V4's routed experts (docs/deepseek-v4.md): ``gate = min(gate, L)``,
+``up = clip(up, -L, L)`` before ``silu(gate) * up`` — the clamp vllm-ascend's fused ``grouped_matmul_swiglu_quant``
+applies (its ``swiglu_limit``); it is not an argument of ``npu_dequant_swiglu_quant``, whose own
 ``swiglu_mode``/``clamp_limit`` is the different GPT-OSS formula.
 """
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from .. import _check
 from .. import dtypes as _dt
-from ..dynamic_quant import quantize_rows
+from ..dynamic_quant import RowQuant, quantize_rows
 from ..intgemm import add_int32
 from ..numerics import ASCEND, Numerics
 from ..registry import golden_op
@@ -324,8 +325,9 @@ def dequant_swiglu_quant(x: np.ndarray, *, weight_scale: np.ndarray | None = Non
             if qs_f is not None:
                 with np.errstate(over="ignore", invalid="ignore"):
                     o = o * qs_f[gsel]
-            y[rows], scale[rows] = quantize_rows(o, 127, codes=n.quant_codes, scale=n.scale_out,
-                                                 round_mode=n.round_mode, nan_code=nan_code, saturate=n.saturate)
+            y[rows], scale[rows] = quantize_rows(o, RowQuant(127, codes=n.quant_codes, scale=n.scale_out,
+                                                             round_mode=n.round_mode, nan_code=nan_code,
+                                                             saturate=n.saturate))
         else:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 if scalar:

@@ -2,7 +2,7 @@
 
 Several Ascend ops run different kernels behind one name, chosen by the CANN host tiling (op_host)
 from the shapes, dtypes, optional inputs and the platform's numbers, and the kernels do not all
-compute the same arithmetic (spec/kernel-variants.md). ``npu_dynamic_quant`` on ``[16, 4096]`` bf16
+compute the same arithmetic (docs/kernel-variants.md). ``npu_dynamic_quant`` on ``[16, 4096]`` bf16
 runs the single-row kernel (tiling key 100), which writes ``scale = amax * fp32(1/127)``; on
 ``[64, 20000]`` it runs the large-shape kernel (key 6), which writes ``1 / (127 / amax)``.
 

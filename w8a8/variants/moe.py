@@ -1,5 +1,5 @@
 """The MoE ops' kernel variants: ``npu_moe_finalize_routing``, ``npu_moe_gating_top_k_softmax``,
-``npu_moe_init_routing_v2`` (ops-transformer @ c29bc106; spec/kernel-variants.md §7-§10)."""
+``npu_moe_init_routing_v2`` (ops-transformer @ c29bc106)."""
 
 from __future__ import annotations
 

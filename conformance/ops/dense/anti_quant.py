@@ -108,7 +108,7 @@ BAD_CALLS = [
             ValueError, r"anti_quant: argument 'offset' must be of scale's shape"),
     BadCall("x_dtype_3", lambda: ((XQ.astype(np.int32), SQ), {}),
             TypeError, r"anti_quant: argument 'x' must be of dtype int8"),
-    # nan_policy="raise": NaN / Inf in scale or offset refused, naming the argument and index (issue 19).
+    # nan_policy="raise": NaN / Inf in scale or offset refused, naming the argument and index.
     BadCall("scale_nan", lambda: ((XQ, np.float32([0.5, 0.25, np.nan, 0.1])), {}),
             ValueError, r"anti_quant: argument 'scale' must be finite .*; got NaN at index \(2,\)"),
     BadCall("scale_inf_bf16", lambda: ((XQ, np.float32([np.inf]).astype(BF16)), {}),

@@ -132,7 +132,7 @@ BAD_CALLS = [
     BadCall("zero_point_size_1_per_row", lambda: ((Y316, S3, np.ones(1, np.float32)), dict(axis=None)),
             ValueError, r"dequantize: argument 'zero_point' must be of shape y\.shape\[:-1\] ="),
     # nan_policy="raise" (the default record): a non-finite scale or float zero point is refused, the argument
-    # and the first bad index named (issue 19: these used to give silent NaN / Inf).
+    # and the first bad index named (these used to give silent NaN / Inf).
     BadCall("scale_nan", lambda: ((Y23, np.float32([1.0, np.nan, 2.0])), {}),
             ValueError, r"dequantize: argument 'scale' must be finite .*; got NaN at index \(1,\)"),
     BadCall("scale_inf_per_row", lambda: ((Y23, np.float32([np.inf, 1.0])), dict(axis=None)),

@@ -35,7 +35,7 @@ BAD_CALLS = [
             ValueError, r"format_cast_nz: argument 'w' must be at least 2-D"),
     BadCall("w_list", lambda: (([[1, 2]],), {}),
             TypeError, r"format_cast_nz: argument 'w' must be a numpy\.ndarray"),
-    # issue 19: NZ pads every [1, 1] matrix to [16, 32] int8: 512x the input, refused past the budget.
+    # NZ pads every [1, 1] matrix to [16, 32] int8: 512x the input, refused past the budget.
     BadCall("storage_budget", lambda: ((np.broadcast_to(np.zeros((), np.int8), (1 << 24, 1, 1)),), {}),
             ValueError, r"format_cast_nz: argument 'w' must be small enough that .* allocation budget of 4294967296 bytes .*; got \(16777216, 1, 1, 16, 32\) x 1 B"),
 ]

@@ -135,7 +135,7 @@ BAD_CALLS = [
     BadCall("overflow_int32_operands", lambda: ((np.array([[BIG, BIG]], np.int32), np.array([[1], [1]], np.int32)), {}),
             OverflowError, r"int_matmul: the int32 accumulator overflows at output index \(0, 0\) "
                            r"\(exact sum 4294967294\)"),
-    # issue 19: the result's size comes from the shapes: [2^16, 0] @ [0, 2^15] holds no data but asks 8 GiB.
+    # the result's size comes from the shapes: [2^16, 0] @ [0, 2^15] holds no data but asks 8 GiB.
     BadCall("result_budget", lambda: ((np.zeros((1 << 16, 0), np.int8), np.zeros((0, 1 << 15), np.int8)), {}),
             ValueError, r"int_matmul: argument 'b' must be small enough that .* allocation budget of 4294967296 bytes .*; got \(65536, 32768\) x 4 B = 8589934592 bytes"),
 ]

@@ -1,6 +1,6 @@
 """``quant_matmul`` (npu_quant_matmul): the int8 GEMM with its dequant epilogue, every dtype combination
-of spec/ascend-ops.md §3.3 (bf16 / fp16 / int8 / int32 output; fp32, bf16 or packed int64 scale;
-optional per-token scale, offset, int32 or float bias)."""
+of the op-plugin docs table / ops-nn ``aclnnQuantMatmulV4.md`` (bf16 / fp16 / int8 / int32 output; fp32, bf16 or
+packed int64 scale; optional per-token scale, offset, int32 or float bias)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ._common import bench_int8, BF16, I8, MATMUL_FIELDS, S5, W, random_int8
 
 OP = "quant_matmul"
 
-# (output, scale dtype, bias dtype, offset?, pertoken?) rows of spec/ascend-ops.md §3.3
+# (output, scale dtype, bias dtype, offset?, pertoken?) rows of the dtype table of :func:`w8a8.quant_matmul`
 QMM_COMBOS = (
     ("float16", "int64", None, False, False), ("float16", "int64", "int32", False, False),
     ("float16", "float32", "int32", False, False), ("float16", "float32", None, False, False),
@@ -90,7 +90,7 @@ def _quant_matmul_build(p):
     return (x1, x2, scale), kw
 
 
-# (output, scale dtypes, bias dtypes, pertoken, offset) per row of spec §3.3 (A2/A3), plus int32 and the
+# (output, scale dtypes, bias dtypes, pertoken, offset) per row of that table (A2/A3), plus int32 and the
 # default output (None: int8).
 BIT_COMBOS = (
     ("float16", ("int64", "uint64", "float32"), (None, "int32"), False, False),

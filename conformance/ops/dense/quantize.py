@@ -306,7 +306,7 @@ BAD_CALLS = [
     BadCall("scales_size_axis", lambda: ((np.ones((2, 3), np.float32), np.ones(3, np.float32)), dict(axis=0)),
             ValueError, r"quantize: argument 'scales' must be of size 2"),
     # div_mode=True divides by the scale: a zero would make x / 0 saturate to +-127 (0 / 0 the NaN code);
-    # under nan_policy="raise" it is refused, naming the first zero (issue 19). -0.0 is a zero too.
+    # under nan_policy="raise" it is refused, naming the first zero. -0.0 is a zero too.
     BadCall("scales_zero_div_mode", lambda: ((X28, np.float32([1, 1, 1, 0, 1, 1, 1, 1])), {}),
             ValueError, r"quantize: argument 'scales' must be non-zero \(the op divides by it.*; got 0 at index \(3,\)"),
     BadCall("scales_negative_zero_bf16", lambda: ((X28, np.float32([-0.0]).astype(_dt.bfloat16)), dict(axis=-1)),

@@ -134,7 +134,7 @@ BAD_CALLS = [
     BadCall("round_mode_choice_2", lambda: ((np.ones(3, np.float32),), dict(round_mode=2)),
             ValueError, r"trans_quant_param: argument 'round_mode' must be one of"),
     # nan_policy="raise": a NaN / Inf scale would pack exponent 255 into the fix-pipe word (unspecified on
-    # the device), a NaN offset silently 0: both refused, naming the argument and index (issue 19).
+    # the device), a NaN offset silently 0: both refused, naming the argument and index.
     BadCall("scale_nan", lambda: ((np.float32([1.0, np.nan]),), {}),
             ValueError, r"trans_quant_param: argument 'scale' must be finite .*; got NaN at index \(1,\)"),
     BadCall("scale_inf_2d", lambda: ((np.float32([[1.0, -np.inf]]),), {}),

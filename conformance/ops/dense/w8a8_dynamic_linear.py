@@ -164,7 +164,7 @@ def _bench(full: bool) -> list[BenchCase]:
     if full:  # the DSV4 attention projections, decode and a 512-token prefill
         cases += [bench_case(m, k, n, ("dsv4", f"attn:{name}")) for name, (k, n) in _dsv4.ATTN_PROJ.items()
                   for m in _dsv4.token_counts(full) if m <= 512]
-    cases.append(bench_case(2048, 2048, 2048, ("quick", "peers")))          # 2048^3: issue 18's prefill target
+    cases.append(bench_case(2048, 2048, 2048, ("quick", "peers")))          # 2048^3: the prefill target
     if full:  # the trend grid: K and N at fixed M
         cases += [bench_case(512, k, 2048, ("grid", "scaling:K")) for k in (1024, 2048, 4096, 8192)]
         cases += [bench_case(512, 2048, n, ("grid", "scaling:N")) for n in (1024, 2048, 4096, 8192)]

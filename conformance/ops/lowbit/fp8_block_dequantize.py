@@ -48,7 +48,7 @@ BAD_CALLS = [
     ),
     BadCall("block_shape_budget", lambda: ((fx().wq, np.ones((1, 1), np.float32)), {"block_shape": (10**6, 10**6)}),
             ValueError, r"fp8_block_dequantize: argument 'block_shape' must be small enough that .* allocation budget of 4294967296 bytes .*; got \(1000000, 1000000\) x 4 B"),
-    # an e4m3 NaN code (0x7F) in the codes: never written by fp8_block_quantize, refused (issue 19)
+    # an e4m3 NaN code (0x7F) in the codes: never written by fp8_block_quantize, refused
     BadCall("weight_q_nan_code", lambda: ((np.where(np.arange(fx().wq.size).reshape(fx().wq.shape) == 3,
                                                     np.uint8(0x7F), fx().wq.view(np.uint8)).view(fx().wq.dtype),
                                            fx().ws), {}),

@@ -41,7 +41,7 @@ BAD_CALLS = [
             ValueError, r"fp8_block_quantize: argument 'block_shape' must be a pair of positive ints"),
     BadCall("eps_nonfinite_2", lambda: ((_random((3, 3), F32),), {'eps': 0.0}),
             ValueError, r"fp8_block_quantize: argument 'eps' must be a positive finite float"),
-    # issue 19: a block far beyond the tensor pads it to whole blocks: (10**6)^2 fp32 for a [4, 64] weight
+    # a block far beyond the tensor pads it to whole blocks: (10**6)^2 fp32 for a [4, 64] weight
     BadCall("block_shape_budget", lambda: ((fx().x,), {"block_shape": (10**6, 10**6)}),
             ValueError, r"fp8_block_quantize: argument 'block_shape' must be small enough that .* allocation budget of 4294967296 bytes .*; got \(1000000, 1000000\) x 4 B"),
 ]

@@ -71,7 +71,7 @@ BAD_CALLS = [
             ValueError, r"int4_group_dequantize: argument 'scale' must be of shape \[\.\.\., N, K/G\] ="),
     BadCall("codes_range_2", lambda: ((np.full((2, 64), 9, np.int8), np.full((2, 2), 0.13330078, np.float16)), {}),
             ValueError, r"int4_group_dequantize: argument 'codes' must be values in \[-8, 7\]"),
-    # issue 19: a NaN / Inf group scale gave silent NaN rows; refused (the op takes no numerics: always).
+    # a NaN / Inf group scale gave silent NaN rows; refused (the op takes no numerics: always).
     BadCall("scale_nan", lambda: ((fx().q, np.where(np.arange(fx().s.size).reshape(fx().s.shape) == 1, np.nan,
                                                     fx().s).astype(fx().s.dtype), fx().z), {}),
             ValueError, r"int4_group_dequantize: argument 'scale' must be finite \(.*refuses them\); got NaN at index \(0, 1\)"),

@@ -60,7 +60,7 @@ BAD_CALLS = [
         TypeError,
         r"nvfp4_dequantize: argument 'block_scale' must be of dtype float8_e4m3fn",
     ),
-    # an e4m3 NaN block scale: nvfp4_quantize never writes one (it refuses non-finite x); refused (issue 19)
+    # an e4m3 NaN block scale: nvfp4_quantize never writes one (it refuses non-finite x); refused
     BadCall("block_scale_nan_code", lambda: ((fx().nd, np.where(np.arange(fx().ns.size).reshape(fx().ns.shape) == 2,
                                                                 np.uint8(0x7F), fx().ns.view(np.uint8)).view(fx().ns.dtype)),
                                              {"per_tensor_scale": np.float32(0.01)}),

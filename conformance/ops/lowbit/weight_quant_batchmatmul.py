@@ -328,7 +328,7 @@ BAD_CALLS = [
         ValueError,
         r"weight_quant_batchmatmul: argument 'inner_precise' must be one of",
     ),
-    # issue 19: NaN / Inf in the activation x under nan_policy="raise" (an int8 output has no code for NaN).
+    # NaN / Inf in the activation x under nan_policy="raise" (an int8 output has no code for NaN).
     BadCall("x_nan", lambda: varied(_valid_fixtures, {0: np.where(np.arange(fx().xb.size).reshape(fx().xb.shape) == 5,
                                                                    np.float16(np.nan), fx().xb)}),
             ValueError, r"weight_quant_batchmatmul: argument 'x' must be finite .*; got NaN at index \(0, 5\)"),

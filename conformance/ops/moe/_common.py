@@ -374,7 +374,7 @@ def layer_bad_calls(op: str) -> list:
 # bench helpers
 
 def bench_routing(rng, t, e, k):
-    """Random top-k routing (spec/cpu-performance.md §7): every expert gets about t*k/e rows."""
+    """Random top-k routing (top-k of uniform random scores per token): every expert gets about t*k/e rows."""
     scores = rng.random((t, e))
     return np.argsort(-scores, axis=1)[:, :k].astype(np.int32), rng.uniform(0.05, 1, (t, k)).astype(np.float32)
 

@@ -326,7 +326,7 @@ BAD_CALLS = [
         ValueError,
         r"dequant_swiglu_quant: argument 'weight_scale' must be finite",
     ),
-    # issue 19: a per-channel static quant_scale divides (o / s): a zero would saturate the codes; refused under
+    # a per-channel static quant_scale divides (o / s): a zero would saturate the codes; refused under
     # nan_policy="raise" (the [1] scalar's zero is static_zero_scale's, a documented kernel behaviour).
     BadCall("quant_scale_zero_divides", lambda: varied(_valid, quant_mode=0, quant_scale=np.array([1.0, 0.0], F32)),
             ValueError, r"dequant_swiglu_quant: argument 'quant_scale' must be non-zero \(the op divides by it.*; "

@@ -297,7 +297,7 @@ BAD_CALLS = [
         ValueError,
         r"moe_init_routing_v2: argument 'expert_num' must be > 0",
     ),
-    # issue 19: expert_capacity sizes expanded_x [expert_num * C, H]; 10**9 for 2 tokens asked NumPy for
+    # expert_capacity sizes expanded_x [expert_num * C, H]; 10**9 for 2 tokens asked NumPy for
     # 4 * 10**9 rows * (4 * 2 B + 5 B) = 52 GB. Refused before any allocation, naming the bytes and the budget.
     BadCall("expert_capacity_budget", lambda: varied(_valid_fixtures, drop_pad_mode=1, expert_capacity=10**9),
             ValueError, r"moe_init_routing_v2: argument 'expert_capacity' must be small enough that .* allocation budget of 4294967296 bytes .*; got \(4000000000,\) x 13 B = 52000000000 bytes"),

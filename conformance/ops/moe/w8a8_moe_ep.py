@@ -1,4 +1,4 @@
-"""``w8a8_moe_ep``: the W8A8 MoE layer run expert-parallel on simulated ranks (spec/expert-parallel.md §6):
+"""``w8a8_moe_ep``: the W8A8 MoE layer run expert-parallel on simulated ranks (docs/expert-parallelism.md):
 int8 dispatch (the sender quantizes once, the scale travels with the payload) or bf16 dispatch (the expert
 rank quantizes on arrival), per-rank grouped W8A8 experts, the fp32 combine, the shared expert on the
 source rank."""

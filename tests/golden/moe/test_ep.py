@@ -1,9 +1,9 @@
-"""Expert parallelism in the golden (spec/expert-parallel.md §6.4): the EP layer against the single-process
+"""Expert parallelism in the golden (docs/expert-parallelism.md): the EP layer against the single-process
 layer (Claim A), int8 against bf16 dispatch (Claim B), rank-count invariance, where the deployments'
 dispatch formulas legitimately differ (Ascend DeepEP normal's amax epsilon, the alltoall strategy's
 init_routing formula, the runner's kernel variants), and the MC2 ops against the layer they model.
 
-The claims hold under the §6.4 conditions, which the tests state: ``ep_dispatch_quant="mc2"``, weights
+The claims hold under these conditions, which the tests state: ``ep_dispatch_quant="mc2"``, weights
 on the bf16 grid, no smooth scales, zeros compared sign-blind, and ``variants="fixed"`` (so that no op's
 kernel depends on how many rows one rank holds).
 """
@@ -267,7 +267,7 @@ def test_smooth_scales_quantize_each_copy_with_its_destination_row():
 
 
 def _quant_f32(xf):
-    """The §1.5 formula on fp32 rows, written out: inv = 127 / max|x|, q = rint(x * inv), s = 1 / inv."""
+    """The MC2 sender's formula on fp32 rows, written out: inv = 127 / max|x|, q = rint(x * inv), s = 1 / inv."""
     inv = np.float32(127) / np.max(np.abs(xf), axis=1, keepdims=True)
     return np.clip(np.rint(xf * inv), -127, 127).astype(np.int8), (np.float32(1) / inv)[:, 0]
 
@@ -312,7 +312,8 @@ def test_ep_numerics_fields_are_named_documented_and_default_to_the_kernels(fiel
 def test_dispatch_matches_the_op_plugin_test_construction(p):
     # op-plugin's test_moe_distribute_dispatch builds the expected expand_x by concatenating every rank's x in
     # rank order, sorting the copies stably by expert (npu_moe_init_routing) and slicing the result per rank
-    # (spec §1.6): an independent derivation of the canonical (expert, source rank, f) order
+    # (op-plugin test_moe_distribute_dispatch.py): an independent derivation of the canonical (expert, source rank, f)
+    # order
     p = {**p, "quant": 0, "mask": "none", "perm": False, "ent": 1}   # counts, not prefix sums
     args, kw = mc2_call(p)
     x, ids, _, r, _, e = args

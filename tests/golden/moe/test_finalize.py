@@ -155,9 +155,9 @@ def test_bad_input(call, exc, arg):
 
 def test_fp16_rows_round_after_every_add():
     # fp16 rows run the Fp* templates with T = half (ops-transformer moe_finalize_routing_v2.cpp @ c29bc106):
-    # every Add / Muls rounds to fp16 (kernel-variants §7). 1 + 2^-11 is a tie at fp16 spacing 2^-10 ->
-    # even 1.0, three times: 1.0. The old golden summed in fp32, 1 + 3 * 2^-11 = 1 + 1.5 * 2^-10, a tie
-    # between 1 + 2^-10 (odd) and 1 + 2^-9 -> 1.001953125.
+    # every Add / Muls rounds to fp16 (ops-transformer moe_finalize_routing_v2_bf16*.h). 1 + 2^-11 is a tie at fp16
+    # spacing 2^-10 -> even 1.0, three times: 1.0. The old golden summed in fp32, 1 + 3 * 2^-11 = 1 + 1.5 * 2^-10, a
+    # tie between 1 + 2^-10 (odd) and 1 + 2^-9 -> 1.001953125.
     rows = np.array([[1], [2.0 ** -11], [2.0 ** -11], [2.0 ** -11]], np.float16)
     args = (rows, None, None, None, np.ones((1, 4), np.float16), np.arange(4, dtype=np.int32), None)
     assert w8a8.variants.select("moe_finalize_routing", *args, drop_pad_mode=2).decides["finalize_precision"] == "io_dtype"
