@@ -103,15 +103,20 @@ def _compile() -> Path | None:
         exe = _cache_dir() / f"peak-{tag}"
     except OSError:
         return None  # no writable folder at all: the peaks are estimated (the method says so)
-    if exe.exists():
+    from backends.cache import trusted
+
+    if trusted(exe):
         return exe
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "peak"
-        r = subprocess.run([cc, "-O2", "-march=native", "-pthread", "-o", str(out), str(src)],
-                           capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            return None
-        shutil.move(str(out), exe)
+    try:
+        with tempfile.TemporaryDirectory(dir=exe.parent) as tmp:   # same folder: the rename is atomic
+            out = Path(tmp) / "peak"
+            r = subprocess.run([cc, "-O2", "-march=native", "-pthread", "-o", str(out), str(src)],
+                               capture_output=True, text=True, timeout=120)
+            if r.returncode != 0:
+                return None
+            os.replace(out, exe)
+    except (OSError, subprocess.SubprocessError):
+        return None
     return exe
 
 

@@ -107,7 +107,7 @@ def loads_json(text: str | bytes, source, what: str, error: type[Exception] = Va
         raise error(f"{source}: {what} must be JSON nested at most {max_depth} levels deep; got {depth} levels")
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:   # JSONDecodeError, UnicodeDecodeError, an int of 5,000 digits
         raise error(f"{source}: {what} is not readable JSON ({exc})") from None
 
 

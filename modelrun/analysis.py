@@ -45,6 +45,7 @@ from checkpoints import CheckpointError, analyze
 from checkpoints.reference import check_reference
 
 from . import config as _config
+from . import config_shapes
 from .bounds import dense_bound
 from .forward import TORCH_DTYPES, FloatExecutor, Model
 from .serving import ServingExecutor, layer_index
@@ -255,8 +256,11 @@ def run(checkpoint, reference, sequences: list[list[int]], *, backends=("numpy",
                         max_tokens=max_tokens, per_layer=per_layer, loader=loader, report=report,
                         serving=serving)
     cfg = _config.parse(ckpt_cfg)
+    config_shapes.check(cfg, {s: res.checkpoint.entries[n].shape for s, n in res.native_of.items()
+                              if n in res.checkpoint.entries}, f"the checkpoint {checkpoint}")
     ref = FloatModel(reference)
     ref_cfg = _config.parse(ref.config)
+    config_shapes.check(ref_cfg, {n: a.shape for n, a in ref.arrays.items()}, f"the --reference {reference}", complete=True)
     findings, distances = check_reference(res, ref.arrays, ref.config)
     if findings.errors:
         raise ValueError("--reference does not match the checkpoint:\n  " + "\n  ".join(str(f) for f in findings.errors))

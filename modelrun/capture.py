@@ -17,6 +17,7 @@ import torch
 from backends.torch_common import from_torch
 
 from . import config as _config
+from . import config_shapes
 from .analysis import MAX_TOKENS, check_sequences
 from .forward import TORCH_DTYPES, FloatExecutor, Model
 from .weights import FloatModel
@@ -45,6 +46,7 @@ def capture(reference, sequences: list[list[int]], *, max_tokens: int = MAX_TOKE
     """Run the float model in ``reference`` (a directory) on ``sequences`` and keep what every module saw."""
     ref = FloatModel(reference)
     cfg = _config.parse(ref.config)
+    config_shapes.check(cfg, {n: a.shape for n, a in ref.arrays.items()}, f"the --reference {reference}", complete=True)
     check_sequences(sequences, cfg.vocab, ref.config.get("max_position_embeddings"), max_tokens, flag)
     tensors = ref.torch_tensors(TORCH_DTYPES[cfg.dtype])
     rec = _Recorder(tensors)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import config_values as _v
+
 FAMILIES = {
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3",
 }
@@ -67,15 +69,10 @@ class ModelConfig:
         return self.qk_nope + self.qk_rope
 
 
-def _get(cfg: dict, key: str, kind=int, default=None):
-    value = cfg.get(key, default)
-    if value is None:
-        raise ValueError(f"config.json: {key!r} is required for this architecture; got none")
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ValueError(f"config.json: {key!r} must be a non-negative integer; got {value!r}")
-    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ValueError(f"config.json: {key!r} must be a number; got {value!r}")
-    return kind(value)
+def _get(cfg: dict, key: str, kind=int, default=None, lo: int = 0):
+    if kind is float:
+        return _v.number(cfg, key, positive=True, default=default)
+    return _v.integer(cfg, key, default=default, lo=lo)
 
 
 def family_of(cfg: dict) -> str:
@@ -83,6 +80,8 @@ def family_of(cfg: dict) -> str:
     if not isinstance(cfg, dict):
         raise ValueError(f"config.json: must be a JSON object; got {type(cfg).__name__}")
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ValueError(f"config.json: 'architectures' must be a list of strings; got {_v.show(archs)}")
     for a in archs:
         if a in FAMILIES:
             return FAMILIES[a]
@@ -99,8 +98,8 @@ def family_of(cfg: dict) -> str:
 
 def model_dtype(cfg: dict) -> str:
     dt = cfg.get("torch_dtype", cfg.get("dtype", "float32"))
-    if dt not in DTYPES:
-        raise ValueError(f"config.json: 'torch_dtype' must be one of {DTYPES}; got {dt!r}")
+    if not isinstance(dt, str) or dt not in DTYPES:
+        raise ValueError(f"config.json: 'torch_dtype' must be one of {DTYPES}; got {_v.show(dt)}")
     return dt
 
 
@@ -108,12 +107,12 @@ def parse(cfg: dict) -> ModelConfig:
     """The :class:`ModelConfig` of a loaded ``config.json`` (ValueError for what is not supported)."""
     family = family_of(cfg)
     if cfg.get("rope_scaling"):
-        raise ValueError(f"config.json: 'rope_scaling' {cfg['rope_scaling']!r} is not supported by modelrun "
+        raise ValueError(f"config.json: 'rope_scaling' {_v.show(cfg['rope_scaling'])} is not supported by modelrun "
                          "(only the default RoPE)")
-    if cfg.get("use_sliding_window"):
+    if _v.flag(cfg, "use_sliding_window", False):
         raise ValueError("config.json: 'use_sliding_window' true is not supported by modelrun")
     if cfg.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"config.json: 'hidden_act' must be 'silu'; got {cfg.get('hidden_act')!r}")
+        raise ValueError(f"config.json: 'hidden_act' must be 'silu'; got {_v.show(cfg.get('hidden_act'))}")
     hidden = _get(cfg, "hidden_size")
     heads = _get(cfg, "num_attention_heads")
     if heads == 0 or hidden == 0:
@@ -122,29 +121,40 @@ def parse(cfg: dict) -> ModelConfig:
                   kv_heads=_get(cfg, "num_key_value_heads", default=heads),
                   intermediate=_get(cfg, "intermediate_size"), vocab=_get(cfg, "vocab_size"),
                   eps=_get(cfg, "rms_norm_eps", float, 1e-6), rope_theta=_get(cfg, "rope_theta", float, 10000.0),
-                  dtype=model_dtype(cfg), tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), raw=dict(cfg))
+                  dtype=model_dtype(cfg), tie_embeddings=_v.flag(cfg, "tie_word_embeddings", False), raw=dict(cfg))
     if common["kv_heads"] == 0 or heads % common["kv_heads"]:
         raise ValueError(f"config.json: 'num_key_value_heads' must divide num_attention_heads ({heads}); "
                          f"got {common['kv_heads']}")
     if family == "qwen2":
-        if hidden % heads:
+        if hidden % heads or hidden < heads:
             raise ValueError(f"config.json: hidden_size {hidden} must divide into {heads} heads")
         return ModelConfig(head_dim=hidden // heads, attention_bias=True, **common)
     if family == "qwen3":
-        head_dim = _get(cfg, "head_dim", default=hidden // heads)
-        return ModelConfig(head_dim=head_dim, attention_bias=bool(cfg.get("attention_bias", False)), **common)
+        head_dim = _get(cfg, "head_dim", default=hidden // heads, lo=1)
+        return ModelConfig(head_dim=head_dim, attention_bias=_v.flag(cfg, "attention_bias", False), **common)
     n_group = _get(cfg, "n_group", default=1)
-    n_experts = _get(cfg, "n_routed_experts")
+    n_experts = _get(cfg, "n_routed_experts", lo=1)
     if n_group == 0 or n_experts % n_group:
         raise ValueError(f"config.json: 'n_group' must divide n_routed_experts ({n_experts}); got {n_group}")
+    if n_experts // n_group < 2:
+        raise ValueError(f"config.json: 'n_group' must leave at least 2 of the {n_experts} n_routed_experts per group "
+                         f"(the router sums each group's top 2); got {n_group}")
+    topk_group, top_k = _get(cfg, "topk_group", default=1, lo=1), _get(cfg, "num_experts_per_tok", lo=1)
+    if topk_group > n_group:
+        raise ValueError(f"config.json: 'topk_group' must be at most n_group ({n_group}); got {topk_group}")
+    if top_k > n_experts // n_group * topk_group:
+        raise ValueError(f"config.json: 'num_experts_per_tok' must be at most the experts of the kept groups "
+                         f"({n_experts // n_group * topk_group}); got {top_k}")
+    if _get(cfg, "qk_rope_head_dim", lo=2) % 2:
+        raise ValueError(f"config.json: 'qk_rope_head_dim' must be even (RoPE pairs); got {cfg['qk_rope_head_dim']}")
     return ModelConfig(
-        head_dim=_get(cfg, "qk_rope_head_dim"), attention_bias=bool(cfg.get("attention_bias", False)),
-        q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=_get(cfg, "kv_lora_rank"),
+        head_dim=_get(cfg, "qk_rope_head_dim", lo=2), attention_bias=_v.flag(cfg, "attention_bias", False),
+        q_lora_rank=None if cfg.get("q_lora_rank") is None else _get(cfg, "q_lora_rank"), kv_lora_rank=_get(cfg, "kv_lora_rank"),
         qk_nope=_get(cfg, "qk_nope_head_dim"), qk_rope=_get(cfg, "qk_rope_head_dim"),
-        v_head_dim=_get(cfg, "v_head_dim"), rope_interleave=bool(cfg.get("rope_interleave", True)),
+        v_head_dim=_get(cfg, "v_head_dim"), rope_interleave=_v.flag(cfg, "rope_interleave", True),
         moe_intermediate=_get(cfg, "moe_intermediate_size"), n_experts=n_experts,
-        n_shared=_get(cfg, "n_shared_experts", default=0), top_k=_get(cfg, "num_experts_per_tok"),
-        n_group=n_group, topk_group=_get(cfg, "topk_group", default=1),
-        norm_topk_prob=bool(cfg.get("norm_topk_prob", True)),
+        n_shared=_get(cfg, "n_shared_experts", default=0), top_k=top_k,
+        n_group=n_group, topk_group=topk_group,
+        norm_topk_prob=_v.flag(cfg, "norm_topk_prob", True),
         routed_scaling_factor=_get(cfg, "routed_scaling_factor", float, 1.0),
         first_dense=_get(cfg, "first_k_dense_replace", default=0), **common)

@@ -8,15 +8,17 @@ A float model directory is what transformers' ``save_pretrained`` writes (``conf
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from backends.torch_common import to_torch
+from checkpoints import safe_files
 from checkpoints.safetensors_io import MappedFile, SafetensorsError
 
 from . import config as _config
+
+CONFIG_LIMIT = 16 << 20   # bytes of a config.json (real ones are a few KB)
 
 
 class FloatModel:
@@ -30,10 +32,8 @@ class FloatModel:
         cfg_path = self.path / "config.json"
         if not cfg_path.is_file():
             raise ValueError(f"--reference: {self.path} has no config.json")
-        try:
-            self.config = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"--reference: {cfg_path} is not readable JSON ({exc})") from None
+        text = safe_files.read_text(cfg_path, "config.json", limit=CONFIG_LIMIT)
+        self.config = safe_files.loads_json(text, f"--reference: {cfg_path}", "config.json")
         files = sorted(self.path.glob("*.safetensors"))
         if not files:
             raise ValueError(f"--reference: {self.path} holds no .safetensors files")

@@ -180,7 +180,7 @@ def interpret_pickle(data: bytes, path="data.pkl"):
                         raise DumpFormatError(path, f"{where}: module and name must be strings")
                 qual = f"{module}.{attr}"
                 if not _allowed_global(qual):
-                    raise DumpFormatError(path, f"{where} names global {qual!r}, which is not a tensor rebuild "
+                    raise DumpFormatError(path, f"{where} names global {_short(qual)}, which is not a tensor rebuild "
                                                 "function, storage or dtype: refused (nothing was imported or run)")
                 stack.append(_Global(qual))
             elif name == "REDUCE":
@@ -194,7 +194,7 @@ def interpret_pickle(data: bytes, path="data.pkl"):
                 elif func.qualname in REBUILDS or func.qualname == NPU_FORMAT:
                     stack.append(_Call(func, args))
                 else:
-                    raise DumpFormatError(path, f"{where} calls {func.qualname!r}, which only names a storage or dtype")
+                    raise DumpFormatError(path, f"{where} calls {_short(func.qualname)}, which only names a storage or dtype")
             elif name in ("BINPERSID", "PERSID"):
                 pid = stack.pop() if name == "BINPERSID" else arg
                 stack.append(_storage_ref(pid, path, where))
@@ -275,20 +275,39 @@ def _key(key, path, where):
     return key
 
 
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, struct.error, NotImplementedError)
+"""What zipfile raises on a damaged archive (UnicodeDecodeError for a bad UTF-8 name is a ValueError;
+NotImplementedError for an unknown compression method; OSError for a seek a damaged directory sends outside the file)."""
+
+INT64 = 1 << 63
+"""Sizes, strides, offsets and numels at or beyond this are refused (torch stores them as int64)."""
+
+
+def _short(value, width: int = 80) -> str:
+    """``repr(value)`` cut to ``width`` characters; safe for ints of 5,000 digits and deep nesting."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        text = f"<{type(value).__name__} too large to print>"
+    return text[:width]
+
+
 def _storage_ref(pid, path, where) -> _StorageRef:
     if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-        raise DumpFormatError(path, f"{where}: persistent id {pid!r:.80} is not ('storage', type, key, location, numel)")
+        raise DumpFormatError(path, f"{where}: persistent id {_short(pid, 80)} is not ('storage', type, key, location, numel)")
     _, kind, key, location, numel = pid
     if not isinstance(kind, _Global) or not (kind.qualname in UNTYPED or kind.qualname.rpartition(".")[2] in TYPED_STORAGES):
-        raise DumpFormatError(path, f"{where}: storage type {kind!r:.80} is not a torch storage")
-    if not isinstance(key, str) or not isinstance(location, str) or not isinstance(numel, int) or numel < 0:
-        raise DumpFormatError(path, f"{where}: storage key/location/numel of wrong types: {pid!r:.120}")
+        raise DumpFormatError(path, f"{where}: storage type {_short(kind, 80)} is not a torch storage")
+    if not isinstance(key, str) or not isinstance(location, str) or not isinstance(numel, int) or not 0 <= numel < INT64:
+        raise DumpFormatError(path, f"{where}: storage key/location/numel of wrong types: {_short(pid, 120)}")
     return _StorageRef(kind, key, location, numel)
 
 
 def _ints(value, what, path) -> tuple[int, ...]:
     if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise DumpFormatError(path, f"tensor {what} must be a tuple of ints; got {value!r:.80}")
+        raise DumpFormatError(path, f"tensor {what} must be a tuple of ints; got {_short(value, 80)}")
+    if any(not -INT64 <= v < INT64 for v in value):
+        raise DumpFormatError(path, f"tensor {what} {_short(value, 80)} holds a value beyond int64")
     return value
 
 
@@ -302,6 +321,8 @@ def _member_array(zf: zipfile.ZipFile, file_path: Path, info: zipfile.ZipInfo, d
     if nbytes == 0:
         return np.empty(0, dtype)
     if info.compress_type == zipfile.ZIP_STORED and info.flag_bits & 0x1 == 0:
+        if not 0 <= info.header_offset < os.path.getsize(file_path):
+            raise DumpFormatError(path, f"zip directory places {info.filename} at {info.header_offset}, outside the file")
         with open(file_path, "rb") as f:
             f.seek(info.header_offset)
             header = f.read(30)
@@ -319,6 +340,9 @@ def _member_array(zf: zipfile.ZipFile, file_path: Path, info: zipfile.ZipInfo, d
             raise DumpFormatError(path, f"storage {info.filename}: zip CRC-32 {crc:08x} != recorded {info.CRC:08x} "
                                         "(the bytes were altered or truncated)")
         return mm.view(dtype)
+    if nbytes > MAX_TENSOR_BYTES:
+        raise DumpFormatError(path, f"storage {info.filename} is compressed and declares {nbytes:,} bytes, more than "
+                                    f"{MAX_TENSOR_BYTES:,} (not decompressed)")
     buf = bytearray(nbytes)  # inflated in bounded chunks: a stream longer than declared stops at once
     try:
         with zf.open(info) as f:
@@ -331,13 +355,17 @@ def _member_array(zf: zipfile.ZipFile, file_path: Path, info: zipfile.ZipInfo, d
                 buf[got:got + len(chunk)] = chunk
                 got += len(chunk)
             extra = f.read(1) if got == nbytes else b""
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+    except _ZIP_ERRORS as exc:
         raise DumpFormatError(path, f"storage {info.filename} unreadable: {exc}") from None
     if got != nbytes or extra:
         raise DumpFormatError(path, f"storage {info.filename} inflates to "
                                     f"{'more' if extra else f'{got:,}'} bytes, not the {nbytes:,} its zip entry declares")
     return np.frombuffer(buf, dtype=dtype)
 
+
+MAX_TENSOR_BYTES = 4 << 30
+"""Without a record to compare with, a compressed storage or a decoded view larger than this is refused
+before anything is inflated or allocated (an uncompressed storage is memory-mapped, never copied)."""
 
 SMALL_STORAGE = 16 << 20
 """A storage up to this size is decoded even when it is larger than its record says (the dtype/shape
@@ -353,21 +381,28 @@ def read_pt(path, expect_bytes: int | None = None) -> PtTensor:
         zf = zipfile.ZipFile(path)
     except FileNotFoundError:
         raise
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+    except _ZIP_ERRORS as exc:
         raise DumpFormatError(path, f"not a torch zip archive ({exc}); legacy (non-zip) torch.save files are "
                                     "not read") from None
     with zf:
         infos = {i.filename: i for i in zf.infolist()}
         for name in infos:
             if ".." in name.split("/") or name.startswith("/"):
-                raise DumpFormatError(path, f"archive member name {name!r} escapes the archive")
+                raise DumpFormatError(path, f"archive member name {_short(name)} escapes the archive")
+            if infos[name].flag_bits & 0x1:
+                raise DumpFormatError(path, f"archive member {_short(name)} is encrypted (torch.save never encrypts)")
         pkls = [n for n in infos if n.endswith("/data.pkl") and n.count("/") == 1]
         if len(pkls) != 1:
             raise DumpFormatError(path, f"expected exactly one <root>/data.pkl, found {len(pkls)}")
         root = pkls[0][: -len("/data.pkl")]
         order = infos.get(f"{root}/byteorder")
         if order is not None:
-            value = zf.read(order).decode("ascii", "replace").strip()
+            if order.file_size > 16:
+                raise DumpFormatError(path, f"byteorder is {order.file_size:,} bytes; 'little' is 6 (not decompressed)")
+            try:
+                value = zf.read(order).decode("ascii", "replace").strip()
+            except _ZIP_ERRORS as exc:
+                raise DumpFormatError(path, f"byteorder unreadable: {exc}") from None
             if value != "little":
                 raise DumpFormatError(path, f"byteorder is {value!r}; only little-endian files are read")
         pkl_info = infos[pkls[0]]
@@ -375,7 +410,7 @@ def read_pt(path, expect_bytes: int | None = None) -> PtTensor:
             raise DumpFormatError(path, f"data.pkl is {pkl_info.file_size} bytes (limit {MAX_PICKLE_BYTES})")
         try:
             pkl = zf.read(pkl_info)
-        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        except _ZIP_ERRORS as exc:
             raise DumpFormatError(path, f"data.pkl unreadable: {exc}") from None
         value = interpret_pickle(pkl, path)
         if not isinstance(value, _Call) or value.func.qualname not in REBUILDS:
@@ -391,8 +426,8 @@ def _rebuild(call: _Call, zf, infos, root, path, expect_bytes: int | None = None
     storage, offset, size, stride = args[:4]
     if not isinstance(storage, _StorageRef):
         raise DumpFormatError(path, f"{rebuild}: first argument is not a storage")
-    if not isinstance(offset, int) or offset < 0:
-        raise DumpFormatError(path, f"{rebuild}: storage offset {offset!r} is not a non-negative int")
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < INT64:
+        raise DumpFormatError(path, f"{rebuild}: storage offset {_short(offset)} is not a non-negative int64")
     size, stride = _ints(size, "size", path), _ints(stride, "stride", path)
     if len(size) != len(stride) or any(s < 0 for s in size) or any(s < 0 for s in stride):
         raise DumpFormatError(path, f"{rebuild}: size {size} and stride {stride} do not describe a view")
@@ -429,6 +464,10 @@ def _rebuild(call: _Call, zf, infos, root, path, expect_bytes: int | None = None
     if expect_bytes is not None and count * dtype.itemsize > max(expect_bytes, SMALL_STORAGE):
         raise DumpFormatError(path, f"its storage holds {count * dtype.itemsize:,} bytes, more than the "
                                     f"{expect_bytes:,} its dump.json record describes (not decompressed)")
+    limit = MAX_TENSOR_BYTES if expect_bytes is None else max(expect_bytes, SMALL_STORAGE)
+    if numel * dtype.itemsize > limit:     # a stride-0 view claiming more than its storage
+        raise DumpFormatError(path, f"its view {size} of {dtype.name} is {numel * dtype.itemsize:,} bytes, more than "
+                                    f"{limit:,} ({'the record' if expect_bytes is not None else 'the reader limit'})")
     member = f"{root}/data/{storage.key}"
     info = infos.get(member)
     if info is None:

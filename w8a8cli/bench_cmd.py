@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -129,11 +130,37 @@ def run(args) -> int:
     except (OutLocked, OSError) as exc:
         print(f"w8a8 bench: {exc}", file=sys.stderr)
         return 2
+    previous = _stop_on_sigterm()
     try:
         return _bench(args, console, names, cases, full, registrations)
+    except _Terminated:
+        print("w8a8 bench: stopped by SIGTERM; no result written (workers stopped, temporary files removed)",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if lock is not None:
             lock.release()
+
+
+class _Terminated(BaseException):
+    """SIGTERM during a bench: unwinds like Ctrl-C, so every ``finally`` runs (workers killed, the temporary
+    folder and .npz outputs removed, the --out lock released); results are written atomically at the end
+    only, so none is half-written."""
+
+
+def _stop_on_sigterm():
+    """Turn SIGTERM into :class:`_Terminated` (main thread only); the previous handler, or None."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _bench(args, console, names, cases, full, registrations) -> int:
@@ -188,9 +215,9 @@ def _bench(args, console, names, cases, full, registrations) -> int:
         fits = report.scaling_fits(records)
         tvm = report.throughput_vs_m(records)
         if tvm is not None:   # no verified case with several M: no empty figure
-            (out / "throughput-vs-m.png").write_bytes(plots.png_bytes(tvm))
+            write_atomic(out / "throughput-vs-m.png", plots.png_bytes(tvm))
         if fits:
-            (out / "scaling.png").write_bytes(plots.png_bytes(report.scaling_plot(fits)))
+            write_atomic(out / "scaling.png", plots.png_bytes(report.scaling_plot(fits)))
         write_atomic(out / "bench-report.html", report.render_html(records, peaks, fits, meta))
         write_atomic(out / "bench.json", json.dumps({"meta": meta, "records": [{k: v for k, v in r.items() if k != "data"}
                                                                                for r in records], "scaling": fits},

@@ -10,6 +10,13 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
+
+from w8a8 import dtypes
+from w8a8.numerics import Numerics
+
+_NO_VALUES = Numerics(nan_policy="ieee")   # stand-ins carry no values to check
+
 HELP = "explain which kernel variant the Ascend host tiling picks for an op call, and what it computes"
 
 DESCRIPTION = """\
@@ -181,7 +188,7 @@ def add_arguments(parser) -> None:
 def explain(op: str, shape: str, dtype: str = "bfloat16", platform: str | None = None, opts=()):
     """The :class:`~w8a8.variants.Variant` of ``op`` for a ``--shape`` / ``--dtype`` / ``--opt`` spec
     (ValueError with the reason on a bad spec)."""
-    from w8a8 import dtypes, platforms
+    from w8a8 import platforms
 
     if op not in OPS:
         raise _Usage(f"OP must be one of {sorted(OPS)}; got {op!r}")
@@ -209,7 +216,71 @@ def explain(op: str, shape: str, dtype: str = "bfloat16", platform: str | None =
             values[key] = allowed[key][0](value)
         except ValueError as exc:
             raise _Usage(f"--opt {key}: {exc}") from None
-    return build(dims, dtype, values, plat)
+    try:
+        variant = build(dims, dtype, values, plat)
+    except _Usage:
+        raise
+    except (TypeError, ValueError):
+        argument_check(op, dims, dtype, values)  # the op's own words for a call its tiling cannot take
+        raise
+    argument_check(op, dims, dtype, values)
+    return variant
+
+
+def _stand_in(shape, dtype) -> np.ndarray:
+    """A read-only zero array of ``shape``: one element broadcast, so a shape of 10^12 elements costs nothing."""
+    return np.broadcast_to(np.zeros((), dtypes.resolve(dtype)), tuple(shape))
+
+
+def _check_dynamic_quant(dims, dtype, o, asymmetric=False):
+    from w8a8.dynamic_quant import dynamic_quant_args, dynamic_quant_asymmetric_args
+
+    rows, h, groups = math.prod(dims[:-1]), dims[-1], o["groups"]
+    smooth = gi = None
+    if o["smooth"]:
+        smooth = _stand_in((groups, h) if groups else (h,), dtype)
+        if groups:
+            gi = np.minimum(np.arange(1, groups + 1, dtype=np.int64) * max(rows // max(groups, 1), 1), rows)
+            gi[-1] = rows
+            gi = gi.astype(np.int32) if rows < 2 ** 31 else gi
+    check = dynamic_quant_asymmetric_args if asymmetric else dynamic_quant_args
+    check(_stand_in(dims, dtype), smooth_scales=smooth, group_index=gi, dst_type=o["dst"], numerics=_NO_VALUES)
+
+
+def _check_gating(dims, dtype, o):
+    from w8a8.moe.gating import moe_gating_top_k_softmax_args
+
+    moe_gating_top_k_softmax_args(_stand_in(dims, dtype), k=o["k"], numerics=_NO_VALUES)
+
+
+def _check_swiglu(dims, dtype, o):
+    from w8a8.moe.swiglu import swiglu_args
+
+    swiglu_args(_stand_in(dims, dtype), numerics=_NO_VALUES)
+
+
+ARG_CHECKS = {
+    "dynamic_quant": _check_dynamic_quant,
+    "dynamic_quant_asymmetric": lambda d, t, o: _check_dynamic_quant(d, t, o, asymmetric=True),
+    "moe_gating_top_k_softmax": _check_gating,
+    "swiglu": _check_swiglu,
+}
+"""The ops whose own argument check ``explain`` runs on the described call (on zero stand-ins of its
+shapes, values unchecked: ``nan_policy="ieee"``); the others' checks need tensors ``--shape`` does not
+describe (index lists, group lists, scales), so their explanation says it was not run."""
+
+
+def argument_check(op: str, dims, dtype: str, opts: dict) -> bool:
+    """Run ``op``'s own argument check on the described call (:data:`ARG_CHECKS`): True when it ran and
+    passed, False when ``op`` has none here; the op's TypeError / ValueError as a usage error."""
+    check = ARG_CHECKS.get(op)
+    if check is None:
+        return False
+    try:
+        check(dims, dtype, opts)
+    except (TypeError, ValueError) as exc:
+        raise _Usage(f"the op refuses this call, so there is no kernel to explain: {exc}") from None
+    return True
 
 
 _OP_ROWS = {"dynamic_quant": ("D2",), "dynamic_quant_asymmetric": ("D2",), "quantize": ("D4",),
@@ -236,10 +307,14 @@ def run(args) -> int:
         print(f"w8a8 explain: error: {exc}", file=sys.stderr)
         return 2
     rows = serving_rows(args.op, args.serving) if getattr(args, "serving", None) else {}
+    checked = ("passed (the op's own argument check on this call's shapes, dtype and options)"
+               if args.op in ARG_CHECKS else "not run (the op's check needs tensors --shape does not describe)")
     if args.json:
-        print(json.dumps({**v.as_dict(), **({"serving": rows} if rows else {})}, indent=2, default=str))
+        print(json.dumps({**v.as_dict(), "argument_check": checked, **({"serving": rows} if rows else {})},
+                         indent=2, default=str))
         return 0
     print(v.describe())
+    print(f"  argument check: {checked}")
     if v.decides:
         print("  (the golden applies these under Numerics.variants='select'; variants='fixed' ignores them)")
     if rows:

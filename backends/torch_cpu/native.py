@@ -84,7 +84,9 @@ def build(cc: str | None = None, *, directory: Path | None = None, extra_flags: 
                       " ".join(sorted(flags)).encode()])
     out_dir = directory or cache_dir()
     lib = out_dir / f"w8a8_cpu-{hashlib.sha1(key).hexdigest()[:16]}.so"
-    if lib.exists():
+    from ..cache import trusted
+
+    if trusted(lib):
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:

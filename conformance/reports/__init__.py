@@ -81,7 +81,7 @@ def build_summary(records: list[dict]) -> dict:
 def json_summary(summary: dict, meta: dict) -> dict:
     status, words = verdict(summary, meta)
     return {"meta": meta, "ok": summary["ok"] and status == 0, "exit_status": status, "verdict": words,
-            "totals": summary["totals"],
+            "totals": summary["totals"], "tolerance_warnings": tolerance_warnings(summary, meta),
             "matrix": {b: {op: {k: v for k, v in cell.items() if k != "hist"} for op, cell in ops.items()}
                        for b, ops in summary["cells"].items()},
             "groups": summary.get("groups", []),
@@ -116,14 +116,17 @@ def outside_text(stats: dict) -> str:
 
 
 def cell_text(cell: dict, outside: dict | None = None) -> str:
-    """``"28/30"`` style text of a matrix cell (passes over judged cases), with the bad counts and the draws
+    """``"28/30"`` style text of a matrix cell (passes over judged cases; tolerated cases are judged, not
+    passed, and counted beside: ``"24/28 (4 tolerated)"``), with the bad counts and the draws
     outside the backend's capabilities (``outside``: :func:`outside_of`)."""
     from ..evaluate import BAD_STATUSES, UNSPECIFIED
 
-    good = cell.get("pass", 0) + cell.get("tolerated", 0)
+    good = cell.get("pass", 0)          # "tolerated" is never counted as passed: it is shown beside
     judged = sum(cell.get(s, 0) for s in ("pass", "tolerated", "mistrusted", *BAD_STATUSES))
     bad = {s: cell.get(s, 0) for s in BAD_STATUSES if cell.get(s)}
     text = f"{good}/{judged}"
+    if cell.get("tolerated"):
+        text += f" ({cell['tolerated']} tolerated)"
     if cell.get("mistrusted"):
         text += f" ({cell['mistrusted']} mistrusted)"
     if cell.get("refused"):
@@ -137,6 +140,28 @@ def cell_text(cell: dict, outside: dict | None = None) -> str:
     if outside and (outside.get("outside") or outside.get("named_outside")):
         text += f" [{outside.get('outside', 0) + outside.get('named_outside', 0)} outside capabilities]"
     return text
+
+
+def tolerance_warnings(summary: dict, meta: dict) -> list[dict]:
+    """The weak entries (:mod:`conformance.tolerance_strength`) of the run's tolerance table, for the backends
+    and ops it judged; empty without a table. A table that cannot be read any more is one row saying so."""
+    from ..tolerance_strength import weak_entries
+    from ..tolerances import ToleranceTable
+
+    path = meta.get("tolerances")
+    if not path or not Path(str(path)).is_file():
+        return []
+    cells = summary.get("cells") or {}
+    try:
+        table = ToleranceTable.load(path)
+    except (OSError, ValueError) as exc:
+        return [{"backend": "*", "op": "*", "output": "*", "dtype": "*", "allows": "?", "basis": "?",
+                 "why": f"the table could not be read again: {exc}"}]
+    return weak_entries(table, backends=set(cells), ops={op for ops in cells.values() for op in ops})
+
+
+TOLERANCE_NOTE = ("tolerance entries weaker than their basis (looser than measured, without a basis, or "
+                  "accepting anything): their 'tolerated' cases are not passes")
 
 
 def numerics_text(info: dict) -> str:

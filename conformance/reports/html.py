@@ -38,6 +38,21 @@ def _e(text) -> str:
     return _html.escape(str(text))
 
 
+def tolerance_section(summary: dict, meta: dict) -> list[str]:
+    """The tolerance entries weaker than their basis (:mod:`conformance.tolerance_strength`), when any."""
+    from . import TOLERANCE_NOTE, tolerance_warnings
+
+    weak = tolerance_warnings(summary, meta)
+    if not weak:
+        return []
+    rows = "".join(f"<tr><td>{_e(r['backend'])}</td><td><code>{_e(r['op'])}</code></td><td>{_e(r['output'])}</td>"
+                   f"<td>{_e(r['dtype'])}</td><td>{_e(r['allows'])}</td><td>{_e(r['basis'])}</td><td>{_e(r['why'])}</td>"
+                   "</tr>" for r in weak)
+    return [f"<h2 id='weak-tolerances'>Weak tolerances</h2><p class='verdict notok'>{len(weak)} {_e(TOLERANCE_NOTE)}.</p>",
+            "<table class='matrix'><thead><tr><th>backend</th><th>op</th><th>output</th><th>dtype</th><th>allows</th>"
+            f"<th>basis</th><th>why flagged</th></tr></thead><tbody>{rows}</tbody></table>"]
+
+
 def scoreboard_section(summary: dict, meta: dict) -> list[str]:
     """The scoreboard: one column per backend run (numpy, torch-cpu, onnxruntime, torchao, ...), headed by its
     declared numerics and how they differ from Ascend's; one row per op."""
@@ -57,8 +72,9 @@ def scoreboard_section(summary: dict, meta: dict) -> list[str]:
                f"<th class='num'><code>{_e(info.get(b, {}).get('numerics', '?'))}</code><br>"
                f"<small>{_e(numerics_text(info[b]) if b in info else 'not recorded')}</small></th>"
                for b in backend_names) + "</tr>"]
-    clean = {b: sum(1 for c in cells[b].values() if cell_state(c) in ("good", "tolerated")) for b in backend_names}
-    out.append("<tr><th>ops agreeing</th>" + "".join(f"<th>{clean[b]} / {len(cells[b])}</th>" for b in backend_names)
+    clean = {b: sum(1 for c in cells[b].values() if cell_state(c) == "good") for b in backend_names}
+    out.append("<tr><th>ops passing (tolerated: not passed)</th>" +
+               "".join(f"<th>{clean[b]} / {len(cells[b])}</th>" for b in backend_names)
                + "</tr></thead><tbody>")
     for op in ops:
         row = [f"<tr><td><code>{_e(op)}</code></td>"]
@@ -194,6 +210,7 @@ def render(summary: dict, meta: dict) -> str:
     out += [f"<dt>GEMM</dt><dd class='gemm'>{_e(line.removeprefix('GEMM: '))}</dd>" for line in gemm_lines(meta)]
     out.append("</dl>")
     out.append("<p>Totals: " + ", ".join(f"{_e(k)} {v}" for k, v in sorted(summary["totals"].items())) + "</p>")
+    out += tolerance_section(summary, meta)
     out += scoreboard_section(summary, meta)
     out += groups_section(summary)
     out += histograms_section(summary, meta)

@@ -24,6 +24,20 @@ def groups_section(summary: dict) -> list[str]:
     return lines + [""]
 
 
+def tolerance_section(summary: dict, meta: dict) -> list[str]:
+    """The tolerance entries weaker than their basis (:mod:`conformance.tolerance_strength`), when any."""
+    from . import TOLERANCE_NOTE, tolerance_warnings
+
+    weak = tolerance_warnings(summary, meta)
+    if not weak:
+        return []
+    lines = ["## Weak tolerances", "", f"**{len(weak)} {TOLERANCE_NOTE}.**", "",
+             "| backend | op | output | dtype | allows | basis | why flagged |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {_cell(r['backend'])} | `{r['op']}` | {_cell(r['output'])} | {_cell(r['dtype'])} | {_cell(r['allows'])} "
+              f"| {_cell(r['basis'])} | {_cell(r['why'])} |" for r in weak]
+    return lines + [""]
+
+
 def matrix_section(summary: dict, meta: dict) -> list[str]:
     from . import cell_text, outside_of
 
@@ -31,7 +45,7 @@ def matrix_section(summary: dict, meta: dict) -> list[str]:
     backend_names = sorted(cells)
     ops = sorted({op for b in cells.values() for op in b})
     lines = ["## Agreement matrix", "",
-             "Cells: passed / judged cases (worst distance to the golden: ULP of the output dtype, codes, or inf/NaN).",
+             "Cells: passed / judged cases, tolerated ones counted beside and never as passed (worst distance to the golden: ULP of the output dtype, codes, or inf/NaN).",
              "", "| op | " + " | ".join(backend_names) + " |", "|---|" + "---|" * len(backend_names)]
     for op in ops:
         row = []
@@ -117,6 +131,7 @@ def render(summary: dict, meta: dict) -> str:
 
     lines += [f"- {line}" for line in gemm_lines(meta)]
     lines += ["", "Totals: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["totals"].items())), ""]
+    lines += tolerance_section(summary, meta)
     lines += groups_section(summary)
     lines += matrix_section(summary, meta)
     skipped = meta.get("not_implemented", {})

@@ -14,7 +14,7 @@ WORST_NOTE = ("worst: the largest distance to the golden among the judged cases 
 def _status_counts(cell: dict) -> tuple[int, int, int, int]:
     from ..evaluate import BAD_STATUSES
 
-    good = cell.get("pass", 0) + cell.get("tolerated", 0)
+    good = cell.get("pass", 0)               # tolerated is never counted as passed
     bad = sum(cell.get(s, 0) for s in BAD_STATUSES)
     other = sum(v for k, v in cell.items() if isinstance(v, int) and k not in ("pass", "tolerated", "worst")
                 and k not in BAD_STATUSES)
@@ -26,7 +26,7 @@ def _backend_table(cells: dict):
 
     t = Table(title="w8a8 conformance: per backend", title_justify="left")
     for name, kw in (("backend", {"no_wrap": True, "overflow": "fold"}), ("ops", {"justify": "right"}),
-                     ("agree", {"justify": "right"}), ("tolerated", {"justify": "right"}),
+                     ("passed", {"justify": "right"}), ("tolerated", {"justify": "right"}),
                      ("bad", {"justify": "right"}), ("other", {"justify": "right"})):
         t.add_column(name, **kw)
     for b in sorted(cells):
@@ -39,8 +39,8 @@ def _backend_table(cells: dict):
     return t
 
 
-BACKEND_NOTE = ("agree: pass + tolerated; bad: fail, error, crash, timeout; other: mistrusted, refused by both, "
-                "unsupported, unspecified")
+BACKEND_NOTE = ("passed: within the comparison exactly (tolerated cases are not passes); bad: fail, error, crash, "
+                "timeout; other: mistrusted, refused by both, unsupported, unspecified")
 
 
 def _matrix_table(cells: dict, ops: list[str]):
@@ -61,9 +61,11 @@ def _matrix_table(cells: dict, ops: list[str]):
             if cell is None:
                 row.append("n/a")
                 continue
-            good, _, bad, _ = _status_counts(cell)
-            judged = good + bad + cell.get("mistrusted", 0)
-            row.append(f"[{style[cell_state(cell)]}]{good}/{judged}[/] ({esc(cell.get('worst_text', cell.get('worst', 0)))})")
+            good, tolerated, bad, _ = _status_counts(cell)
+            judged = good + tolerated + bad + cell.get("mistrusted", 0)
+            tol = f" +{tolerated} tol." if tolerated else ""
+            row.append(f"[{style[cell_state(cell)]}]{good}/{judged}{tol}[/] "
+                       f"({esc(cell.get('worst_text', cell.get('worst', 0)))})")
         t.add_row(*row)
     return t
 
@@ -90,8 +92,18 @@ def print_summary(records: list[dict], meta: dict, console=None, verbose: bool =
     cells = summary["cells"]
     console.print(_backend_table(cells))
     console.print(f"[dim]{BACKEND_NOTE}[/]")
-    for line in gemm_lines(meta):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for gemm in gemm_lines(meta):
+        console.print(gemm, markup=False, highlight=False, soft_wrap=True)
+    from . import TOLERANCE_NOTE, tolerance_warnings
+    from ..tolerance_strength import line
+
+    weak = tolerance_warnings(summary, meta)
+    if weak:
+        console.print(f"[bold yellow]{len(weak)} {TOLERANCE_NOTE}[/]:")
+        for row in weak[:10]:
+            console.print(f"  [yellow]{esc(line(row))}[/]", soft_wrap=True)
+        if len(weak) > 10:
+            console.print(f"  ... and {len(weak) - 10} more in report.md / report.html / summary.json")
     ops = sorted({op for b in cells.values() for op in b})
     shown = ops if verbose else [op for op in ops if any(
         cells[b].get(op) is not None and cell_state(cells[b][op]) in ("bad", "tolerated") for b in cells)]

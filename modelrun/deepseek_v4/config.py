@@ -13,7 +13,10 @@ outside its range is a ValueError naming the key.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from ..config_values import MAX_INT, show
 
 RATIOS = (0, 4, 128)
 
@@ -62,29 +65,42 @@ def _get(cfg: dict, key: str, typ, lo=None):
     v = cfg[key]
     ok = isinstance(v, typ) and not isinstance(v, bool) if typ is not bool else isinstance(v, bool)
     if typ is float and isinstance(v, int) and not isinstance(v, bool):
-        v, ok = float(v), True
-    if not ok:
-        raise ValueError(f"config.json: {key!r} must be {typ.__name__}, got {v!r}")
+        try:
+            v, ok = float(v), True
+        except OverflowError:
+            ok = False
+    if not ok or (typ is float and not math.isfinite(v)) or (typ is int and v > MAX_INT):
+        what = "a finite float" if typ is float else f"int (at most {MAX_INT})" if typ is int else typ.__name__
+        raise ValueError(f"config.json: {key!r} must be {what}, got {show(cfg[key])}")
     if lo is not None and v < lo:
         raise ValueError(f"config.json: {key!r} must be >= {lo}, got {v!r}")
     return v
 
 
+def _positive(cfg: dict, key: str) -> float:
+    v = _get(cfg, key, float)
+    if v <= 0:
+        raise ValueError(f"config.json: {key!r} must be > 0, got {v!r}")
+    return v
+
+
 def parse(cfg: dict) -> DSV4Config:
+    if not isinstance(cfg, dict):
+        raise ValueError(f"config.json: must be a JSON object; got {type(cfg).__name__}")
     g = lambda k, t=int, lo=1: _get(cfg, k, t, lo)  # noqa: E731
     layers = g("num_hidden_layers")
     mtp = _get(cfg, "num_nextn_predict_layers", int, 0) if "num_nextn_predict_layers" in cfg else 0
     ratios = cfg.get("compress_ratios")
     if not isinstance(ratios, list) or len(ratios) < layers + mtp or any(r not in RATIOS for r in ratios):
         raise ValueError(f"config.json: 'compress_ratios' must list one of {RATIOS} for each of the {layers} layers "
-                         f"and {mtp} MTP layers; got {ratios!r}")
+                         f"and {mtp} MTP layers; got {show(ratios)}")
     if g("num_key_value_heads") != 1:
         raise ValueError("config.json: 'num_key_value_heads' must be 1 (one K = V head shared by all query heads)")
     if g("n_shared_experts") != 1:
         raise ValueError("config.json: 'n_shared_experts' must be 1")
     if cfg.get("scoring_func") != "sqrtsoftplus" or cfg.get("norm_topk_prob") is not True:
         raise ValueError(f"config.json: 'scoring_func' sqrtsoftplus with 'norm_topk_prob' true expected, got "
-                         f"{cfg.get('scoring_func')!r} / {cfg.get('norm_topk_prob')!r}")
+                         f"{show(cfg.get('scoring_func'))} / {show(cfg.get('norm_topk_prob'))}")
     head_dim, rope_dim, heads, o_groups = g("head_dim"), g("qk_rope_head_dim"), g("num_attention_heads"), g("o_groups")
     if rope_dim % 2 or rope_dim > head_dim:
         raise ValueError(f"config.json: 'qk_rope_head_dim' must be even and <= head_dim {head_dim}, got {rope_dim}")
@@ -93,25 +109,27 @@ def parse(cfg: dict) -> DSV4Config:
     rs = cfg.get("rope_scaling") or None
     yarn = None
     if rs is not None:
-        if rs.get("type", rs.get("rope_type")) != "yarn":
-            raise ValueError(f"config.json: 'rope_scaling' must be yarn (or absent), got {rs!r}")
-        yarn = {k: float(rs[k]) for k in ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow")}
+        if not isinstance(rs, dict) or rs.get("type", rs.get("rope_type")) != "yarn":
+            raise ValueError(f"config.json: 'rope_scaling' must be yarn (or absent), got {show(rs)}")
+        named = {f"rope_scaling.{k}": v for k, v in rs.items()}
+        yarn = {k: _get(named, f"rope_scaling.{k}", float, 0)
+                for k in ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow")}
     n_experts, top_k = g("n_routed_experts"), g("num_experts_per_tok")
     if top_k > n_experts:
         raise ValueError(f"config.json: 'num_experts_per_tok' {top_k} exceeds n_routed_experts {n_experts}")
     dtype = cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))
-    if dtype not in ("bfloat16", "float32", "float16"):
-        raise ValueError(f"config.json: 'torch_dtype' must be bfloat16 / float16 / float32, got {dtype!r}")
+    if not isinstance(dtype, str) or dtype not in ("bfloat16", "float32", "float16"):
+        raise ValueError(f"config.json: 'torch_dtype' must be bfloat16 / float16 / float32, got {show(dtype)}")
     return DSV4Config(
         vocab=g("vocab_size"), hidden=g("hidden_size"), layers=layers, heads=heads, head_dim=head_dim,
         rope_dim=rope_dim, q_lora=g("q_lora_rank"), o_groups=o_groups, o_lora=g("o_lora_rank"),
-        window=g("sliding_window"), ratios=tuple(ratios), rope_theta=g("rope_theta", float, 0),
-        compress_rope_theta=g("compress_rope_theta", float, 0), yarn=yarn, index_heads=g("index_n_heads"),
+        window=g("sliding_window"), ratios=tuple(ratios), rope_theta=_positive(cfg, "rope_theta"),
+        compress_rope_theta=_positive(cfg, "compress_rope_theta"), yarn=yarn, index_heads=g("index_n_heads"),
         index_dim=g("index_head_dim"), index_topk=g("index_topk"), n_experts=n_experts, top_k=top_k,
         moe_inter=g("moe_intermediate_size"), routed_scaling_factor=g("routed_scaling_factor", float, 0),
         hash_layers=_get(cfg, "num_hash_layers", int, 0), swiglu_limit=g("swiglu_limit", float, 0),
-        hc_mult=g("hc_mult", int, 2), hc_iters=g("hc_sinkhorn_iters"), hc_eps=g("hc_eps", float, 0),
-        eps=g("rms_norm_eps", float, 0), mtp=mtp, dtype=dtype)
+        hc_mult=g("hc_mult", int, 2), hc_iters=g("hc_sinkhorn_iters"), hc_eps=_positive(cfg, "hc_eps"),
+        eps=_positive(cfg, "rms_norm_eps"), mtp=mtp, dtype=dtype)
 
 
 def is_deepseek_v4(cfg: dict) -> bool:

@@ -39,6 +39,7 @@ from backends.torch_common import from_torch, to_torch
 from checkpoints import CheckpointError, analyze
 
 from .. import analysis as A
+from .. import config_shapes
 from ..bounds import dense_bound
 from . import config as _config
 from .forward import TORCH_DTYPES, Model
@@ -219,7 +220,9 @@ def run(checkpoint, reference, sequences, *, backends=("numpy",), layers: str = 
     cfg = _config.parse(res.checkpoint.config)
     if cfg.dtype != "bfloat16":
         raise ValueError(f"config.json: torch_dtype {cfg.dtype}: the DeepSeek-V4 serving path runs bf16")
+    config_shapes.check_dsv4(cfg, {n: e.shape for n, e in res.checkpoint.entries.items()}, f"the checkpoint {checkpoint}")
     ref_t = load_dir(reference)
+    config_shapes.check_dsv4(cfg, {n: tuple(t.shape) for n, t in ref_t.items()}, f"the --reference {reference}")
     _check_reference(res, ref_t, cfg)
     A.check_sequences(sequences, cfg.vocab, res.checkpoint.config.get("max_position_embeddings"), max_tokens)
     bes, unavailable = A.available_backends(backends)

@@ -67,3 +67,29 @@ def test_bad_arguments(capsys, argv, needle):
 def test_unknown_op_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit):
         main(["explain", "dynamic_quantize", "--shape", "2x8"])
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["dynamic_quant", "--shape", "16x4095", "--opt", "dst=int4"],
+     "dynamic_quant: argument 'x' must be of last dimension a multiple of 8 for int4 output"),
+    (["dynamic_quant", "--shape", "16x4096", "--dtype", "int8"], "dynamic_quant: argument 'x' must be of dtype float16"),
+    (["dynamic_quant", "--shape", "16x4096", "--opt", "smooth=1", "--opt", "groups=1025"],
+     "argument 'group_index' must be of at most 1024 groups"),
+    (["dynamic_quant_asymmetric", "--shape", "2x3x4x5x6x7x8x9x10", "--dtype", "float16"],
+     "dynamic_quant_asymmetric: argument 'x' must be 2-D to 8-D"),
+    (["moe_gating_top_k_softmax", "--shape", "16x8", "--opt", "k=9"],
+     "moe_gating_top_k_softmax: argument 'k' must be in [1, 8]; got 9"),
+    (["swiglu", "--shape", "16x7"], "swiglu: argument 'x' must be of even size along dim -1"),
+])
+def test_a_call_the_op_refuses_is_explained_as_refused(capsys, argv, needle):
+    """Before: explain described a kernel for each of these calls, which the op itself refuses."""
+    rc, out, err = _explain(capsys, *argv)
+    assert rc == 2 and not out and "the op refuses this call" in err and needle in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_argument_check_is_reported_and_costs_nothing_for_huge_shapes(capsys):
+    rc, out, _ = _explain(capsys, "dynamic_quant", "--shape", "1000000000x100000", "--json")  # 10^14 elements
+    assert rc == 0 and json.loads(out)["argument_check"].startswith("passed")
+    rc, out, _ = _explain(capsys, "quantize", "--shape", "8x8")
+    assert rc == 0 and "argument check: not run" in out

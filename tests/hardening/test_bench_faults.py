@@ -70,3 +70,32 @@ def test_kill_9_of_the_bench_during_a_hanging_call_leaves_no_process_alive(tmp_p
     proc.wait()
     # before: the bench waited forever, and its backend process outlived a kill. Now nothing is left
     assert not procs.left_after(run_pids, 5)
+
+
+def test_sigterm_during_the_bench_leaves_no_half_written_result(tmp_path, procs):
+    """Before: SIGTERM killed the bench at once: no ``finally`` ran, its backend process, its
+    ``/tmp/w8a8-bench-*`` folder and the --out lock stayed. Now it unwinds like Ctrl-C: exit 143, one line,
+    nothing written under --out or --json, no temporary folder, no process left."""
+    import os
+    import signal
+
+    marks, out, tmp = tmp_path / "marks", tmp_path / "out", tmp_path / "tmp"
+    marks.mkdir()
+    tmp.mkdir()
+    with open(tmp_path / "bench.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "w8a8cli.main", "bench", "--quick", "--op", "dynamic_quant",
+                                 "--no-peak", "--timeout", "600", "--out", str(out), "--json", str(tmp_path / "b.json"),
+                                 "--backend", FAULTS + "HangAlwaysBackend"], stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "W8A8_PLANTED_MARK": str(marks), "TMPDIR": str(tmp)})
+    procs.wait_for(lambda: list(marks.glob("hang-*")) or proc.poll() is not None, 180, "the hanging bench call")
+    assert proc.poll() is None, (tmp_path / "bench.log").read_text()[-3000:]
+    run_pids = procs.descendants(proc.pid)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    text = (tmp_path / "bench.log").read_text()
+    assert "stopped by SIGTERM; no result written" in text and "Traceback" not in text, text[-3000:]
+    assert not procs.left_after(run_pids, 5)
+    assert not (tmp_path / "b.json").exists()
+    left = sorted(p.name for p in out.rglob("*")) if out.exists() else []
+    assert not [n for n in left if n.endswith((".json", ".html", ".png")) or ".tmp-" in n], left
+    assert not list(tmp.glob("w8a8-bench-*")), list(tmp.iterdir())

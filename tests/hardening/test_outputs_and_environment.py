@@ -127,3 +127,48 @@ def test_bench_with_a_read_only_home_runs(read_only_home, tmp_path):
     # before: a traceback compiling the peak probe in ~/.cache/w8a8. Now: the run ends, the probe cached in TMPDIR
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert not list(tmp_path.glob("w8a8-bench-*"))
+
+
+def test_a_cached_build_is_run_only_when_it_is_ours(tmp_path, monkeypatch):
+    """The cache may be a shared temporary folder: a file someone else could write (group/other-writable),
+    a link, or an empty file left by an interrupted copy is rebuilt, never run or loaded."""
+    import os
+
+    from backends import cache
+
+    good = tmp_path / "peak-x"
+    good.write_bytes(b"\x7fELF...")
+    good.chmod(0o755)
+    assert cache.trusted(good)
+    writable = tmp_path / "peak-w"
+    writable.write_bytes(b"\x7fELF...")
+    writable.chmod(0o777)
+    assert not cache.trusted(writable)
+    link = tmp_path / "peak-l"
+    link.symlink_to(good)
+    assert not cache.trusted(link)
+    empty = tmp_path / "peak-e"
+    empty.write_bytes(b"")
+    assert not cache.trusted(empty)
+    assert not cache.trusted(tmp_path / "missing")
+    # a fallback folder another user could write is not used
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "ro"))
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o500)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    planted = shared / f"w8a8-cache-{os.getuid()}"
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)
+    assert not cache._ours(planted) and cache._ours(tmp_path)
+    try:
+        if os.access(tmp_path / "ro", os.W_OK):
+            pytest.skip("this user can write a read-only folder (root)")
+        with pytest.raises(OSError, match="no writable cache folder"):
+            cache.cache_dir()
+    finally:
+        (tmp_path / "ro").chmod(0o700)
