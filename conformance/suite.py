@@ -81,7 +81,6 @@ def _implemented(backend, op: str) -> None:
         pytest.skip(f"{backend.name} does not implement {op}")
 
 
-@pytest.mark.conformance
 def _statistics_for(item):
     """Hypothesis's statistics of the ``@given`` test run inside a suite test, kept on the pytest item where
     Hypothesis's own plugin looks for them (``--hypothesis-show-statistics`` prints them; it collects them
@@ -101,6 +100,7 @@ def _statistics_for(item):
     return collector.with_value(note)
 
 
+@pytest.mark.conformance
 def test_backend_agrees_with_golden(conformance_backend, conformance_drawn, pytestconfig, request):
     """Drawn inside what the backend takes (:mod:`conformance.drawing`): a draw it declines is rejected
     (Hypothesis draws another); an op it declines every draw of is skipped, saying so. Settings:

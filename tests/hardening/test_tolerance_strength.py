@@ -47,12 +47,13 @@ def test_thresholds_of_a_measured_entry():
     assert "atol 0.1 / rtol 0 on an entry measured in ULP" in reasons(Entry(**base, atol=0.1))
 
 
-def test_the_packaged_table_has_exactly_its_two_tail_fit_entries_flagged():
-    """106 entries; two measured ones allow far more than their cases showed (their tail fits), and say so."""
+def test_the_packaged_table_flags_exactly_its_one_tail_fit_entry_far_beyond_its_cases():
+    """One measured entry allows far more than its cases showed (torchao mx_matmul, its tail fit), and says so.
+    onnxruntime weight_quant_batchmatmul was flagged while it allowed 19 ULP on 114 cases (1 the worst seen);
+    re-tuned on 45,532 cases (worst 294) it allows 444, within twice its basis, and is no longer flagged."""
     weak = weak_entries(ToleranceTable.load(packaged_path()))
-    assert sorted((r["backend"], r["op"]) for r in weak) == [("onnxruntime", "weight_quant_batchmatmul"),
-                                                            ("torchao", "mx_matmul")]
-    assert "allows 19 ULP, 1 the worst seen in its 114 measured cases" in weak[0]["why"] + weak[1]["why"]
+    assert sorted((r["backend"], r["op"]) for r in weak) == [("torchao", "mx_matmul")]
+    assert weak[0]["why"] == "allows 1336 ULP, 512 the worst seen in its 1977 measured cases"
 
 
 def _records():
