@@ -44,7 +44,7 @@ NAN = "Nan"
 _EPS = float(np.finfo(np.float64).eps)
 
 
-def _f64(a: np.ndarray) -> np.ndarray:
+def as_f64(a: np.ndarray) -> np.ndarray:
     """float64 values of a dumped array (bfloat16 / fp8 from ml_dtypes go through float32)."""
     if a.dtype.kind == "V" or a.dtype.name in ("bfloat16",) or a.dtype.name.startswith("float8"):
         return a.astype(np.float32).astype(np.float64)
@@ -71,7 +71,7 @@ def columns(device: np.ndarray, bench: np.ndarray) -> dict:
     """msprobe's dtype/shape, metric and summary columns (ALL_COMPARE_INDEX, SUMMARY_INFO, ``Accuracy Reached or Not``,
     ``Err_message``) for the device tensor against the golden's (see the module)."""
     device, bench = np.asarray(device), np.asarray(bench)
-    n, b = _f64(device), _f64(bench)
+    n, b = as_f64(device), as_f64(bench)
     out = {"NPU Dtype": torch_dtype(device.dtype), "Bench Dtype": torch_dtype(bench.dtype),
            "NPU Tensor Shape": str(list(device.shape)), "Bench Tensor Shape": str(list(bench.shape))}
     out.update(zip(SUMMARY_INFO, _summary(n) + _summary(b)))

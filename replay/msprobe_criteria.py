@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .msprobe_compare import as_f64, columns
+
 QUANTIZATION_API_LIST = {"npu_dynamic_quant", "npu_rms_norm_dynamic_quant", "npu_quant_lightning_indexer"}
 BENCH_FUNCTIONS = {"npu_swiglu", "npu_moe_gating_top_k_softmax", "npu_rms_norm", "npu_fusion_attention",
                    "npu_rotary_mul", "npu_confusion_transpose", "npu_scaled_masked_softmax", "npu_silu",
@@ -29,10 +31,6 @@ BENCH_FUNCTIONS = {"npu_swiglu", "npu_moe_gating_top_k_softmax", "npu_rms_norm",
 
 PASS, WARNING, ERROR = "pass", "warning", "error"
 _RANK = {PASS: 0, WARNING: 1, ERROR: 2}
-
-
-def _f64(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float32).astype(np.float64) if a.dtype.kind == "V" else a.astype(np.float64)
 
 
 def judge_output(api: str, device: np.ndarray, bench: np.ndarray) -> tuple[str, str]:
@@ -48,7 +46,7 @@ def judge_output(api: str, device: np.ndarray, bench: np.ndarray) -> tuple[str, 
             return (PASS if worst <= 1 else ERROR), f"quantization_api_list: max abs error {worst} (pass if <= 1)"
         n = int(np.count_nonzero(diff))
         return (PASS if n == 0 else ERROR), f"binary consistency: {n} mismatches"
-    d, b = _f64(device).ravel(), _f64(bench).ravel()
+    d, b = as_f64(device).ravel(), as_f64(bench).ravel()
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         finite = np.isfinite(d) & np.isfinite(b)
         if not np.array_equal(np.isnan(d), np.isnan(b)) or not np.array_equal(np.isinf(d), np.isinf(b)):
@@ -80,8 +78,6 @@ def judge_output(api: str, device: np.ndarray, bench: np.ndarray) -> tuple[str, 
 
 def judge_call(api: str, pairs: dict) -> dict:
     """``pairs``: output name -> (device array, golden array). msprobe's worst verdict and per output."""
-    from .msprobe_compare import columns
-
     per = {}
     for name, (dev, ref) in pairs.items():
         per[name] = dict(zip(("verdict", "rule"), judge_output(api, dev, ref)))

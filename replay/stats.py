@@ -19,10 +19,7 @@ import numpy as np
 
 from . import golden
 from .dump import TensorRecord
-
-
-def _f64(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float32).astype(np.float64) if a.dtype.kind == "V" else a.astype(np.float64)
+from .msprobe_compare import as_f64
 
 
 def is_float(dtype: np.dtype) -> bool:
@@ -47,7 +44,7 @@ def stats_of(array: np.ndarray) -> dict:
         return {"Max": None, "Min": None, "Mean": None, "Norm": None}
     if a.dtype == np.bool_:
         return {"Max": bool(a.any()), "Min": bool(a.all()), "Mean": None, "Norm": None}
-    f = _f64(a) if a.dtype.kind in "fV" else a
+    f = as_f64(a) if a.dtype.kind in "fV" else a
     out = {"Max": f.max().item(), "Min": f.min().item(), "Mean": None, "Norm": None}
     if a.dtype.kind in "fV" and a.dtype != np.float64:
         with np.errstate(over="ignore", invalid="ignore"):

@@ -232,11 +232,6 @@ def _dsv4_routing(op, logits, top_k, correction_bias, input_ids, tid2eid, k_grou
 def moe_route(r: MoeRouting, numerics: Numerics = ASCEND):
     """``(topk_ids int32 [T, k], topk_weights fp32 [T, k])`` of the layer's checked routing
     (:func:`moe_routing_args`): given, or from the router the layer runs."""
-    return _route(r, numerics)
-
-
-def _route(r: MoeRouting, numerics: Numerics):
-    """``(topk_ids int32 [T, k], topk_weights fp32 [T, k])`` — given, or from the router op."""
     if r.mode == "ids":
         return r.ids, r.weights
     if r.mode == "dsv4":
@@ -374,7 +369,7 @@ def _dispatch_options(t: int, k: int, e: int) -> dict:
 
 def _forward(a: W8a8MoeArgs, numerics: Numerics) -> dict:
     w13_kn, s13, w2_kn, s2w = _load_experts(a.experts)
-    ids, wts = _route(a.routing, numerics)
+    ids, wts = moe_route(a.routing, numerics)
     routing = dict(_dispatch_options(a.t, ids.shape[1], a.experts.e), numerics=numerics)
     if a.x_scale is None:
         x_e, row_idx, counts, s_e = moe_init_routing_v2(a.x, ids, quant_mode=1, **routing)
